@@ -1,0 +1,67 @@
+package devenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+)
+
+// ErrNotInstalled is returned when a server's binaries are missing and cannot
+// be installed from here (not root, or apt-get is missing).
+var ErrNotInstalled = errors.New("devenv: server binaries not installed")
+
+// postgresBinDirs lists where Debian puts PostgreSQL's server binaries, newest
+// major version first.
+func postgresBinDir() (string, bool) {
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	sort.Sort(sort.Reverse(sort.StringSlice(matches)))
+	for _, m := range matches {
+		return filepath.Dir(m), true
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p), true
+	}
+	return "", false
+}
+
+func redisBinary() (string, bool) {
+	p, err := exec.LookPath("redis-server")
+	return p, err == nil
+}
+
+// Install makes sure the PostgreSQL and Redis server binaries are present,
+// installing the Debian packages postgresql and redis-server when the
+// process runs as root. It does nothing when both are already installed.
+func Install(ctx context.Context) error {
+	var pkgs []string
+	if _, ok := postgresBinDir(); !ok {
+		pkgs = append(pkgs, "postgresql")
+	}
+	if _, ok := redisBinary(); !ok {
+		pkgs = append(pkgs, "redis-server")
+	}
+	if len(pkgs) == 0 {
+		return nil
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("%w: install the Debian packages %v (or set DATABASE_URL and REDIS_URL)", ErrNotInstalled, pkgs)
+	}
+	if _, err := exec.LookPath("apt-get"); err != nil {
+		return fmt.Errorf("%w: no apt-get to install %v", ErrNotInstalled, pkgs)
+	}
+	update := exec.CommandContext(ctx, "apt-get", "update", "-qq")
+	if out, err := update.CombinedOutput(); err != nil {
+		return fmt.Errorf("devenv: apt-get update: %w: %s", err, out)
+	}
+	args := append([]string{"install", "-y", "-qq", "--no-install-recommends"}, pkgs...)
+	install := exec.CommandContext(ctx, "apt-get", args...)
+	install.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if out, err := install.CombinedOutput(); err != nil {
+		return fmt.Errorf("devenv: apt-get install %v: %w: %s", pkgs, err, out)
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package devenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Postgres is a throwaway PostgreSQL server started by StartPostgres.
+type Postgres struct {
+	// Dir holds the data directory, the socket and the server log.
+	Dir string
+	// Port is the loopback TCP port the server listens on.
+	Port int
+	// URL connects to the postgres database as the postgres superuser.
+	URL string
+
+	bin    string
+	asUser string
+}
+
+// StartPostgres initialises a data directory in a new temporary directory and
+// starts a server on a free loopback port with durability turned off (fsync,
+// synchronous_commit and full_page_writes), which suits tests and benchmarks,
+// never production.
+func StartPostgres(ctx context.Context) (*Postgres, error) {
+	if err := Install(ctx); err != nil {
+		return nil, err
+	}
+	bin, ok := postgresBinDir()
+	if !ok {
+		return nil, fmt.Errorf("%w: initdb not found", ErrNotInstalled)
+	}
+	dir, err := os.MkdirTemp("", "jobfence-pg-")
+	if err != nil {
+		return nil, fmt.Errorf("devenv: temp dir: %w", err)
+	}
+	p := &Postgres{Dir: dir, bin: bin}
+	if os.Geteuid() == 0 {
+		// initdb refuses to run as root: the server runs as the postgres user.
+		p.asUser = "postgres"
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("devenv: running as root needs a postgres user: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("devenv: chown %s: %w", dir, err)
+		}
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("devenv: chmod %s: %w", dir, err)
+	}
+	data := filepath.Join(dir, "data")
+	if out, err := p.run(ctx, "initdb", "-D", data, "-U", "postgres", "--auth=trust",
+		"-E", "UTF8", "--locale=C.UTF-8", "--no-sync"); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("devenv: initdb: %w: %s", err, out)
+	}
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off "+
+			"-c synchronous_commit=off -c full_page_writes=off -c max_connections=300 "+
+			"-c shared_buffers=256MB", port, dir)
+		out, err := p.run(ctx, "pg_ctl", "-D", data, "-l", filepath.Join(dir, "server.log"),
+			"-w", "-t", "60", "-o", opts, "start")
+		if err == nil {
+			p.Port = port
+			p.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+			return p, nil
+		}
+		log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+		lastErr = fmt.Errorf("devenv: pg_ctl start: %w: %s %s", err, out, log)
+	}
+	os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+func (p *Postgres) run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	path := filepath.Join(p.bin, name)
+	var cmd *exec.Cmd
+	if p.asUser != "" {
+		cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", p.asUser, "--", path}, args...)...)
+	} else {
+		cmd = exec.CommandContext(ctx, path, args...)
+	}
+	cmd.Dir = p.Dir
+	return cmd.CombinedOutput()
+}
+
+// Stop stops the server and removes its directory.
+func (p *Postgres) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	data := filepath.Join(p.Dir, "data")
+	out, err := p.run(ctx, "pg_ctl", "-D", data, "-m", "immediate", "-w", "stop")
+	// The postmaster can linger as a zombie here; wait for its pid file instead.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, serr := os.Stat(filepath.Join(data, "postmaster.pid")); os.IsNotExist(serr) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	os.RemoveAll(p.Dir)
+	if err != nil {
+		return fmt.Errorf("devenv: pg_ctl stop: %w: %s", err, out)
+	}
+	return nil
+}

@@ -1,0 +1,120 @@
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
+)
+
+// FS holds the SQL migration files, named NNNNN_name.sql in goose's format.
+//
+//go:embed *.sql
+var FS embed.FS
+
+// VersionTable is the goose version table jobfence's migrations use.
+const VersionTable = "jobfence_goose_db_version"
+
+// NewProvider returns a goose provider over FS that records versions in
+// VersionTable. Extra options are passed to goose.
+func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {
+	store, err := database.NewStore(database.DialectPostgres, VersionTable)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: store: %w", err)
+	}
+	opts = append([]goose.ProviderOption{goose.WithStore(store), goose.WithDisableGlobalRegistry(true)}, opts...)
+	p, err := goose.NewProvider("", db, FS, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: provider: %w", err)
+	}
+	return p, nil
+}
+
+// open connects to databaseURL through pgx's database/sql driver and returns
+// a provider; the caller closes the *sql.DB.
+func open(databaseURL string) (*sql.DB, *goose.Provider, error) {
+	db, err := sql.Open("pgx", databaseURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("migrations: open: %w", err)
+	}
+	p, err := NewProvider(db)
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return db, p, nil
+}
+
+// Up applies every pending migration.
+func Up(ctx context.Context, databaseURL string) error {
+	db, p, err := open(databaseURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("migrations: up: %w", err)
+	}
+	return nil
+}
+
+// Down rolls back the most recent migration.
+func Down(ctx context.Context, databaseURL string) error {
+	db, p, err := open(databaseURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := p.Down(ctx); err != nil {
+		return fmt.Errorf("migrations: down: %w", err)
+	}
+	return nil
+}
+
+// Reset rolls back every applied migration, dropping jobfence's tables.
+func Reset(ctx context.Context, databaseURL string) error {
+	db, p, err := open(databaseURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := p.DownTo(ctx, 0); err != nil {
+		return fmt.Errorf("migrations: reset: %w", err)
+	}
+	return nil
+}
+
+// Status reports each migration and whether it is applied.
+func Status(ctx context.Context, databaseURL string) ([]*goose.MigrationStatus, error) {
+	db, p, err := open(databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	st, err := p.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: status: %w", err)
+	}
+	return st, nil
+}
+
+// Version reports the current applied version (0 when none).
+func Version(ctx context.Context, databaseURL string) (int64, error) {
+	db, p, err := open(databaseURL)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	v, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("migrations: version: %w", err)
+	}
+	return v, nil
+}
+
+// The pgx stdlib driver registers itself as "pgx" on import.
+var _ = stdlib.GetDefaultDriver

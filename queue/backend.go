@@ -1,0 +1,60 @@
+package queue
+
+import (
+	"context"
+	"time"
+)
+
+// ClaimParams asks a backend for jobs.
+type ClaimParams struct {
+	// Queue is the queue to claim from.
+	Queue string
+	// Limit caps how many jobs one claim returns.
+	Limit int
+	// Lease is how long the claim holds unless extended by Heartbeat.
+	Lease time.Duration
+	// WorkerID names the claimer in the job's AttemptedBy.
+	WorkerID string
+}
+
+// Backend is what a worker needs from a queue. Implementations must be safe
+// for concurrent use.
+type Backend interface {
+	// Claim hands up to p.Limit ready jobs of p.Queue to the caller, each
+	// under a new fence, and returns at once (possibly with none).
+	Claim(ctx context.Context, p ClaimParams) ([]*Job, error)
+	// Finish applies outcomes, each only if its job is still running under
+	// its fence. It returns the leases that were stale (and so changed
+	// nothing); err reports a failure to apply the batch at all.
+	Finish(ctx context.Context, fs []Finish) (stale []Lease, err error)
+	// Heartbeat extends the leases of running jobs by d and returns the
+	// leases that are lost: the job was rescued, re-claimed or cancelled. A
+	// worker cancels the handlers of lost jobs at once.
+	Heartbeat(ctx context.Context, leases []Lease, d time.Duration) (lost []Lease, err error)
+}
+
+// Waker is implemented by backends that can tell a worker that new jobs may
+// be ready, so it need not poll.
+type Waker interface {
+	// Wake returns a channel that receives a value when jobs may have become
+	// ready on queue. The channel is valid until ctx ends.
+	Wake(ctx context.Context, queue string) (<-chan struct{}, error)
+}
+
+// Maintainer is implemented by backends that need periodic upkeep. Any
+// number of instances may run it at once; each call does a bounded amount of
+// work and reports how much.
+type Maintainer interface {
+	// Rescue returns running jobs whose lease expired to retryable (or
+	// discards those out of attempts).
+	Rescue(ctx context.Context, limit int) (int, error)
+	// Prune deletes final jobs finalized more than retention ago.
+	Prune(ctx context.Context, retention time.Duration, limit int) (int, error)
+}
+
+// Canceller is implemented by backends that can tell a worker, as it
+// happens, that a running job was cancelled elsewhere.
+type Canceller interface {
+	// Cancelled returns a channel of the IDs of jobs cancelled while running.
+	Cancelled(ctx context.Context) (<-chan int64, error)
+}

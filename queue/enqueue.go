@@ -1,0 +1,67 @@
+package queue
+
+import "time"
+
+// Defaults applied to zero fields of EnqueueParams.
+const (
+	DefaultQueue       = "default"
+	DefaultPriority    = 1
+	DefaultMaxAttempts = 25
+)
+
+// EnqueueParams describes a job to insert.
+type EnqueueParams struct {
+	// Kind names the handler; required.
+	Kind string
+	// Args is the JSON-encoded arguments; nil means {}.
+	Args []byte
+	// Queue defaults to DefaultQueue.
+	Queue string
+	// Priority runs from 1 (first) to 4 (last); zero means DefaultPriority.
+	Priority int
+	// ScheduledAt delays the job until then; zero means now.
+	ScheduledAt time.Time
+	// MaxAttempts defaults to DefaultMaxAttempts.
+	MaxAttempts int
+	// UniqueKey, when set, makes the insert a no-op if a job with the same
+	// key is still stored; EnqueueResult.Inserted then reports false.
+	UniqueKey string
+}
+
+// WithDefaults returns p with its zero fields set to the defaults.
+func (p EnqueueParams) WithDefaults() EnqueueParams {
+	if p.Queue == "" {
+		p.Queue = DefaultQueue
+	}
+	if p.Priority == 0 {
+		p.Priority = DefaultPriority
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = DefaultMaxAttempts
+	}
+	if p.Args == nil {
+		p.Args = []byte("{}")
+	}
+	return p
+}
+
+// Validate reports what is wrong with p, after defaults.
+func (p EnqueueParams) Validate() error {
+	switch {
+	case p.Kind == "":
+		return &InvalidParamsError{Field: "Kind", Reason: "is empty"}
+	case p.Priority < 1 || p.Priority > 4:
+		return &InvalidParamsError{Field: "Priority", Reason: "must be between 1 and 4"}
+	case p.MaxAttempts < 1:
+		return &InvalidParamsError{Field: "MaxAttempts", Reason: "must be at least 1"}
+	}
+	return nil
+}
+
+// EnqueueResult is the outcome of one insert.
+type EnqueueResult struct {
+	// ID is the inserted job, or the existing job that holds the unique key.
+	ID int64
+	// Inserted is false when a job with the same unique key already existed.
+	Inserted bool
+}

@@ -1,0 +1,42 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrStaleFence reports a write made under a fence that is no longer the
+// current one: the writer lost its claim (its lease expired and the job or
+// key was claimed again), and the write changed nothing.
+var ErrStaleFence = errors.New("jobfence: stale fence: the claim was lost to a newer owner; nothing was written")
+
+// ErrUnknownKind reports a job whose kind has no registered handler.
+var ErrUnknownKind = errors.New("jobfence: unknown job kind")
+
+// ErrJobNotFound reports a job ID that names no stored job.
+var ErrJobNotFound = errors.New("jobfence: job not found")
+
+// ErrClosed reports use of a backend or worker after it was stopped.
+var ErrClosed = errors.New("jobfence: closed")
+
+// StaleFenceError is the ErrStaleFence of one job claim.
+type StaleFenceError struct {
+	Lease
+}
+
+func (e *StaleFenceError) Error() string {
+	return fmt.Sprintf("jobfence: job %d: fence %d is stale: the claim was lost to a newer owner; nothing was written", e.ID, e.Fence)
+}
+
+// Is makes errors.Is(err, ErrStaleFence) true.
+func (e *StaleFenceError) Is(target error) bool { return target == ErrStaleFence }
+
+// InvalidParamsError reports an EnqueueParams field that is not valid.
+type InvalidParamsError struct {
+	Field  string
+	Reason string
+}
+
+func (e *InvalidParamsError) Error() string {
+	return fmt.Sprintf("jobfence: invalid enqueue params: %s %s", e.Field, e.Reason)
+}

@@ -1,0 +1,77 @@
+package queue
+
+import (
+	"strconv"
+	"time"
+)
+
+// Job is one claimed job as a backend hands it to a worker.
+type Job struct {
+	// ID identifies the job within its backend.
+	ID int64
+	// Queue is the queue (or topic) the job was enqueued to.
+	Queue string
+	// Kind names the handler that runs the job.
+	Kind string
+	// Args is the job's JSON-encoded arguments.
+	Args []byte
+	// State is the job's state when it was read.
+	State State
+	// Priority orders ready jobs of a queue: 1 runs first, 4 last.
+	Priority int
+	// Attempt counts claims of this job, this one included.
+	Attempt int
+	// MaxAttempts is how many attempts the job gets before it is discarded.
+	MaxAttempts int
+	// Fence is this claim's fence: every outcome reported for the claim must
+	// carry it. It only grows from one claim of a job to the next.
+	Fence int64
+	// ScheduledAt is when the job became, or becomes, ready to run.
+	ScheduledAt time.Time
+	// CreatedAt is when the job was enqueued.
+	CreatedAt time.Time
+	// AttemptedAt is when this attempt was claimed.
+	AttemptedAt time.Time
+	// LeaseExpiresAt is when this claim's lease runs out unless extended.
+	LeaseExpiresAt time.Time
+	// UniqueKey is the key that made the job unique, if any.
+	UniqueKey string
+	// Errors holds the errors of earlier attempts, oldest first.
+	Errors []AttemptError
+	// AttemptedBy lists the workers that claimed the job, oldest first.
+	AttemptedBy []string
+	// Key, when set by the backend, is the job's idempotency key; see
+	// IdempotencyKey.
+	Key string
+}
+
+// IdempotencyKey returns a key that is the same for every attempt of the job
+// and differs between jobs: pass it to external APIs (a payment provider's
+// Idempotency-Key header) so a retried attempt cannot charge twice.
+func (j *Job) IdempotencyKey() string {
+	if j.Key != "" {
+		return j.Key
+	}
+	return "jobfence-job-" + strconv.FormatInt(j.ID, 10)
+}
+
+// Lease names one claim of a job: the job and the fence it was claimed with.
+type Lease struct {
+	ID    int64
+	Fence int64
+}
+
+// Lease returns the job's current claim.
+func (j *Job) Lease() Lease { return Lease{ID: j.ID, Fence: j.Fence} }
+
+// AttemptError records why an attempt failed.
+type AttemptError struct {
+	// Attempt is the attempt that failed.
+	Attempt int `json:"attempt"`
+	// At is when it failed.
+	At time.Time `json:"at"`
+	// Error is the error's text.
+	Error string `json:"error"`
+	// Trace is the stack of a recovered panic.
+	Trace string `json:"trace,omitempty"`
+}
