@@ -13,8 +13,8 @@ type Job struct {
 	Queue string
 	// Kind names the handler that runs the job.
 	Kind string
-	// Args is the job's JSON-encoded arguments.
-	Args []byte
+	// EncodedArgs is the job's JSON-encoded arguments.
+	EncodedArgs []byte
 	// State is the job's state when it was read.
 	State State
 	// Priority orders ready jobs of a queue: 1 runs first, 4 last.
