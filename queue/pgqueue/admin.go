@@ -1,0 +1,143 @@
+package pgqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jobfence/jobfence/queue"
+)
+
+const getSQL = `SELECT ` + jobColumns + ` FROM jobfence_jobs j WHERE j.id = $1`
+
+// Get returns the stored job id, or an error wrapping queue.ErrJobNotFound.
+func (c *Client) Get(ctx context.Context, id int64) (*queue.Job, error) {
+	j, err := scanJob(c.pool.QueryRow(ctx, getSQL, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("pgqueue: job %d: %w", id, queue.ErrJobNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: get job %d: %w", id, err)
+	}
+	return j, nil
+}
+
+// ListParams filters List; zero fields do not filter.
+type ListParams struct {
+	Queue string
+	Kind  string
+	State queue.State
+	// Limit defaults to 100.
+	Limit int
+}
+
+const listSQL = `SELECT ` + jobColumns + ` FROM jobfence_jobs j
+WHERE ($1 = '' OR j.queue = $1) AND ($2 = '' OR j.kind = $2) AND ($3 = '' OR j.state = $3)
+ORDER BY j.id DESC LIMIT $4`
+
+// List returns stored jobs, newest first.
+func (c *Client) List(ctx context.Context, p ListParams) ([]*queue.Job, error) {
+	if p.Limit <= 0 {
+		p.Limit = 100
+	}
+	rows, err := c.pool.Query(ctx, listSQL, p.Queue, p.Kind, string(p.State), p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: list: %w", err)
+	}
+	jobs, err := scanJobs(rows)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: list: %w", err)
+	}
+	return jobs, nil
+}
+
+const cancelSQL = `
+UPDATE jobfence_jobs
+SET state = 'cancelled', finalized_at = now(), lease_expires_at = NULL,
+    errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', now(), 'error', 'cancelled by request'))
+WHERE id = $1 AND state NOT IN ('completed', 'discarded', 'cancelled')
+RETURNING (SELECT state FROM jobfence_jobs WHERE id = $1)`
+
+// Cancel cancels a job that has not finished. A running job's worker is
+// told at once (NOTIFY) and cancels the handler's context; whatever that
+// handler reports afterwards is stale. Cancelling a final job returns an
+// error naming its state; an unknown ID wraps queue.ErrJobNotFound.
+func (c *Client) Cancel(ctx context.Context, id int64) error {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgqueue: cancel job %d: %w", id, err)
+	}
+	defer tx.Rollback(ctx)
+	var prev string
+	err = tx.QueryRow(ctx, cancelSQL, id).Scan(&prev)
+	if errors.Is(err, pgx.ErrNoRows) {
+		j, gerr := c.Get(ctx, id)
+		if gerr != nil {
+			return gerr
+		}
+		return fmt.Errorf("pgqueue: cancel job %d: it is already %s", id, j.State)
+	}
+	if err != nil {
+		return fmt.Errorf("pgqueue: cancel job %d: %w", id, err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", cancelChannel, strconv.FormatInt(id, 10)); err != nil {
+		return fmt.Errorf("pgqueue: cancel job %d: notify: %w", id, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgqueue: cancel job %d: %w", id, err)
+	}
+	return nil
+}
+
+const retrySQL = `
+UPDATE jobfence_jobs
+SET state = 'available', scheduled_at = now(), finalized_at = NULL,
+    max_attempts = greatest(max_attempts, attempt + 1)
+WHERE id = $1 AND state <> 'running'
+RETURNING queue`
+
+// Retry makes a job that is not running ready to run now, giving it one
+// more attempt if it had none left: the way back for a discarded or
+// cancelled job.
+func (c *Client) Retry(ctx context.Context, id int64) error {
+	var q string
+	err := c.pool.QueryRow(ctx, retrySQL, id).Scan(&q)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, gerr := c.Get(ctx, id); gerr != nil {
+			return gerr
+		}
+		return fmt.Errorf("pgqueue: retry job %d: it is running", id)
+	}
+	if err != nil {
+		return fmt.Errorf("pgqueue: retry job %d: %w", id, err)
+	}
+	if _, err := c.pool.Exec(ctx, notifySQL, insertChannel, []string{q}); err != nil {
+		return fmt.Errorf("pgqueue: retry job %d: notify: %w", id, err)
+	}
+	return nil
+}
+
+const countSQL = `SELECT state, count(*) FROM jobfence_jobs WHERE ($1 = '' OR queue = $1) GROUP BY state`
+
+// Counts returns how many jobs of queue q (all queues when empty) are in
+// each state.
+func (c *Client) Counts(ctx context.Context, q string) (map[queue.State]int64, error) {
+	rows, err := c.pool.Query(ctx, countSQL, q)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: counts: %w", err)
+	}
+	defer rows.Close()
+	out := map[queue.State]int64{}
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, fmt.Errorf("pgqueue: counts: %w", err)
+		}
+		out[queue.State(s)] = n
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,98 @@
+package pgqueue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jobfence/jobfence/queue"
+)
+
+// claimSQL claims up to $2 ready jobs of queue $1. SKIP LOCKED hands each
+// row to one claimer only; the single nextval is this claim's fence.
+const claimSQL = `
+WITH next AS (
+    SELECT id FROM jobfence_jobs
+    WHERE state IN ('available', 'scheduled', 'retryable') AND queue = $1 AND scheduled_at <= now()
+    ORDER BY priority, scheduled_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), f AS (
+    SELECT nextval('jobfence_fence_seq') AS fence
+)
+UPDATE jobfence_jobs j
+SET state = 'running', attempt = j.attempt + 1, fence = f.fence,
+    lease_expires_at = now() + $3::bigint * interval '1 microsecond',
+    attempted_at = now(), attempted_by = j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $4::text
+FROM next, f
+WHERE j.id = next.id
+RETURNING ` + jobColumns
+
+// jobColumns are the columns scanJob reads, in order.
+const jobColumns = `j.id, j.queue, j.kind, j.args, j.state, j.priority, j.attempt, j.max_attempts, j.fence,
+    j.scheduled_at, j.created_at, j.attempted_at, j.lease_expires_at, j.unique_key, j.errors, j.attempted_by`
+
+// Claim implements queue.Backend.
+func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, error) {
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	rows, err := c.pool.Query(ctx, claimSQL, p.Queue, p.Limit, p.Lease.Microseconds(), p.WorkerID)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: claim from %q: %w", p.Queue, err)
+	}
+	jobs, err := scanJobs(rows)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: claim from %q: %w", p.Queue, err)
+	}
+	return jobs, nil
+}
+
+func scanJobs(rows pgx.Rows) ([]*queue.Job, error) {
+	defer rows.Close()
+	var jobs []*queue.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, rows.Err()
+}
+
+func scanJob(row pgx.Row) (*queue.Job, error) {
+	var (
+		j         queue.Job
+		state     string
+		priority  int16
+		attempted *time.Time
+		lease     *time.Time
+		unique    *string
+		errs      []byte
+	)
+	if err := row.Scan(&j.ID, &j.Queue, &j.Kind, &j.EncodedArgs, &state, &priority, &j.Attempt, &j.MaxAttempts,
+		&j.Fence, &j.ScheduledAt, &j.CreatedAt, &attempted, &lease, &unique, &errs, &j.AttemptedBy); err != nil {
+		return nil, err
+	}
+	j.State = queue.State(state)
+	j.Priority = int(priority)
+	if attempted != nil {
+		j.AttemptedAt = *attempted
+	}
+	if lease != nil {
+		j.LeaseExpiresAt = *lease
+	}
+	if unique != nil {
+		j.UniqueKey = *unique
+	}
+	if len(errs) > 2 {
+		if err := json.Unmarshal(errs, &j.Errors); err != nil {
+			return nil, fmt.Errorf("job %d: decode errors: %w", j.ID, err)
+		}
+	}
+	return &j, nil
+}

@@ -1,0 +1,52 @@
+package pgqueue
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Channels on which pgqueue notifies workers. Payloads are a queue name for
+// insertChannel and a job ID for cancelChannel.
+const (
+	insertChannel = "jobfence_insert"
+	cancelChannel = "jobfence_cancel"
+)
+
+// Config tunes a Client. The zero value is ready to use.
+type Config struct {
+	// Logger receives the client's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Client enqueues, claims and finishes jobs in PostgreSQL. It implements
+// queue.Backend, queue.Waker, queue.Maintainer and queue.Canceller, so a
+// worker.Worker can run on it. A Client is safe for concurrent use.
+type Client struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+}
+
+// New returns a Client on pool. The pool's search_path decides the schema
+// of jobfence's tables.
+func New(pool *pgxpool.Pool, cfg Config) *Client {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Client{pool: pool, logger: cfg.Logger}
+}
+
+// Pool returns the client's pool.
+func (c *Client) Pool() *pgxpool.Pool { return c.pool }
+
+// DB is what enqueueing needs of a connection: a *pgxpool.Pool, a
+// *pgx.Conn and a pgx.Tx all have it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error)
+}

@@ -1,0 +1,199 @@
+package pgqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jobfence/jobfence/queue"
+)
+
+const insertSQL = `
+INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key)
+VALUES ($1, $2, $3, CASE WHEN $4::timestamptz > now() THEN 'scheduled' ELSE 'available' END,
+        $5, COALESCE($4::timestamptz, now()), $6, NULLIF($7, ''))
+ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+RETURNING id`
+
+const existingSQL = `SELECT id FROM jobfence_jobs WHERE unique_key = $1`
+
+const notifySQL = `SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`
+
+// Enqueue inserts one job and wakes idle workers of its queue. With a
+// UniqueKey that a stored job already holds, nothing is inserted and the
+// result names the existing job with Inserted false.
+func (c *Client) Enqueue(ctx context.Context, p queue.EnqueueParams) (queue.EnqueueResult, error) {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return queue.EnqueueResult{}, fmt.Errorf("pgqueue: enqueue: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	res, err := c.EnqueueTx(ctx, tx, p)
+	if err != nil {
+		return res, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return queue.EnqueueResult{}, fmt.Errorf("pgqueue: enqueue: commit: %w", err)
+	}
+	return res, nil
+}
+
+// EnqueueTx inserts one job inside the caller's transaction: the job exists,
+// and workers are woken, only if tx commits.
+func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, p queue.EnqueueParams) (queue.EnqueueResult, error) {
+	return enqueue(ctx, tx, p)
+}
+
+// Insert encodes args and enqueues a job of kind args.Kind() with opts
+// (which may be nil).
+func (c *Client) Insert(ctx context.Context, args queue.Args, opts *queue.InsertOpts) (queue.EnqueueResult, error) {
+	p, err := queue.Params(args, opts)
+	if err != nil {
+		return queue.EnqueueResult{}, err
+	}
+	return c.Enqueue(ctx, p)
+}
+
+// InsertTx is Insert inside the caller's transaction.
+func (c *Client) InsertTx(ctx context.Context, tx pgx.Tx, args queue.Args, opts *queue.InsertOpts) (queue.EnqueueResult, error) {
+	p, err := queue.Params(args, opts)
+	if err != nil {
+		return queue.EnqueueResult{}, err
+	}
+	return enqueue(ctx, tx, p)
+}
+
+func enqueue(ctx context.Context, db DB, p queue.EnqueueParams) (queue.EnqueueResult, error) {
+	p = p.WithDefaults()
+	if err := p.Validate(); err != nil {
+		return queue.EnqueueResult{}, err
+	}
+	var at *time.Time
+	if !p.ScheduledAt.IsZero() {
+		at = &p.ScheduledAt
+	}
+	// The conflicting job can be pruned between the insert and the look-up;
+	// then the next insert succeeds.
+	for range 3 {
+		var id int64
+		err := db.QueryRow(ctx, insertSQL, p.Queue, p.Kind, p.Args, at, p.Priority, p.MaxAttempts, p.UniqueKey).Scan(&id)
+		if err == nil {
+			if at == nil || !at.After(time.Now()) {
+				if _, err := db.Exec(ctx, notifySQL, insertChannel, []string{p.Queue}); err != nil {
+					return queue.EnqueueResult{}, fmt.Errorf("pgqueue: enqueue: notify: %w", err)
+				}
+			}
+			return queue.EnqueueResult{ID: id, Inserted: true}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return queue.EnqueueResult{}, fmt.Errorf("pgqueue: enqueue %s: %w", p.Kind, err)
+		}
+		err = db.QueryRow(ctx, existingSQL, p.UniqueKey).Scan(&id)
+		if err == nil {
+			return queue.EnqueueResult{ID: id, Inserted: false}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return queue.EnqueueResult{}, fmt.Errorf("pgqueue: enqueue %s: look up unique key: %w", p.Kind, err)
+		}
+	}
+	return queue.EnqueueResult{}, fmt.Errorf("pgqueue: enqueue %s: unique key %q kept changing hands", p.Kind, p.UniqueKey)
+}
+
+// copyColumns are the columns EnqueueMany writes through COPY.
+var copyColumns = []string{"queue", "kind", "args", "state", "priority", "scheduled_at", "max_attempts"}
+
+const insertManyUniqueSQL = `
+INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key)
+SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' ELSE 'available' END, p, s, m, u
+FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[])
+     AS t(q, k, a, p, s, m, u)
+ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING`
+
+// EnqueueMany inserts many jobs in one round trip and returns how many were
+// inserted. Jobs without unique keys go through COPY, the fastest path;
+// jobs with unique keys are inserted with ON CONFLICT DO NOTHING and are not
+// counted when their key was taken.
+func (c *Client) EnqueueMany(ctx context.Context, ps []queue.EnqueueParams) (int64, error) {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("pgqueue: enqueue many: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	n, err := c.EnqueueManyTx(ctx, tx, ps)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("pgqueue: enqueue many: commit: %w", err)
+	}
+	return n, nil
+}
+
+// EnqueueManyTx is EnqueueMany inside the caller's transaction.
+func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams) (int64, error) {
+	now := time.Now()
+	var plain [][]any
+	var uq struct {
+		q, k, u []string
+		a       [][]byte
+		p       []int16
+		s       []time.Time
+		m       []int32
+	}
+	queues := map[string]bool{}
+	for i, p := range ps {
+		p = p.WithDefaults()
+		if err := p.Validate(); err != nil {
+			return 0, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
+		}
+		at := p.ScheduledAt
+		state := queue.StateAvailable
+		if at.IsZero() {
+			at = now
+		} else if at.After(now) {
+			state = queue.StateScheduled
+		}
+		if state == queue.StateAvailable {
+			queues[p.Queue] = true
+		}
+		if p.UniqueKey == "" {
+			plain = append(plain, []any{p.Queue, p.Kind, p.Args, string(state), int16(p.Priority), at, int32(p.MaxAttempts)})
+			continue
+		}
+		uq.q = append(uq.q, p.Queue)
+		uq.k = append(uq.k, p.Kind)
+		uq.a = append(uq.a, p.Args)
+		uq.p = append(uq.p, int16(p.Priority))
+		uq.s = append(uq.s, at)
+		uq.m = append(uq.m, int32(p.MaxAttempts))
+		uq.u = append(uq.u, p.UniqueKey)
+	}
+	var n int64
+	if len(plain) > 0 {
+		copied, err := tx.CopyFrom(ctx, pgx.Identifier{"jobfence_jobs"}, copyColumns, pgx.CopyFromRows(plain))
+		if err != nil {
+			return 0, fmt.Errorf("pgqueue: enqueue many: copy: %w", err)
+		}
+		n += copied
+	}
+	if len(uq.q) > 0 {
+		tag, err := tx.Exec(ctx, insertManyUniqueSQL, uq.q, uq.k, uq.a, uq.p, uq.s, uq.m, uq.u)
+		if err != nil {
+			return 0, fmt.Errorf("pgqueue: enqueue many: insert unique: %w", err)
+		}
+		n += tag.RowsAffected()
+	}
+	if len(queues) > 0 {
+		names := make([]string, 0, len(queues))
+		for q := range queues {
+			names = append(names, q)
+		}
+		if _, err := tx.Exec(ctx, notifySQL, insertChannel, names); err != nil {
+			return 0, fmt.Errorf("pgqueue: enqueue many: notify: %w", err)
+		}
+	}
+	return n, nil
+}

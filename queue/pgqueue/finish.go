@@ -1,0 +1,217 @@
+package pgqueue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jobfence/jobfence/queue"
+)
+
+// completeSQL is the hot path: complete many jobs, each only under its fence.
+const completeSQL = `
+UPDATE jobfence_jobs j
+SET state = 'completed', finalized_at = now(), lease_expires_at = NULL
+FROM unnest($1::bigint[], $2::bigint[]) AS f(id, fence)
+WHERE j.id = f.id AND j.fence = f.fence AND j.state = 'running'
+RETURNING j.id`
+
+// finishSQL applies any mix of outcomes (1 complete, 2 retry, 3 discard,
+// 4 snooze, 5 cancel), each only under its fence. A retry out of attempts
+// becomes a discard; a snooze gives its attempt back.
+const finishSQL = `
+WITH f AS (
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::smallint[], $4::timestamptz[], $5::jsonb[])
+        AS f(id, fence, outcome, at, err)
+), n AS (
+    SELECT j.id, f.at, f.err, f.outcome,
+        CASE f.outcome
+            WHEN 1 THEN 'completed'
+            WHEN 2 THEN CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END
+            WHEN 3 THEN 'discarded'
+            WHEN 4 THEN 'scheduled'
+            ELSE 'cancelled'
+        END AS state
+    FROM jobfence_jobs j JOIN f ON j.id = f.id AND j.fence = f.fence
+    WHERE j.state = 'running'
+    FOR UPDATE OF j
+)
+UPDATE jobfence_jobs j
+SET state = n.state,
+    scheduled_at = CASE WHEN n.state IN ('retryable', 'scheduled') THEN n.at ELSE j.scheduled_at END,
+    attempt = CASE WHEN n.outcome = 4 THEN j.attempt - 1 ELSE j.attempt END,
+    errors = CASE WHEN n.err IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(n.err) END,
+    finalized_at = CASE WHEN n.state IN ('completed', 'discarded', 'cancelled') THEN now() END,
+    lease_expires_at = NULL
+FROM n
+WHERE j.id = n.id AND j.state = 'running'
+RETURNING j.id`
+
+// Finish implements queue.Backend. Completions and other outcomes go in one
+// round trip; a job absent from the update was fenced out and its lease is
+// returned as stale.
+func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, error) {
+	if len(fs) == 0 {
+		return nil, nil
+	}
+	var (
+		cIDs, cFences []int64
+		oIDs, oFences []int64
+		outcomes      []int16
+		ats           []time.Time
+		errs          [][]byte
+		now           = time.Now()
+	)
+	for _, f := range fs {
+		if f.Outcome == queue.OutcomeComplete {
+			cIDs = append(cIDs, f.ID)
+			cFences = append(cFences, f.Fence)
+			continue
+		}
+		oIDs = append(oIDs, f.ID)
+		oFences = append(oFences, f.Fence)
+		outcomes = append(outcomes, int16(f.Outcome))
+		at := f.At
+		if at.IsZero() {
+			at = now
+		}
+		ats = append(ats, at)
+		var e []byte
+		if f.Error != nil {
+			b, err := json.Marshal(f.Error)
+			if err != nil {
+				return nil, fmt.Errorf("pgqueue: finish: encode error: %w", err)
+			}
+			e = b
+		}
+		errs = append(errs, e)
+	}
+	applied := make(map[int64]bool, len(fs))
+	batch := &pgx.Batch{}
+	if len(cIDs) > 0 {
+		batch.Queue(completeSQL, cIDs, cFences)
+	}
+	if len(oIDs) > 0 {
+		batch.Queue(finishSQL, oIDs, oFences, outcomes, ats, errs)
+	}
+	br := c.pool.SendBatch(ctx, batch)
+	for range batch.Len() {
+		rows, err := br.Query()
+		if err != nil {
+			br.Close()
+			return nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)
+		}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				br.Close()
+				return nil, fmt.Errorf("pgqueue: finish: %w", err)
+			}
+			applied[id] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			br.Close()
+			return nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)
+	}
+	var stale []queue.Lease
+	for _, f := range fs {
+		if !applied[f.ID] {
+			stale = append(stale, f.Lease)
+		}
+	}
+	return stale, nil
+}
+
+// Complete completes one job under its fence; it returns a
+// *queue.StaleFenceError (errors.Is ErrStaleFence) when the fence is stale,
+// and then the row is unchanged.
+func (c *Client) Complete(ctx context.Context, l queue.Lease) error {
+	stale, err := c.Finish(ctx, []queue.Finish{{Lease: l, Outcome: queue.OutcomeComplete}})
+	if err != nil {
+		return err
+	}
+	if len(stale) > 0 {
+		return &queue.StaleFenceError{Lease: l}
+	}
+	return nil
+}
+
+// Begin starts a transaction for a transactional handler.
+func (c *Client) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: begin: %w", err)
+	}
+	return tx, nil
+}
+
+const completeOneSQL = `
+UPDATE jobfence_jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL
+WHERE id = $1 AND fence = $2 AND state = 'running'`
+
+// CompleteTx completes a job under its fence inside tx, so the job's
+// completion commits with the handler's own writes. It returns a
+// *queue.StaleFenceError when the fence is stale: the caller must then roll
+// tx back, and none of its writes take effect.
+func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, l queue.Lease) error {
+	tag, err := tx.Exec(ctx, completeOneSQL, l.ID, l.Fence)
+	if err != nil {
+		return fmt.Errorf("pgqueue: complete job %d in tx: %w", l.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return &queue.StaleFenceError{Lease: l}
+	}
+	return nil
+}
+
+const heartbeatSQL = `
+UPDATE jobfence_jobs j SET lease_expires_at = now() + $3::bigint * interval '1 microsecond'
+FROM unnest($1::bigint[], $2::bigint[]) AS l(id, fence)
+WHERE j.id = l.id AND j.fence = l.fence AND j.state = 'running'
+RETURNING j.id`
+
+// Heartbeat implements queue.Backend: it extends each lease that is still
+// current by d and returns the others, whose jobs the caller lost.
+func (c *Client) Heartbeat(ctx context.Context, leases []queue.Lease, d time.Duration) ([]queue.Lease, error) {
+	if len(leases) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, len(leases))
+	fences := make([]int64, len(leases))
+	for i, l := range leases {
+		ids[i], fences[i] = l.ID, l.Fence
+	}
+	rows, err := c.pool.Query(ctx, heartbeatSQL, ids, fences, d.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: heartbeat: %w", err)
+	}
+	kept := make(map[int64]bool, len(leases))
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("pgqueue: heartbeat: %w", err)
+		}
+		kept[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgqueue: heartbeat: %w", err)
+	}
+	var lost []queue.Lease
+	for _, l := range leases {
+		if !kept[l.ID] {
+			lost = append(lost, l)
+		}
+	}
+	return lost, nil
+}
