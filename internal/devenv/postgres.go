@@ -73,9 +73,7 @@ func StartPostgres(ctx context.Context) (*Postgres, error) {
 			lastErr = err
 			continue
 		}
-		opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off "+
-			"-c synchronous_commit=off -c full_page_writes=off -c max_connections=300 "+
-			"-c shared_buffers=256MB", port, dir)
+		opts := p.serverOpts(port)
 		out, err := p.run(ctx, "pg_ctl", "-D", data, "-l", filepath.Join(dir, "server.log"),
 			"-w", "-t", "60", "-o", opts, "start")
 		if err == nil {
@@ -104,6 +102,14 @@ func (p *Postgres) run(ctx context.Context, name string, args ...string) ([]byte
 
 // Stop stops the server and removes its directory.
 func (p *Postgres) Stop() error {
+	err := p.Halt()
+	os.RemoveAll(p.Dir)
+	return err
+}
+
+// Halt stops the server but keeps its data, so Resume can start it again
+// on the same port: a database that is down for a while.
+func (p *Postgres) Halt() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	data := filepath.Join(p.Dir, "data")
@@ -116,9 +122,25 @@ func (p *Postgres) Stop() error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	os.RemoveAll(p.Dir)
 	if err != nil {
 		return fmt.Errorf("devenv: pg_ctl stop: %w: %s", err, out)
 	}
 	return nil
+}
+
+// Resume starts a halted server again on its port.
+func (p *Postgres) Resume(ctx context.Context) error {
+	data := filepath.Join(p.Dir, "data")
+	out, err := p.run(ctx, "pg_ctl", "-D", data, "-l", filepath.Join(p.Dir, "server.log"),
+		"-w", "-t", "60", "-o", p.serverOpts(p.Port), "start")
+	if err != nil {
+		return fmt.Errorf("devenv: pg_ctl start: %w: %s", err, out)
+	}
+	return nil
+}
+
+func (p *Postgres) serverOpts(port int) string {
+	return fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off "+
+		"-c synchronous_commit=off -c full_page_writes=off -c max_connections=300 "+
+		"-c shared_buffers=256MB", port, p.Dir)
 }

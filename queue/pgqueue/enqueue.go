@@ -107,7 +107,7 @@ var copyColumns = []string{"queue", "kind", "args", "state", "priority", "schedu
 
 const insertManyUniqueSQL = `
 INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key)
-SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' ELSE 'available' END, p, s, m, u
+SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' ELSE 'available' END, p, COALESCE(s, now()), m, u
 FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[])
      AS t(q, k, a, p, s, m, u)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING`
@@ -140,7 +140,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []queue.Enqueu
 		q, k, u []string
 		a       [][]byte
 		p       []int16
-		s       []time.Time
+		s       []*time.Time
 		m       []int32
 	}
 	queues := map[string]bool{}
@@ -167,7 +167,11 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []queue.Enqueu
 		uq.k = append(uq.k, p.Kind)
 		uq.a = append(uq.a, p.Args)
 		uq.p = append(uq.p, int16(p.Priority))
-		uq.s = append(uq.s, at)
+		if state == queue.StateScheduled {
+			uq.s = append(uq.s, &at)
+		} else {
+			uq.s = append(uq.s, nil) // the database's now(), as for single inserts
+		}
 		uq.m = append(uq.m, int32(p.MaxAttempts))
 		uq.u = append(uq.u, p.UniqueKey)
 	}

@@ -1,0 +1,116 @@
+package worker
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+)
+
+// Config tunes a Worker. Every zero field takes the default its comment
+// names, so Config{} is a working configuration.
+type Config struct {
+	// Queues maps each queue to work to how many of its jobs may run at
+	// once. Default: {"default": 100}.
+	Queues map[string]int
+	// ID names this worker in jobs' AttemptedBy. Default: host-pid-random.
+	ID string
+	// Lease is how long a claim holds without a heartbeat. A worker that is
+	// paused or cut off for longer loses its jobs to the rescuer, and its
+	// late outcomes are stale. Default: 30s.
+	Lease time.Duration
+	// HeartbeatInterval is how often running jobs' leases are extended.
+	// Default: Lease/3.
+	HeartbeatInterval time.Duration
+	// JobTimeout bounds one attempt unless the kind's HandlerOptions say
+	// otherwise; negative means no timeout. Default: 1m.
+	JobTimeout time.Duration
+	// FetchLimit caps how many jobs one claim takes. Default: 200.
+	FetchLimit int
+	// PollInterval is how often an idle queue is polled when no wake-up
+	// arrives (scheduled jobs becoming due, a lost LISTEN). Default: 1s.
+	PollInterval time.Duration
+	// RetryPolicy decides when failed jobs run again. Default:
+	// ExponentialRetry{}.
+	RetryPolicy RetryPolicy
+	// FinishBatch caps how many outcomes go to the backend in one round
+	// trip. Default: 1000.
+	FinishBatch int
+	// RescueInterval is how often this worker rescues jobs whose lease
+	// expired (any instance may; none leads). Default: 15s.
+	RescueInterval time.Duration
+	// PruneInterval is how often final jobs older than Retention are
+	// deleted. Default: 1m.
+	PruneInterval time.Duration
+	// Retention is how long final jobs are kept. Default: 24h.
+	Retention time.Duration
+	// DisableMaintenance turns off rescuing and pruning in this worker.
+	DisableMaintenance bool
+	// Middleware wraps every non-transactional handler, outermost first.
+	Middleware []Middleware
+	// Logger receives the worker's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if len(c.Queues) == 0 {
+		c.Queues = map[string]int{"default": 100}
+	}
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 3)
+		_, _ = rand.Read(b)
+		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+	}
+	if c.Lease <= 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = c.Lease / 3
+	}
+	if c.JobTimeout == 0 {
+		c.JobTimeout = time.Minute
+	}
+	if c.FetchLimit <= 0 {
+		c.FetchLimit = 200
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = time.Second
+	}
+	if c.RetryPolicy == nil {
+		c.RetryPolicy = ExponentialRetry{}
+	}
+	if c.FinishBatch <= 0 {
+		c.FinishBatch = 1000
+	}
+	if c.RescueInterval <= 0 {
+		c.RescueInterval = 15 * time.Second
+	}
+	if c.PruneInterval <= 0 {
+		c.PruneInterval = time.Minute
+	}
+	if c.Retention <= 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	for q, n := range c.Queues {
+		if q == "" {
+			return fmt.Errorf("jobfence: worker config: empty queue name")
+		}
+		if n <= 0 {
+			return fmt.Errorf("jobfence: worker config: queue %q: concurrency %d must be positive", q, n)
+		}
+	}
+	if c.HeartbeatInterval >= c.Lease {
+		return fmt.Errorf("jobfence: worker config: HeartbeatInterval %s must be shorter than Lease %s", c.HeartbeatInterval, c.Lease)
+	}
+	return nil
+}

@@ -1,0 +1,15 @@
+// Package worker is the job runtime a service embeds: a registry of typed
+// handlers, per-queue concurrency, a fetch loop that claims jobs in batches,
+// heartbeats that keep leases alive and cancel a handler the moment its job
+// is lost, job timeouts, panic recovery, retries with backoff, batched
+// fenced completions and a graceful Stop that drains.
+//
+// The worker drives any queue.Backend: pgqueue for PostgreSQL, kafkaqueue
+// for Kafka. Handlers do not change between them.
+//
+// Every outcome the worker reports carries the claim's fence, so a worker
+// that was paused past its lease and woke up changes nothing: its outcome is
+// counted as stale and logged. A handler's own writes are protected the same
+// way by AddTx (its writes and the fenced completion commit in one
+// transaction) or by fencing them with job.Fence.
+package worker

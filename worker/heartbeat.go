@@ -1,0 +1,92 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/jobfence/jobfence/queue"
+)
+
+// heartbeatLoop extends the leases of running jobs and cancels the handlers
+// of jobs that are lost: reported lost by the backend, or whose lease ran
+// out while heartbeats failed (the worker cannot prove it still holds them).
+func (w *Worker) heartbeatLoop(ctx context.Context) {
+	defer w.bgWG.Done()
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.heartbeat(ctx)
+	}
+}
+
+func (w *Worker) heartbeat(ctx context.Context) {
+	w.mu.Lock()
+	leases := make([]queue.Lease, 0, len(w.inflight))
+	for _, r := range w.inflight {
+		leases = append(leases, r.lease)
+	}
+	w.mu.Unlock()
+	if len(leases) > 0 {
+		sent := time.Now()
+		hctx, cancel := context.WithTimeout(ctx, w.cfg.HeartbeatInterval)
+		lost, err := w.backend.Heartbeat(hctx, leases, w.cfg.Lease)
+		cancel()
+		if err != nil {
+			w.log.Error("jobfence: heartbeat failed; jobs are cancelled if their lease runs out first", "jobs", len(leases), "err", err)
+		} else {
+			lostSet := make(map[int64]bool, len(lost))
+			for _, l := range lost {
+				lostSet[l.ID] = true
+			}
+			w.mu.Lock()
+			for _, l := range leases {
+				r := w.inflight[l.ID]
+				if r == nil || r.lease != l {
+					continue
+				}
+				if lostSet[l.ID] {
+					w.stats.lost.Add(1)
+					w.log.Warn("jobfence: job lost: cancelling its handler", "job", l.ID, "fence", l.Fence)
+					r.cancel(ErrLeaseLost)
+					continue
+				}
+				r.leaseUntil = sent.Add(w.cfg.Lease)
+			}
+			w.mu.Unlock()
+		}
+	}
+	now := time.Now()
+	w.mu.Lock()
+	for _, r := range w.inflight {
+		if now.After(r.leaseUntil) {
+			w.stats.lost.Add(1)
+			w.log.Warn("jobfence: lease ran out without a heartbeat: cancelling handler", "job", r.lease.ID, "fence", r.lease.Fence)
+			r.cancel(ErrLeaseLost)
+			r.leaseUntil = now.Add(24 * time.Hour) // count once
+		}
+	}
+	w.mu.Unlock()
+}
+
+// cancelLoop cancels the handlers of jobs cancelled while they ran.
+func (w *Worker) cancelLoop(ctx context.Context, ids <-chan int64) {
+	defer w.bgWG.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-ids:
+			w.mu.Lock()
+			if r := w.inflight[id]; r != nil {
+				w.stats.lost.Add(1)
+				r.cancel(ErrJobCancelled)
+			}
+			w.mu.Unlock()
+		}
+	}
+}

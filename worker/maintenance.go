@@ -1,0 +1,63 @@
+package worker
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jobfence/jobfence/queue"
+)
+
+const (
+	rescueBatch = 100
+	pruneBatch  = 1000
+)
+
+// maintenanceLoop rescues expired jobs and prunes old final ones. Every
+// worker runs it; the backend's SKIP LOCKED batches keep instances off each
+// other's rows, so there is no leader to elect or lose.
+func (w *Worker) maintenanceLoop(ctx context.Context, m queue.Maintainer) {
+	defer w.bgWG.Done()
+	// Spread instances that started together.
+	jitter := func(d time.Duration) time.Duration { return d/2 + rand.N(d) }
+	rescue := time.NewTimer(jitter(w.cfg.RescueInterval))
+	prune := time.NewTimer(jitter(w.cfg.PruneInterval))
+	defer rescue.Stop()
+	defer prune.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-rescue.C:
+			w.drain(ctx, "rescue", rescueBatch, &w.stats.rescued, func(ctx context.Context) (int, error) {
+				return m.Rescue(ctx, rescueBatch)
+			})
+			rescue.Reset(jitter(w.cfg.RescueInterval))
+		case <-prune.C:
+			w.drain(ctx, "prune", pruneBatch, &w.stats.pruned, func(ctx context.Context) (int, error) {
+				return m.Prune(ctx, w.cfg.Retention, pruneBatch)
+			})
+			prune.Reset(jitter(w.cfg.PruneInterval))
+		}
+	}
+}
+
+// drain repeats a bounded maintenance step while it finds full batches.
+func (w *Worker) drain(ctx context.Context, what string, batch int, counter interface{ Add(int64) int64 }, step func(context.Context) (int, error)) {
+	for ctx.Err() == nil {
+		n, err := step(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("jobfence: maintenance failed; will try again", "task", what, "err", err)
+			}
+			return
+		}
+		counter.Add(int64(n))
+		if n > 0 {
+			w.log.Info("jobfence: maintenance", "task", what, "jobs", n)
+		}
+		if n < batch {
+			return
+		}
+	}
+}

@@ -1,0 +1,50 @@
+package worker
+
+import "sync/atomic"
+
+// Stats counts what a worker did since it was created.
+type Stats struct {
+	// Claimed counts jobs claimed.
+	Claimed int64
+	// Completed counts completions the backend applied.
+	Completed int64
+	// Retried counts failed attempts scheduled to run again.
+	Retried int64
+	// Discarded counts jobs given up on (undecodable args, or out of
+	// attempts as far as this worker knew).
+	Discarded int64
+	// Snoozed counts jobs put back without spending an attempt.
+	Snoozed int64
+	// Cancelled counts jobs cancelled by their handler.
+	Cancelled int64
+	// Stale counts outcomes the backend rejected because the fence was stale.
+	Stale int64
+	// Lost counts running jobs whose claim was lost mid-run (the handler's
+	// context was cancelled with ErrLeaseLost or ErrJobCancelled).
+	Lost int64
+	// Panics counts recovered handler panics.
+	Panics int64
+	// FetchErrors counts claims that failed (the backend was unreachable).
+	FetchErrors int64
+	// FinishErrors counts outcome batches that had to be retried.
+	FinishErrors int64
+	// Rescued counts expired jobs this worker rescued.
+	Rescued int64
+	// Pruned counts final jobs this worker deleted.
+	Pruned int64
+}
+
+type counters struct {
+	claimed, completed, retried, discarded, snoozed, cancelled, stale, lost, panics,
+	fetchErrors, finishErrors, rescued, pruned atomic.Int64
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{
+		Claimed: c.claimed.Load(), Completed: c.completed.Load(), Retried: c.retried.Load(),
+		Discarded: c.discarded.Load(), Snoozed: c.snoozed.Load(), Cancelled: c.cancelled.Load(),
+		Stale: c.stale.Load(), Lost: c.lost.Load(), Panics: c.panics.Load(),
+		FetchErrors: c.fetchErrors.Load(), FinishErrors: c.finishErrors.Load(),
+		Rescued: c.rescued.Load(), Pruned: c.pruned.Load(),
+	}
+}
