@@ -1,0 +1,740 @@
+package kafkaqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/jobfence/jobfence/queue"
+)
+
+// ErrUnknownQueue reports a queue that is not one of the Backend's
+// Config.Topics.
+var ErrUnknownQueue = errors.New("kafkaqueue: unknown queue")
+
+// Backend runs jobs from Kafka partitions owned by this member of a consumer
+// group. It implements queue.Backend, queue.Waker and queue.Canceller, so a
+// worker drives it like any other backend. It is safe for concurrent use.
+//
+// A job's Fence is the group generation it was claimed in. When the
+// generation ends (a member joins, leaves or is evicted) every running job is
+// lost: Heartbeat reports it, Cancelled sends its ID, Finish returns it as
+// stale and commits nothing for it. Its message is delivered again to the
+// partition's next owner under a higher fence.
+type Backend struct {
+	cfg     Config
+	log     *slog.Logger
+	group   *kafka.ConsumerGroup
+	writer  *kafka.Writer
+	queueOf map[string]string // main and retry topics -> queue
+
+	mu        sync.Mutex
+	gen       *generation
+	running   map[int64]*entry
+	nextID    int64
+	rr        map[string]int
+	wakers    map[string]map[chan struct{}]struct{}
+	cancelled map[chan int64]struct{}
+	timers    map[string]*wakeTimer
+	closed    bool
+
+	commitMu  sync.Mutex
+	cancel    context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// generation is one consumer-group generation of this member.
+type generation struct {
+	id      int64
+	kgen    *kafka.Generation
+	parts   []*partition
+	byQueue map[string][]*partition
+	ended   bool // guarded by Backend.mu
+}
+
+type wakeTimer struct {
+	t  *time.Timer
+	at time.Time
+}
+
+// NewBackend joins the consumer group cfg.GroupID on cfg.Topics and their
+// retry topics. It returns at once; partitions are fetched once the group
+// assigns them. Close leaves the group.
+func NewBackend(cfg Config) (*Backend, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validateBackend(); err != nil {
+		return nil, err
+	}
+	b := &Backend{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		queueOf:   make(map[string]string, 2*len(cfg.Topics)),
+		running:   make(map[int64]*entry),
+		rr:        make(map[string]int),
+		wakers:    make(map[string]map[chan struct{}]struct{}),
+		cancelled: make(map[chan int64]struct{}),
+		timers:    make(map[string]*wakeTimer),
+		done:      make(chan struct{}),
+	}
+	topics := make([]string, 0, 2*len(cfg.Topics))
+	for _, t := range cfg.Topics {
+		b.queueOf[t] = t
+		b.queueOf[t+cfg.RetryTopicSuffix] = t
+		topics = append(topics, t, t+cfg.RetryTopicSuffix)
+	}
+	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                cfg.GroupID,
+		Brokers:           cfg.Brokers,
+		Dialer:            cfg.Dialer,
+		Topics:            topics,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		SessionTimeout:    cfg.SessionTimeout,
+		RebalanceTimeout:  cfg.RebalanceTimeout,
+		JoinGroupBackoff:  cfg.JoinGroupBackoff,
+		StartOffset:       cfg.StartOffset,
+		ErrorLogger:       kafkaLogger{cfg.Logger},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kafkaqueue: consumer group: %w", err)
+	}
+	b.group = group
+	b.writer = newWriter(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.cancel = cancel
+	go b.run(ctx)
+	return b, nil
+}
+
+// Assignment is what this member owns right now.
+type Assignment struct {
+	// Generation is the group generation, the fence of the jobs claimed
+	// now; zero between generations.
+	Generation int64
+	// Partitions lists the owned partitions per topic, in order.
+	Partitions map[string][]int
+}
+
+// Assignment returns the member's current generation and partitions.
+func (b *Backend) Assignment() Assignment {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a := Assignment{Partitions: map[string][]int{}}
+	if b.gen == nil {
+		return a
+	}
+	a.Generation = b.gen.id
+	for _, p := range b.gen.parts {
+		a.Partitions[p.topic] = append(a.Partitions[p.topic], p.id)
+	}
+	return a
+}
+
+func (b *Backend) queueErr(q string) error {
+	if _, ok := b.queueOf[q]; ok && b.queueOf[q] == q {
+		return nil
+	}
+	return fmt.Errorf("%w: %q is not in Config.Topics %q", ErrUnknownQueue, q, b.cfg.Topics)
+}
+
+// Claim hands out up to p.Limit ready messages of the topic p.Queue and its
+// retry topic from the partitions this member owns, as jobs fenced by the
+// current generation. A message is ready when its not-before time has come,
+// its partition runs fewer than ConcurrencyPerPartition jobs, and no earlier
+// message with the same key is unfinished. It never waits for the network.
+func (b *Backend) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, error) {
+	if err := b.queueErr(p.Queue); err != nil {
+		return nil, err
+	}
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, queue.ErrClosed
+	}
+	g := b.gen
+	if g == nil {
+		return nil, nil
+	}
+	parts := g.byQueue[p.Queue]
+	if len(parts) == 0 {
+		return nil, nil
+	}
+	start := b.rr[p.Queue]
+	b.rr[p.Queue] = start + 1
+	var jobs []*queue.Job
+	var earliest time.Time
+	for i := range parts {
+		part := parts[(start+i)%len(parts)]
+		jobs = b.claimPartition(part, jobs, p, now, &earliest)
+		if len(jobs) >= p.Limit {
+			break
+		}
+	}
+	if !earliest.IsZero() {
+		b.armTimer(p.Queue, earliest)
+	}
+	return jobs, nil
+}
+
+func (b *Backend) claimPartition(part *partition, jobs []*queue.Job, p queue.ClaimParams, now time.Time, earliest *time.Time) []*queue.Job {
+	for _, e := range part.entries {
+		if part.running >= b.cfg.ConcurrencyPerPartition || len(jobs) >= p.Limit {
+			break
+		}
+		if e.state != statePending || !part.eligible(e) {
+			continue
+		}
+		if e.notBefore.After(now) {
+			if earliest.IsZero() || e.notBefore.Before(*earliest) {
+				*earliest = e.notBefore
+			}
+			continue
+		}
+		b.nextID++
+		e.jobID = b.nextID
+		e.state = stateRunning
+		part.running++
+		b.running[e.jobID] = e
+		jobs = append(jobs, b.job(e, p, now))
+	}
+	return jobs
+}
+
+func (b *Backend) job(e *entry, p queue.ClaimParams, now time.Time) *queue.Job {
+	scheduled := e.msg.Time
+	if e.notBefore.After(scheduled) {
+		scheduled = e.notBefore
+	}
+	j := &queue.Job{
+		ID:          e.jobID,
+		Queue:       e.part.queue,
+		Kind:        e.meta.kind,
+		EncodedArgs: e.msg.Value,
+		State:       queue.StateRunning,
+		Priority:    queue.DefaultPriority,
+		Attempt:     e.attempt + 1,
+		MaxAttempts: e.meta.maxAttempts,
+		Fence:       e.part.gen.id,
+		ScheduledAt: scheduled,
+		CreatedAt:   e.msg.Time,
+		AttemptedAt: now,
+		Key:         e.origin().Key(),
+	}
+	if p.Lease > 0 {
+		j.LeaseExpiresAt = now.Add(p.Lease)
+	}
+	if len(e.errs) > 0 {
+		j.Errors = append([]queue.AttemptError(nil), e.errs...)
+	}
+	if p.WorkerID != "" {
+		j.AttemptedBy = []string{p.WorkerID}
+	}
+	return j
+}
+
+// current reports whether e's claim still holds: its generation is the
+// member's current one. Callers hold b.mu.
+func (b *Backend) current(e *entry, fence int64) bool {
+	g := e.part.gen
+	return e.state == stateRunning && g.id == fence && !g.ended && b.gen == g
+}
+
+// Finish applies outcomes of jobs whose generation is still current and
+// returns the others as stale. OutcomeComplete marks the message done and
+// commits the partition's offset up to the first unfinished message, so the
+// commit never passes a message whose effect is not done. OutcomeRetry runs
+// the job again in place after f.At up to Config.InPlaceRetries times, then
+// writes it to the retry topic, and writes it to the dead-letter topic once
+// it has had MaxAttempts attempts. OutcomeDiscard and OutcomeCancel write it
+// to the dead-letter topic. OutcomeSnooze runs it again after f.At without
+// spending an attempt.
+//
+// A lease whose outcome was applied is still returned as stale when the
+// commit is refused because the generation ended meanwhile: the message will
+// be delivered again to the partition's next owner.
+func (b *Backend) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, error) {
+	for _, f := range fs {
+		if f.Outcome < queue.OutcomeComplete || f.Outcome > queue.OutcomeCancel {
+			return nil, fmt.Errorf("kafkaqueue: finish job %d: unknown outcome %d", f.ID, f.Outcome)
+		}
+	}
+	now := time.Now()
+	var (
+		stale   []queue.Lease
+		applied []queue.Lease
+		g       *generation
+		out     []kafka.Message
+		outE    []*entry
+	)
+	b.mu.Lock()
+	for _, f := range fs {
+		e := b.running[f.ID]
+		if e == nil || !b.current(e, f.Fence) {
+			stale = append(stale, f.Lease)
+			continue
+		}
+		delete(b.running, f.ID)
+		p := e.part
+		p.running--
+		e.jobID = 0
+		g = p.gen
+		applied = append(applied, f.Lease)
+		switch f.Outcome {
+		case queue.OutcomeComplete:
+			p.done(e)
+		case queue.OutcomeSnooze:
+			e.state = statePending
+			e.notBefore = f.At
+		case queue.OutcomeRetry:
+			e.attempt++
+			e.errs = append(e.errs, attemptError(f, e.attempt, now))
+			switch {
+			case e.attempt >= e.meta.maxAttempts:
+				out, outE = append(out, b.deadLetter(e, f.Outcome, now)), append(outE, e)
+			case e.inPlace < b.cfg.InPlaceRetries:
+				e.inPlace++
+				e.state = statePending
+				e.notBefore = f.At
+			default:
+				at := now.Add(b.cfg.RetryDelay)
+				if f.At.After(at) {
+					at = f.At
+				}
+				out, outE = append(out, b.retry(e, at)), append(outE, e)
+			}
+		case queue.OutcomeDiscard, queue.OutcomeCancel:
+			e.attempt++
+			e.errs = append(e.errs, attemptError(f, e.attempt, now))
+			out, outE = append(out, b.deadLetter(e, f.Outcome, now)), append(outE, e)
+		}
+		b.notify(p.queue)
+	}
+	b.mu.Unlock()
+
+	if len(out) > 0 {
+		b.handOff(ctx, out, outE)
+	}
+	if g == nil {
+		return stale, nil
+	}
+	if err := b.commit(g); err != nil {
+		if b.ended(g) || isGenerationError(err) {
+			return append(stale, applied...), nil
+		}
+		return stale, err
+	}
+	return stale, nil
+}
+
+func attemptError(f queue.Finish, attempt int, now time.Time) queue.AttemptError {
+	if f.Error != nil {
+		ae := *f.Error
+		if ae.Attempt == 0 {
+			ae.Attempt = attempt
+		}
+		if ae.At.IsZero() {
+			ae.At = now
+		}
+		return ae
+	}
+	return queue.AttemptError{Attempt: attempt, At: now, Error: "outcome " + f.Outcome.String()}
+}
+
+// handOff writes retry and dead-letter messages, then marks their entries
+// done. If the write fails the entries run again in place after RetryDelay,
+// so nothing is dropped.
+func (b *Backend) handOff(ctx context.Context, out []kafka.Message, es []*entry) {
+	for _, e := range es {
+		e.state = stateHandoff
+	}
+	err := b.writer.WriteMessages(ctx, out...)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range es {
+		switch {
+		case err == nil:
+			e.part.done(e)
+		case !e.part.gen.ended:
+			e.state = statePending
+			e.notBefore = time.Now().Add(b.cfg.RetryDelay)
+		}
+		b.notify(e.part.queue)
+	}
+	if err != nil {
+		b.log.Error("kafkaqueue: write to retry or dead-letter topic failed; the jobs run again in place",
+			"jobs", len(es), "err", err)
+	}
+}
+
+func (b *Backend) forwardHeaders(e *entry, attempt int) []kafka.Header {
+	errs, _ := jsonMarshal(e.errs)
+	last := ""
+	if len(e.errs) > 0 {
+		last = e.errs[len(e.errs)-1].Error
+	}
+	return []kafka.Header{
+		header(HeaderKind, e.meta.kind),
+		header(HeaderMaxAttempts, itoa(e.meta.maxAttempts)),
+		header(HeaderAttempt, itoa(attempt)),
+		header(HeaderOrigin, e.origin().String()),
+		header(HeaderQueue, e.part.queue),
+		header(HeaderError, last),
+		header(HeaderErrors, string(errs)),
+	}
+}
+
+func (b *Backend) retry(e *entry, at time.Time) kafka.Message {
+	hs := append(b.forwardHeaders(e, e.attempt), header(HeaderNotBefore, at.UTC().Format(time.RFC3339Nano)))
+	return kafka.Message{Topic: e.part.queue + b.cfg.RetryTopicSuffix, Key: e.msg.Key, Value: e.msg.Value, Headers: hs}
+}
+
+func (b *Backend) deadLetter(e *entry, o queue.Outcome, now time.Time) kafka.Message {
+	hs := append(b.forwardHeaders(e, e.attempt), header(HeaderOutcome, o.String()))
+	return kafka.Message{Topic: e.part.queue + b.cfg.DeadLetterTopicSuffix, Key: e.msg.Key, Value: e.msg.Value, Headers: hs, Time: now}
+}
+
+func (b *Backend) ended(g *generation) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return g.ended
+}
+
+func isGenerationError(err error) bool {
+	return errors.Is(err, kafka.IllegalGeneration) || errors.Is(err, kafka.UnknownMemberId) ||
+		errors.Is(err, kafka.RebalanceInProgress) || errors.Is(err, kafka.FencedInstanceID)
+}
+
+// commit commits, for every partition of g, the offset of its first
+// unfinished message. Concurrent calls share one commit: a caller that finds
+// nothing new to commit returns at once.
+func (b *Backend) commit(g *generation) error {
+	b.commitMu.Lock()
+	defer b.commitMu.Unlock()
+	type advance struct {
+		p  *partition
+		wm int64
+	}
+	var adv []advance
+	offsets := map[string]map[int]int64{}
+	b.mu.Lock()
+	for _, p := range g.parts {
+		wm := p.watermark()
+		if wm < 0 || wm <= p.committed {
+			continue
+		}
+		if offsets[p.topic] == nil {
+			offsets[p.topic] = map[int]int64{}
+		}
+		offsets[p.topic][p.id] = wm
+		adv = append(adv, advance{p, wm})
+	}
+	b.mu.Unlock()
+	if len(adv) == 0 {
+		return nil
+	}
+	if err := g.kgen.CommitOffsets(offsets); err != nil {
+		return fmt.Errorf("kafkaqueue: commit offsets of generation %d: %w", g.id, err)
+	}
+	b.mu.Lock()
+	for _, a := range adv {
+		if a.wm > a.p.committed {
+			a.p.committed = a.wm
+		}
+	}
+	b.mu.Unlock()
+	return nil
+}
+
+// Heartbeat returns the leases that are lost: their generation ended or
+// their partition is no longer this member's. Kafka holds a claim as long as
+// the member stays in the group, so d is not used.
+func (b *Backend) Heartbeat(ctx context.Context, leases []queue.Lease, d time.Duration) ([]queue.Lease, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var lost []queue.Lease
+	for _, l := range leases {
+		e := b.running[l.ID]
+		if e == nil || !b.current(e, l.Fence) {
+			lost = append(lost, l)
+		}
+	}
+	return lost, nil
+}
+
+// Wake returns a channel that receives a value when a message of queue may
+// have become ready: one was fetched, a delay ran out, a partition or key
+// was freed by a Finish, or the assignment changed.
+func (b *Backend) Wake(ctx context.Context, q string) (<-chan struct{}, error) {
+	if err := b.queueErr(q); err != nil {
+		return nil, err
+	}
+	ch := make(chan struct{}, 1)
+	b.mu.Lock()
+	if b.wakers[q] == nil {
+		b.wakers[q] = make(map[chan struct{}]struct{})
+	}
+	b.wakers[q][ch] = struct{}{}
+	b.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		b.mu.Lock()
+		delete(b.wakers[q], ch)
+		b.mu.Unlock()
+	})
+	ch <- struct{}{}
+	return ch, nil
+}
+
+// Cancelled returns a channel that receives the IDs of running jobs whose
+// partitions were revoked, as soon as this member learns of the rebalance.
+// A receiver that falls more than 4096 IDs behind misses some; Heartbeat
+// still reports them lost.
+func (b *Backend) Cancelled(ctx context.Context) (<-chan int64, error) {
+	ch := make(chan int64, 4096)
+	b.mu.Lock()
+	b.cancelled[ch] = struct{}{}
+	b.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		b.mu.Lock()
+		delete(b.cancelled, ch)
+		b.mu.Unlock()
+	})
+	return ch, nil
+}
+
+// notify wakes the waiters of queue q. Callers hold b.mu.
+func (b *Backend) notify(q string) {
+	for ch := range b.wakers[q] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// armTimer wakes the waiters of q at at. Callers hold b.mu.
+func (b *Backend) armTimer(q string, at time.Time) {
+	if wt := b.timers[q]; wt != nil {
+		if !wt.at.After(at) {
+			return
+		}
+		wt.t.Stop()
+	}
+	wt := &wakeTimer{at: at}
+	wt.t = time.AfterFunc(time.Until(at), func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.timers[q] == wt {
+			delete(b.timers, q)
+		}
+		b.notify(q)
+	})
+	b.timers[q] = wt
+}
+
+// Close commits what is done, leaves the group (its partitions move to the
+// other members at once) and closes the producer. Jobs still running are
+// lost: their Finish is stale and their messages run again elsewhere; stop
+// the worker first to let them finish.
+func (b *Backend) Close() error {
+	var err error
+	b.closeOnce.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		g := b.gen
+		for _, wt := range b.timers {
+			wt.t.Stop()
+		}
+		b.mu.Unlock()
+		if g != nil {
+			if cerr := b.commit(g); cerr != nil {
+				b.log.Warn("kafkaqueue: final commit failed; done messages may run again", "err", cerr)
+			}
+		}
+		err = b.group.Close()
+		b.cancel()
+		<-b.done
+		if werr := b.writer.Close(); werr != nil && err == nil {
+			err = werr
+		}
+		if err != nil {
+			err = fmt.Errorf("kafkaqueue: close: %w", err)
+		}
+	})
+	return err
+}
+
+// run follows the group from generation to generation.
+func (b *Backend) run(ctx context.Context) {
+	defer close(b.done)
+	go b.commitLoop(ctx)
+	for {
+		kg, err := b.group.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
+				return
+			}
+			b.log.Debug("kafkaqueue: joining the group failed; retrying", "group", b.cfg.GroupID, "err", err)
+			continue
+		}
+		b.install(kg)
+	}
+}
+
+func (b *Backend) commitLoop(ctx context.Context) {
+	t := time.NewTicker(b.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		b.mu.Lock()
+		g := b.gen
+		b.mu.Unlock()
+		if g != nil {
+			if err := b.commit(g); err != nil {
+				b.log.Debug("kafkaqueue: background commit failed", "err", err)
+			}
+		}
+	}
+}
+
+func (b *Backend) install(kg *kafka.Generation) {
+	g := &generation{id: int64(kg.ID), kgen: kg, byQueue: map[string][]*partition{}}
+	for topic, as := range kg.Assignments {
+		q, ok := b.queueOf[topic]
+		if !ok {
+			continue
+		}
+		for _, a := range as {
+			p := newPartition(g, topic, q, a)
+			if a.Offset >= 0 {
+				p.committed = a.Offset
+			}
+			g.parts = append(g.parts, p)
+		}
+	}
+	sort.Slice(g.parts, func(i, j int) bool {
+		if g.parts[i].topic != g.parts[j].topic {
+			return g.parts[i].topic < g.parts[j].topic
+		}
+		return g.parts[i].id < g.parts[j].id
+	})
+	for _, p := range g.parts {
+		g.byQueue[p.queue] = append(g.byQueue[p.queue], p)
+	}
+	b.mu.Lock()
+	b.gen = g
+	for q := range b.wakers {
+		b.notify(q)
+	}
+	b.mu.Unlock()
+	b.log.Info("kafkaqueue: joined generation", "group", b.cfg.GroupID, "generation", g.id,
+		"member", kg.MemberID, "partitions", len(g.parts))
+	for _, p := range g.parts {
+		kg.Start(func(ctx context.Context) { b.fetch(ctx, p) })
+	}
+	kg.Start(func(ctx context.Context) {
+		<-ctx.Done()
+		b.revoke(g)
+	})
+}
+
+// revoke ends g: its running jobs are lost and their IDs sent to Cancelled.
+func (b *Backend) revoke(g *generation) {
+	b.mu.Lock()
+	g.ended = true
+	if b.gen == g {
+		b.gen = nil
+	}
+	var ids []int64
+	for id, e := range b.running {
+		if e.part.gen == g {
+			ids = append(ids, id)
+			delete(b.running, id)
+		}
+	}
+	for ch := range b.cancelled {
+		for _, id := range ids {
+			select {
+			case ch <- id:
+			default:
+			}
+		}
+	}
+	for q := range b.wakers {
+		b.notify(q)
+	}
+	b.mu.Unlock()
+	// A commit may still be accepted while the coordinator prepares the
+	// rebalance; it spares the next owner messages whose effect is done.
+	if err := b.commit(g); err != nil {
+		b.log.Debug("kafkaqueue: commit at revoke refused", "generation", g.id, "err", err)
+	}
+	b.log.Info("kafkaqueue: generation ended", "group", b.cfg.GroupID, "generation", g.id, "cancelled", len(ids))
+}
+
+// fetch reads one partition into its buffer until the generation ends.
+func (b *Backend) fetch(ctx context.Context, p *partition) {
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:     b.cfg.Brokers,
+		Topic:       p.topic,
+		Partition:   p.id,
+		Dialer:      b.cfg.Dialer,
+		MinBytes:    1,
+		MaxBytes:    10 << 20,
+		MaxWait:     b.cfg.MaxWait,
+		ErrorLogger: kafkaLogger{b.log},
+	})
+	defer r.Close()
+	if err := r.SetOffset(p.start); err != nil {
+		b.log.Error("kafkaqueue: set offset", "topic", p.topic, "partition", p.id, "offset", p.start, "err", err)
+		<-ctx.Done()
+		return
+	}
+	for {
+		b.mu.Lock()
+		full := len(p.entries) >= b.cfg.MaxBufferedPerPartition
+		b.mu.Unlock()
+		if full {
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.space:
+			}
+			continue
+		}
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			b.log.Warn("kafkaqueue: fetch failed; retrying", "topic", p.topic, "partition", p.id, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		b.mu.Lock()
+		if p.gen.ended {
+			b.mu.Unlock()
+			return
+		}
+		p.add(m)
+		b.notify(p.queue)
+		b.mu.Unlock()
+	}
+}

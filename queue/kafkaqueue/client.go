@@ -1,0 +1,136 @@
+package kafkaqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/jobfence/jobfence/queue"
+)
+
+// ErrUniqueKeyUnsupported reports an enqueue with EnqueueParams.UniqueKey set:
+// Kafka cannot refuse a duplicate message, so the job is not written. Make the
+// handler idempotent with Job.IdempotencyKey instead, or use pgqueue.
+var ErrUniqueKeyUnsupported = errors.New("kafkaqueue: EnqueueParams.UniqueKey is not supported: Kafka cannot refuse a duplicate message; make the handler idempotent on Job.IdempotencyKey()")
+
+// EnqueueOptions are the Kafka-specific parts of an enqueue.
+type EnqueueOptions struct {
+	// PartitionKey becomes the message key: jobs with the same key go to
+	// the same partition and run one at a time in the order they were
+	// enqueued (see the package documentation for what retries do to that
+	// order). Empty spreads jobs over the partitions round-robin, with no
+	// order between them.
+	PartitionKey string
+}
+
+// EnqueueJob is one job of an EnqueueMany.
+type EnqueueJob struct {
+	Params       queue.EnqueueParams
+	PartitionKey string
+}
+
+// Client writes jobs to topics. It is safe for concurrent use.
+type Client struct {
+	cfg Config
+	w   *kafka.Writer
+}
+
+// NewClient returns a Client for the brokers in cfg. It does not connect
+// until the first enqueue.
+func NewClient(cfg Config) (*Client, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validateClient(); err != nil {
+		return nil, err
+	}
+	return &Client{cfg: cfg, w: newWriter(cfg)}, nil
+}
+
+func newWriter(cfg Config) *kafka.Writer {
+	return &kafka.Writer{
+		Addr:         kafka.TCP(cfg.Brokers...),
+		Balancer:     &kafka.Hash{},
+		RequiredAcks: kafka.RequireAll,
+		BatchTimeout: cfg.BatchTimeout,
+		BatchSize:    1000,
+		Transport:    cfg.transport(),
+		ErrorLogger:  kafkaLogger{cfg.Logger},
+	}
+}
+
+// Enqueue writes one job to the topic p.Queue and returns once the brokers
+// have it. p.Priority is checked but has no effect: a partition runs in
+// offset order. opts may give a partition key.
+func (c *Client) Enqueue(ctx context.Context, p queue.EnqueueParams, opts ...EnqueueOptions) error {
+	var o EnqueueOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	return c.EnqueueMany(ctx, []EnqueueJob{{Params: p, PartitionKey: o.PartitionKey}})
+}
+
+// EnqueueMany writes jobs in batches and returns once the brokers have all
+// of them. It checks every job before it writes any: a bad job's error names
+// its index and nothing is written. On a write error some jobs may have been
+// written; the error is a kafka.WriteErrors when kafka-go reports which.
+func (c *Client) EnqueueMany(ctx context.Context, jobs []EnqueueJob) error {
+	msgs := make([]kafka.Message, len(jobs))
+	now := time.Now()
+	for i, j := range jobs {
+		m, err := newMessage(j, now)
+		if err != nil {
+			if len(jobs) == 1 {
+				return err
+			}
+			return fmt.Errorf("kafkaqueue: job %d: %w", i, err)
+		}
+		msgs[i] = m
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := c.w.WriteMessages(ctx, msgs...); err != nil {
+		return fmt.Errorf("kafkaqueue: enqueue: %w", err)
+	}
+	return nil
+}
+
+// Close flushes and closes the producer.
+func (c *Client) Close() error {
+	if err := c.w.Close(); err != nil {
+		return fmt.Errorf("kafkaqueue: close producer: %w", err)
+	}
+	return nil
+}
+
+func newMessage(j EnqueueJob, now time.Time) (kafka.Message, error) {
+	p := j.Params.WithDefaults()
+	if err := p.Validate(); err != nil {
+		return kafka.Message{}, err
+	}
+	if p.UniqueKey != "" {
+		return kafka.Message{}, ErrUniqueKeyUnsupported
+	}
+	if !json.Valid(p.Args) {
+		return kafka.Message{}, &queue.InvalidParamsError{Field: "Args", Reason: "is not valid JSON"}
+	}
+	m := kafka.Message{
+		Topic: p.Queue,
+		Value: p.Args,
+		Headers: []kafka.Header{
+			header(HeaderKind, p.Kind),
+			header(HeaderMaxAttempts, strconv.Itoa(p.MaxAttempts)),
+		},
+	}
+	if j.PartitionKey != "" {
+		m.Key = []byte(j.PartitionKey)
+	}
+	if p.ScheduledAt.After(now) {
+		m.Headers = append(m.Headers, header(HeaderNotBefore, p.ScheduledAt.UTC().Format(time.RFC3339Nano)))
+	}
+	return m, nil
+}

@@ -1,0 +1,66 @@
+// Package kafkaqueue runs jobfence jobs from Kafka partitions instead of
+// Postgres rows, with github.com/segmentio/kafka-go. A Client writes one
+// message per job to a topic; a Backend joins a consumer group and hands the
+// messages of the partitions it owns to a worker as jobs, through the same
+// queue.Backend interface the Postgres backend implements, so the same
+// handlers run on either.
+//
+// # Ownership and fence
+//
+// A partition has one owner in a consumer group at a time, so no lock keeps
+// two workers off one job. Every job carries the group generation it was
+// claimed in as its Fence. When the group rebalances (a member joins, leaves
+// or misses its session timeout) the generation ends: the jobs running under
+// it are cancelled (Cancelled sends their IDs, Heartbeat reports them lost),
+// their Finish is stale, and their messages run again at the partition's next
+// owner under a higher generation. Handlers that write results make the
+// writes conditional on the fence, so a paused member that wakes up after
+// its partitions moved is rejected:
+//
+//	INSERT INTO effects (key, fence, ...) VALUES ($1, $2, ...)
+//	ON CONFLICT (key) DO UPDATE SET fence = EXCLUDED.fence, ...
+//	WHERE effects.fence < EXCLUDED.fence
+//
+// with $1 = job.IdempotencyKey(), which is "kafka:<topic>:<partition>:<offset>"
+// of the message as first enqueued, and $2 = job.Fence. The fence is a
+// generation of one consumer group: compare it only between jobs of the
+// same group.
+//
+// # Offsets
+//
+// A partition's offset is committed only up to its first unfinished message,
+// after the effects of all earlier messages are done (Finish commits before
+// it returns). Delivery is therefore at least once: a message whose effect
+// was done but whose offset was not committed when its partition moved runs
+// again; the idempotency key absorbs it.
+//
+// # Order
+//
+// Messages with the same partition key go to the same partition and run one
+// at a time in offset order, even when ConcurrencyPerPartition lets several
+// messages of a partition run at once. A failed job is retried in place
+// (up to Config.InPlaceRetries times, after the backoff the worker asks for)
+// and holds back the later jobs of its key, so in-place retries keep the
+// order. Once a job moves to the retry topic its key's later jobs run ahead
+// of it: from then on the order of that key is not kept.
+//
+// # Retries and dead letters
+//
+// After the in-place retries a failed job is written to the retry topic
+// (topic+".retry", consumed by the same group, run no sooner than
+// Config.RetryDelay later), where it again gets its in-place retries; once it
+// has had MaxAttempts attempts, or when the worker discards or cancels it, it
+// is written to the dead-letter topic (topic+".dlq") with its error,
+// attempt count, origin and all attempts' errors in headers (see
+// HeaderError and the other Header constants). A message is committed only
+// after its retry or dead-letter copy is written, so nothing is dropped; a
+// rebalance between the two can leave a copy in the retry topic while the
+// original runs again.
+//
+// # What Kafka does not give
+//
+// Priorities are checked but ignored, and unique keys are refused
+// (ErrUniqueKeyUnsupported): Kafka cannot refuse a duplicate message.
+// Heartbeat does not extend anything: a claim lasts as long as the member
+// stays in its generation.
+package kafkaqueue

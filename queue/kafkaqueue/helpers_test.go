@@ -1,0 +1,437 @@
+package kafkaqueue
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/jobfence/jobfence/internal/devenv"
+	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/queue"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// testCluster is a broker with a test's own topics: the real one named by
+// KAFKA_BROKERS, or an in-process kfake broker of the test's own.
+type testCluster struct {
+	Brokers []string
+	Real    bool
+}
+
+// newCluster provides topics of partitions partitions each (and the retry
+// and dead-letter topics of every one) on a broker for t.
+func newCluster(t testing.TB, partitions int, topics ...string) *testCluster {
+	t.Helper()
+	var all []string
+	for _, tp := range topics {
+		all = append(all, tp, tp+DefaultRetryTopicSuffix, tp+DefaultDeadLetterTopicSuffix)
+	}
+	if env := os.Getenv("KAFKA_BROKERS"); env != "" {
+		brokers := strings.Split(env, ",")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cl := &kafka.Client{Addr: kafka.TCP(brokers...)}
+		req := &kafka.CreateTopicsRequest{}
+		for _, tp := range all {
+			req.Topics = append(req.Topics, kafka.TopicConfig{Topic: tp, NumPartitions: partitions, ReplicationFactor: 1})
+		}
+		res, err := cl.CreateTopics(ctx, req)
+		if err != nil {
+			t.Fatalf("create topics: %v", err)
+		}
+		for tp, err := range res.Errors {
+			if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+				t.Fatalf("create topic %s: %v", tp, err)
+			}
+		}
+		return &testCluster{Brokers: brokers, Real: true}
+	}
+	c, err := devenv.StartKafka(int32(partitions), time.Second, all...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return &testCluster{Brokers: c.ListenAddrs()}
+}
+
+func uniqueName(prefix string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// testConfig is a Config for fast rebalances on a test broker.
+func (c *testCluster) config(group string, topics ...string) Config {
+	return Config{
+		Brokers:           c.Brokers,
+		GroupID:           group,
+		Topics:            topics,
+		HeartbeatInterval: 300 * time.Millisecond,
+		JoinGroupBackoff:  300 * time.Millisecond,
+		SessionTimeout:    10 * time.Second,
+		RebalanceTimeout:  10 * time.Second,
+		CommitInterval:    200 * time.Millisecond,
+		MaxWait:           200 * time.Millisecond,
+		Logger:            quietLogger(),
+	}
+}
+
+func newTestClient(t testing.TB, c *testCluster) *Client {
+	t.Helper()
+	cl, err := NewClient(Config{Brokers: c.Brokers, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// handlerFunc runs one job and says how it ended.
+type handlerFunc func(ctx context.Context, j *queue.Job) queue.Finish
+
+// member is one group member driven by a small worker loop: it claims up to
+// conc jobs, runs each in its own goroutine under a context that is
+// cancelled when the backend revokes the job, and reports outcomes in
+// batches.
+type member struct {
+	name   string
+	b      *Backend
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+
+	finished atomic.Int64 // outcomes applied
+	stale    atomic.Int64 // outcomes returned as stale
+	revoked  atomic.Int64 // jobs cancelled by a revoke
+	errs     chan error
+}
+
+func startMember(t testing.TB, name string, cfg Config, q string, conc int, h handlerFunc) *member {
+	t.Helper()
+	b, err := NewBackend(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &member{name: name, b: b, cancel: cancel, done: make(chan struct{}), errs: make(chan error, 16)}
+	go m.loop(ctx, q, conc, h)
+	t.Cleanup(m.close)
+	return m
+}
+
+func (m *member) loop(ctx context.Context, q string, conc int, h handlerFunc) {
+	defer close(m.done)
+	wake, err := m.b.Wake(ctx, q)
+	if err != nil {
+		m.fail(err)
+		return
+	}
+	cancelled, _ := m.b.Cancelled(ctx)
+	results := make(chan queue.Finish, conc)
+	running := map[int64]context.CancelFunc{}
+	var wg sync.WaitGroup
+	defer func() {
+		for _, c := range running {
+			c()
+		}
+		wg.Wait()
+	}()
+	for {
+		if len(running) < conc {
+			jobs, err := m.b.Claim(ctx, queue.ClaimParams{Queue: q, Limit: conc - len(running), WorkerID: m.name})
+			if err != nil {
+				if ctx.Err() == nil {
+					m.fail(err)
+				}
+				return
+			}
+			for _, j := range jobs {
+				jctx, jc := context.WithCancel(ctx)
+				running[j.ID] = jc
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					results <- h(jctx, j)
+				}()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case id := <-cancelled:
+			if c := running[id]; c != nil {
+				m.revoked.Add(1)
+				c()
+			}
+		case f := <-results:
+			batch := []queue.Finish{f}
+		drain:
+			for {
+				select {
+				case f := <-results:
+					batch = append(batch, f)
+				default:
+					break drain
+				}
+			}
+			for _, f := range batch {
+				if c := running[f.ID]; c != nil {
+					c()
+					delete(running, f.ID)
+				}
+			}
+			stale, err := m.b.Finish(ctx, batch)
+			if err != nil && ctx.Err() == nil {
+				m.fail(err)
+			}
+			m.stale.Add(int64(len(stale)))
+			m.finished.Add(int64(len(batch) - len(stale)))
+		}
+	}
+}
+
+func (m *member) fail(err error) {
+	select {
+	case m.errs <- err:
+	default:
+	}
+}
+
+// close stops the loop (cancelling running jobs) and closes the backend.
+func (m *member) close() {
+	m.once.Do(func() {
+		m.cancel()
+		<-m.done
+		m.b.Close()
+	})
+}
+
+func (m *member) checkErrs(t testing.TB) {
+	t.Helper()
+	select {
+	case err := <-m.errs:
+		t.Fatalf("member %s: %v", m.name, err)
+	default:
+	}
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// endOffsets returns the last offset+1 of every partition of topic.
+func endOffsets(ctx context.Context, brokers []string, topic string, partitions int) (map[int]int64, error) {
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	for p := range partitions {
+		req.Topics[topic] = append(req.Topics[topic], kafka.LastOffsetOf(p))
+	}
+	res, err := cl.ListOffsets(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]int64{}
+	for _, po := range res.Topics[topic] {
+		if po.Error != nil {
+			return nil, po.Error
+		}
+		out[po.Partition] = po.LastOffset
+	}
+	return out, nil
+}
+
+// committedOffsets returns the group's committed offsets of topic.
+func committedOffsets(ctx context.Context, brokers []string, group, topic string, partitions int) (map[int]int64, error) {
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	ps := make([]int, partitions)
+	for i := range ps {
+		ps[i] = i
+	}
+	res, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
+	if err != nil {
+		return nil, err
+	}
+	if res.Error != nil {
+		return nil, res.Error
+	}
+	out := map[int]int64{}
+	for _, p := range res.Topics[topic] {
+		if p.Error != nil {
+			return nil, p.Error
+		}
+		out[p.Partition] = p.CommittedOffset
+	}
+	return out, nil
+}
+
+// waitCommitted waits until the group has committed every message of topic.
+func waitCommitted(t testing.TB, c *testCluster, group, topic string, partitions int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var last string
+	deadline := time.Now().Add(time.Minute)
+	for {
+		last = uncommitted(ctx, c, group, topic, partitions)
+		if last == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("offsets of %s not all committed after a minute: %s", topic, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// uncommitted describes the first partition of topic whose messages are not
+// all committed, or returns "".
+func uncommitted(ctx context.Context, c *testCluster, group, topic string, partitions int) string {
+	end, err := endOffsets(ctx, c.Brokers, topic, partitions)
+	if err != nil {
+		return err.Error()
+	}
+	got, err := committedOffsets(ctx, c.Brokers, group, topic, partitions)
+	if err != nil {
+		return err.Error()
+	}
+	for p, e := range end {
+		if e > 0 && got[p] != e {
+			return fmt.Sprintf("partition %d: committed %d of %d", p, got[p], e)
+		}
+	}
+	return ""
+}
+
+// readAll reads every message of every partition of topic from the start
+// until n have been read.
+func readAll(t testing.TB, c *testCluster, topic string, partitions, n int) []kafka.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out []kafka.Message
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for p := range partitions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := kafka.NewReader(kafka.ReaderConfig{Brokers: c.Brokers, Topic: topic, Partition: p, MaxWait: 200 * time.Millisecond})
+			defer r.Close()
+			for {
+				mu.Lock()
+				enough := len(out) >= n
+				mu.Unlock()
+				if enough {
+					return
+				}
+				rctx, rcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+				m, err := r.ReadMessage(rctx)
+				rcancel()
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					continue
+				}
+				mu.Lock()
+				out = append(out, m)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(out) < n {
+		t.Fatalf("read %d messages of %s, want %d", len(out), topic, n)
+	}
+	return out
+}
+
+// pauser freezes every connection dialed through its dialer, as a stopped
+// process would: nothing is sent or received until resume.
+type pauser struct {
+	mu sync.Mutex
+	ch chan struct{} // non-nil while paused
+}
+
+func (p *pauser) pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch == nil {
+		p.ch = make(chan struct{})
+	}
+}
+
+func (p *pauser) resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch != nil {
+		close(p.ch)
+		p.ch = nil
+	}
+}
+
+func (p *pauser) wait() {
+	p.mu.Lock()
+	ch := p.ch
+	p.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+func (p *pauser) dialer() *kafka.Dialer {
+	return &kafka.Dialer{
+		Timeout: 10 * time.Second,
+		DialFunc: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			p.wait()
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &pausedConn{Conn: c, p: p}, nil
+		},
+	}
+}
+
+type pausedConn struct {
+	net.Conn
+	p *pauser
+}
+
+func (c *pausedConn) Read(b []byte) (int, error) {
+	c.p.wait()
+	n, err := c.Conn.Read(b)
+	c.p.wait()
+	return n, err
+}
+
+func (c *pausedConn) Write(b []byte) (int, error) {
+	c.p.wait()
+	return c.Conn.Write(b)
+}
