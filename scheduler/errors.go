@@ -1,0 +1,39 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors that Add and Start return, wrapped in a *ScheduleError when they
+// concern one schedule; test for them with errors.Is.
+var (
+	// ErrInvalidSpec reports a cron spec that does not parse or never fires.
+	ErrInvalidSpec = errors.New("invalid cron spec")
+	// ErrUnknownTimeZone reports a time zone that is not in the zone
+	// database, or "Local".
+	ErrUnknownTimeZone = errors.New("unknown time zone")
+	// ErrDuplicateName reports a schedule name added twice to one Scheduler.
+	ErrDuplicateName = errors.New("schedule name already added")
+	// ErrInvalidOptions reports Options or arguments that cannot be used.
+	ErrInvalidOptions = errors.New("invalid options")
+	// ErrStarted reports Add or Start on a Scheduler already started.
+	ErrStarted = errors.New("scheduler: already started")
+	// ErrNotStarted reports Stop on a Scheduler that is not running.
+	ErrNotStarted = errors.New("scheduler: not started")
+)
+
+// ScheduleError is an error about one schedule: it names the schedule and
+// its spec. Err wraps one of the package's sentinel errors.
+type ScheduleError struct {
+	Name string
+	Spec string
+	Err  error
+}
+
+func (e *ScheduleError) Error() string {
+	return fmt.Sprintf("scheduler: schedule %q spec %q: %v", e.Name, e.Spec, e.Err)
+}
+
+// Unwrap returns e.Err.
+func (e *ScheduleError) Unwrap() error { return e.Err }

@@ -1,0 +1,339 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+)
+
+// Defaults applied to zero fields of Config.
+const (
+	// DefaultRetention is the job retention a Scheduler assumes: the
+	// worker's default for pruning final jobs.
+	DefaultRetention = 24 * time.Hour
+	// DefaultGrace is how late a fire may be enqueued and still count as on
+	// time rather than missed.
+	DefaultGrace = 10 * time.Second
+)
+
+// Timing of the tick loop.
+const (
+	// maxSleep bounds one sleep of the loop, so a wall clock stepped by NTP
+	// is noticed within a minute.
+	maxSleep = time.Minute
+	// maxBackoff bounds the wait before retrying a schedule whose enqueue
+	// failed.
+	maxBackoff = 30 * time.Second
+)
+
+// Config tunes a Scheduler. The zero value is ready to use.
+type Config struct {
+	// Now reads this host's clock; nil means time.Now. The loop sleeps until
+	// Now reaches a fire time, so a skewed clock enqueues a fire early or
+	// late, but always under the same unique key.
+	Now func() time.Time
+	// Logger receives the scheduler's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Retention is how long the fleet keeps final jobs before pruning them
+	// (the retention passed to Prune); zero or less means DefaultRetention.
+	// A fire's unique key protects it only while its job is stored, so Add
+	// refuses a catch-up window that is not shorter than Retention, and no
+	// fire older than Retention by the database's clock is ever enqueued.
+	Retention time.Duration
+	// Grace is how late a fire may be enqueued and still count as on time;
+	// older fires are missed and follow the schedule's catch-up policy. Zero
+	// or less means DefaultGrace.
+	Grace time.Duration
+	// OnFire, if set, is called from the scheduler's loop after each fire's
+	// transaction commits, for every fire this instance handled: inserted
+	// by it or found already enqueued by another instance. It must return
+	// quickly.
+	OnFire func(Fire)
+}
+
+// Fire reports what one instance did with one fire of a schedule.
+type Fire struct {
+	// Schedule is the schedule's name.
+	Schedule string
+	// At is the fire time: the job's ScheduledAt.
+	At time.Time
+	// JobID is the fire's job, inserted by this instance or by another.
+	JobID int64
+	// Inserted is true when this instance inserted the job.
+	Inserted bool
+	// Skipped is true when this instance inserted the job already cancelled
+	// because an earlier run of the schedule had not finished (see
+	// Options.SkipIfRunning).
+	Skipped bool
+}
+
+// Options are the optional settings of one schedule; the zero value takes
+// every default.
+type Options struct {
+	// Queue, Priority and MaxAttempts are the jobs' settings; zero values
+	// take the defaults of queue.EnqueueParams.
+	Queue       string
+	Priority    int
+	MaxAttempts int
+	// TimeZone is the IANA zone the spec's fields are read in (for example
+	// Europe/Paris) when the spec has no CRON_TZ= prefix; empty means UTC.
+	TimeZone string
+	// CatchUp is the policy for missed fires; the zero value is CatchUpSkip.
+	CatchUp CatchUpPolicy
+	// CatchUpWindow is how far back CatchUpLatest and CatchUpAll look for
+	// missed fires; zero means half of Config.Retention. It must be shorter
+	// than Config.Retention.
+	CatchUpWindow time.Duration
+	// SkipIfRunning skips a fire while a job of an earlier fire of the same
+	// schedule is not final (waiting, running or retrying): the fire's job
+	// is inserted already cancelled, with the reason in its errors, so every
+	// instance sees the decision. Without it, each fire is one job however
+	// long earlier ones run.
+	SkipIfRunning bool
+}
+
+// schedule is one added schedule.
+type schedule struct {
+	name    string
+	specStr string
+	spec    *Spec
+	params  queue.EnqueueParams // without ScheduledAt and UniqueKey
+	catchUp catchUp
+	skip    bool
+
+	// Loop state, owned by the loop goroutine once started.
+	cursor   time.Time // fires at or before cursor are handled
+	failures int
+	retryAt  time.Time
+}
+
+// Scheduler enqueues the fires of cron schedules as jobs. Run one in every
+// instance of a service with the same schedules: each fire becomes one job
+// for the whole fleet, because every instance inserts it under the unique key
+// cron:<name>:<fire's Unix time> and only the first insert wins.
+type Scheduler struct {
+	client *pgqueue.Client
+	cfg    Config
+	logger *slog.Logger
+
+	mu        sync.Mutex
+	schedules []*schedule
+	names     map[string]bool
+	started   bool
+	stop      chan struct{}
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+// New returns a Scheduler that enqueues through client.
+func New(client *pgqueue.Client, cfg Config) *Scheduler {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = DefaultGrace
+	}
+	return &Scheduler{client: client, cfg: cfg, logger: cfg.Logger, names: map[string]bool{}}
+}
+
+// Add registers the schedule name: at each fire of spec, a job of kind with
+// args (encoded with encoding/json; a json.RawMessage is used as is, nil
+// means {}) is enqueued. Every instance of a service should Add the same
+// schedules before Start. Add returns a *ScheduleError naming the schedule
+// and its spec when the spec does not parse, its time zone is unknown, the
+// name was already added, or the options cannot be used.
+func (s *Scheduler) Add(name, spec, kind string, args any, opts Options) error {
+	fail := func(err error) error { return &ScheduleError{Name: name, Spec: spec, Err: err} }
+	if name == "" {
+		return fail(fmt.Errorf("%w: the name is empty", ErrInvalidOptions))
+	}
+	sp, err := ParseSpec(spec, opts.TimeZone)
+	if err != nil {
+		return fail(err)
+	}
+	if sp.Next(s.cfg.Now()).IsZero() {
+		return fail(fmt.Errorf("%w: it never fires", ErrInvalidSpec))
+	}
+	var encoded []byte
+	if args != nil {
+		if encoded, err = json.Marshal(args); err != nil {
+			return fail(fmt.Errorf("%w: encode args: %v", ErrInvalidOptions, err))
+		}
+	}
+	params := queue.EnqueueParams{
+		Kind: kind, Args: encoded, Queue: opts.Queue, Priority: opts.Priority, MaxAttempts: opts.MaxAttempts,
+	}.WithDefaults()
+	if err := params.Validate(); err != nil {
+		return fail(fmt.Errorf("%w: %v", ErrInvalidOptions, err))
+	}
+	cu := catchUp{policy: opts.CatchUp, grace: s.cfg.Grace, window: opts.CatchUpWindow}
+	switch {
+	case opts.CatchUp < CatchUpSkip || opts.CatchUp > CatchUpAll:
+		return fail(fmt.Errorf("%w: unknown catch-up policy %d", ErrInvalidOptions, int(opts.CatchUp)))
+	case cu.window < 0:
+		return fail(fmt.Errorf("%w: CatchUpWindow %v is negative", ErrInvalidOptions, cu.window))
+	case cu.window == 0:
+		cu.window = s.cfg.Retention / 2
+	case cu.window >= s.cfg.Retention:
+		return fail(fmt.Errorf("%w: CatchUpWindow %v is not shorter than the job retention %v: a fire older than the retention may have been pruned and would run twice",
+			ErrInvalidOptions, cu.window, s.cfg.Retention))
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return fail(ErrStarted)
+	}
+	if s.names[name] {
+		return fail(ErrDuplicateName)
+	}
+	s.names[name] = true
+	s.schedules = append(s.schedules, &schedule{
+		name: name, specStr: spec, spec: sp, params: params, catchUp: cu, skip: opts.SkipIfRunning,
+	})
+	return nil
+}
+
+// AddArgs is Add for typed arguments: the jobs are of kind args.Kind().
+func (s *Scheduler) AddArgs(name, spec string, args queue.Args, opts Options) error {
+	return s.Add(name, spec, args.Kind(), args, opts)
+}
+
+// Start records the schedules in the schedules table (a changed definition
+// replaces the stored one and is logged), enqueues the fires missed since
+// the last enqueued fire as each schedule's catch-up policy says, and then
+// runs the loop that enqueues each fire as it comes, until Stop is called or
+// ctx ends. It returns an error, and runs nothing, if it cannot do the first
+// two.
+func (s *Scheduler) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return ErrStarted
+	}
+	now := s.cfg.Now()
+	for _, sc := range s.schedules {
+		last, err := s.register(ctx, sc, now)
+		if err != nil {
+			return fmt.Errorf("scheduler: start: %w", err)
+		}
+		cursor := now
+		if last != nil && last.Before(now) {
+			cursor = *last
+		}
+		if fires := sc.catchUp.due(sc.spec, cursor, now); len(fires) > 0 {
+			if err := s.enqueue(ctx, sc, fires); err != nil {
+				return fmt.Errorf("scheduler: start: catch up: %w", err)
+			}
+		}
+		sc.cursor = now
+		sc.failures, sc.retryAt = 0, time.Time{}
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	s.started, s.cancel = true, cancel
+	s.stop, s.done = make(chan struct{}), make(chan struct{})
+	go s.loop(runCtx, s.stop, s.done)
+	return nil
+}
+
+// Stop ends the loop, letting a fire being enqueued commit, and waits for it.
+// If ctx ends first, the fire's transaction is cancelled (so it enqueues
+// nothing) and Stop returns ctx's error.
+func (s *Scheduler) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.started {
+		s.mu.Unlock()
+		return ErrNotStarted
+	}
+	s.started = false
+	stop, done, cancel := s.stop, s.done, s.cancel
+	s.mu.Unlock()
+	close(stop)
+	defer cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		cancel()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// loop sleeps until the earliest fire of the schedules by the host's clock
+// and enqueues every due fire.
+func (s *Scheduler) loop(ctx context.Context, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-stop:
+			return
+		case <-timer.C:
+		}
+		wake := s.tick(ctx)
+		d := wake.Sub(s.cfg.Now())
+		d = max(0, min(d, maxSleep))
+		timer.Reset(d)
+	}
+}
+
+// tick enqueues the due fires of every schedule and returns when it should
+// run again by the host's clock.
+func (s *Scheduler) tick(ctx context.Context) time.Time {
+	now := s.cfg.Now()
+	wake := now.Add(maxSleep)
+	for _, sc := range s.schedules {
+		if ctx.Err() != nil {
+			return wake
+		}
+		if now.Before(sc.retryAt) {
+			wake = earlier(wake, sc.retryAt)
+			continue
+		}
+		if next := sc.spec.Next(sc.cursor); !next.IsZero() && !next.After(now) {
+			fires := sc.catchUp.due(sc.spec, sc.cursor, now)
+			if len(fires) > 0 {
+				if err := s.enqueue(ctx, sc, fires); err != nil {
+					if ctx.Err() != nil {
+						return wake
+					}
+					sc.failures++
+					backoff := min(time.Duration(1<<min(sc.failures-1, 5))*time.Second, maxBackoff)
+					sc.retryAt = now.Add(backoff)
+					s.logger.Error("scheduler: enqueue failed; retrying",
+						"schedule", sc.name, "fire", fires[0], "retry_in", backoff, "error", err)
+					wake = earlier(wake, sc.retryAt)
+					continue
+				}
+			}
+			sc.cursor, sc.failures = now, 0
+		}
+		if next := sc.spec.Next(sc.cursor); !next.IsZero() {
+			wake = earlier(wake, next)
+		}
+	}
+	return wake
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
