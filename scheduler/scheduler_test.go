@@ -1,0 +1,629 @@
+package scheduler_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+	"github.com/jobfence/jobfence/scheduler"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// recorder collects the fires reported through Config.OnFire, per instance.
+type recorder struct {
+	mu    sync.Mutex
+	fires map[int][]scheduler.Fire
+}
+
+func newRecorder() *recorder { return &recorder{fires: map[int][]scheduler.Fire{}} }
+
+func (r *recorder) onFire(instance int) func(scheduler.Fire) {
+	return func(f scheduler.Fire) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.fires[instance] = append(r.fires[instance], f)
+	}
+}
+
+// inserted returns the fires instance inserted, oldest first.
+func (r *recorder) inserted(instance int) []scheduler.Fire {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []scheduler.Fire
+	for _, f := range r.fires[instance] {
+		if f.Inserted {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// saw reports whether each of n instances reported the fire at t.
+func (r *recorder) saw(n int, t time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range n {
+		if !slices.ContainsFunc(r.fires[i], func(f scheduler.Fire) bool { return f.At.Equal(t) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// waitFor polls cond until it holds, failing the test after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// start starts s and stops it when the test ends, if the test has not.
+func start(t *testing.T, s *scheduler.Scheduler) {
+	t.Helper()
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+}
+
+func stop(t *testing.T, s *scheduler.Scheduler) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+}
+
+// storedJob is a job row as the tests check it.
+type storedJob struct {
+	Key   string
+	At    time.Time
+	State string
+	Error string
+}
+
+func jobs(t *testing.T, pool *pgxpool.Pool) []storedJob {
+	t.Helper()
+	rows, err := pool.Query(context.Background(),
+		`SELECT unique_key, scheduled_at, state, coalesce(errors->0->>'error', '') FROM jobfence_jobs ORDER BY scheduled_at, id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []storedJob
+	for rows.Next() {
+		var j storedJob
+		if err := rows.Scan(&j.Key, &j.At, &j.State, &j.Error); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// checkOnePerFire fails unless js are the jobs of consecutive fires of a
+// per-second schedule name, one job each, keyed by their fire.
+func checkOnePerFire(t *testing.T, name string, js []storedJob) {
+	t.Helper()
+	if len(js) == 0 {
+		t.Fatal("no jobs")
+	}
+	for i, j := range js {
+		want := js[0].At.Add(time.Duration(i) * time.Second)
+		if !j.At.Equal(want) {
+			t.Fatalf("job %d is the fire at %v, want %v (a gap or a duplicate): %v", i, j.At, want, js)
+		}
+		if k := scheduler.UniqueKey(name, j.At); j.Key != k {
+			t.Fatalf("job of fire %v has key %q, want %q", j.At, j.Key, k)
+		}
+	}
+}
+
+func lastFire(t *testing.T, pool *pgxpool.Pool, name string) time.Time {
+	t.Helper()
+	var last *time.Time
+	if err := pool.QueryRow(context.Background(), `SELECT last_fire FROM jobfence_schedules WHERE name = $1`, name).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	if last == nil {
+		return time.Time{}
+	}
+	return *last
+}
+
+// TestFleetOneJobPerFire runs 20 instances, each with its own pool and a
+// clock between 2 s behind and 2 s ahead, over a per-second schedule: every
+// instance handles every fire, exactly one inserts it, and each fire is one
+// job.
+func TestFleetOneJobPerFire(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	const instances = 20
+	rec := newRecorder()
+	var fleet []*scheduler.Scheduler
+	for i := range instances {
+		offset := time.Duration(i*4000/(instances-1)-2000) * time.Millisecond
+		s := scheduler.New(pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quiet}), scheduler.Config{
+			Now:    func() time.Time { return time.Now().Add(offset) },
+			Logger: quiet,
+			OnFire: rec.onFire(i),
+		})
+		if err := s.Add("tick", "* * * * * *", "tick", map[string]int{"instance": i}, scheduler.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		fleet = append(fleet, s)
+	}
+	for _, s := range fleet {
+		start(t, s)
+	}
+	// Every instance's loop handles the fires after its start, which was at
+	// most 2 s ahead of now by the real clock.
+	first := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(time.Second)
+	const fires = 12
+	last := first.Add((fires - 1) * time.Second)
+	waitFor(t, 2*time.Minute, "every instance to handle the last fire", func() bool { return rec.saw(instances, last) })
+	for _, s := range fleet {
+		stop(t, s)
+	}
+
+	for at := first; !at.After(last); at = at.Add(time.Second) {
+		inserted := 0
+		for i := range instances {
+			n := 0
+			for _, f := range rec.fires[i] {
+				if f.At.Equal(at) {
+					n++
+					if f.Inserted {
+						inserted++
+					}
+				}
+			}
+			if n != 1 {
+				t.Errorf("instance %d handled the fire at %v %d times, want once", i, at, n)
+			}
+		}
+		if inserted != 1 {
+			t.Errorf("the fire at %v was inserted by %d instances, want 1", at, inserted)
+		}
+	}
+	all := jobs(t, db.Pool)
+	checkOnePerFire(t, "tick", all)
+	var inRange int
+	for _, j := range all {
+		if !j.At.Before(first) && !j.At.After(last) {
+			inRange++
+		}
+	}
+	if inRange != fires {
+		t.Errorf("%d jobs for the %d fires from %v to %v", inRange, fires, first, last)
+	}
+	if got := lastFire(t, db.Pool, "tick"); !got.Equal(all[len(all)-1].At) {
+		t.Errorf("stored last fire %v, want the latest job's fire %v", got, all[len(all)-1].At)
+	}
+}
+
+// TestCatchUpAfterDowntime stops the only instance, and starts another as if
+// every instance had been down for five fires: it enqueues exactly the missed
+// fires its policy promises.
+func TestCatchUpAfterDowntime(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		opts  scheduler.Options
+		grace time.Duration
+		want  []int // the fires enqueued at start, in seconds after the last enqueued fire
+	}{
+		{"skip", scheduler.Options{}, 500 * time.Millisecond, nil},
+		{"skip enqueues fires within grace", scheduler.Options{CatchUp: scheduler.CatchUpSkip}, 2 * time.Second, []int{4, 5}},
+		{"latest", scheduler.Options{CatchUp: scheduler.CatchUpLatest, CatchUpWindow: time.Minute}, 500 * time.Millisecond, []int{5}},
+		{"all", scheduler.Options{CatchUp: scheduler.CatchUpAll, CatchUpWindow: time.Minute}, 500 * time.Millisecond, []int{1, 2, 3, 4, 5}},
+		{"all inside the window", scheduler.Options{CatchUp: scheduler.CatchUpAll, CatchUpWindow: 3500 * time.Millisecond}, 500 * time.Millisecond, []int{3, 4, 5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.New(t)
+			rec := newRecorder()
+			before := scheduler.New(pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quiet}),
+				scheduler.Config{Logger: quiet, OnFire: rec.onFire(0)})
+			if err := before.Add("report", "* * * * * *", "report", nil, tt.opts); err != nil {
+				t.Fatal(err)
+			}
+			start(t, before)
+			waitFor(t, time.Minute, "two fires", func() bool { return len(rec.inserted(0)) >= 2 })
+			stop(t, before)
+			ins := rec.inserted(0)
+			last := lastFire(t, db.Pool, "report")
+			if want := ins[len(ins)-1].At; !last.Equal(want) {
+				t.Fatalf("stored last fire %v, want the last inserted fire %v", last, want)
+			}
+			n := len(jobs(t, db.Pool))
+
+			// Five fires later, one instance starts.
+			now := last.Add(5700 * time.Millisecond)
+			after := scheduler.New(pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quiet}), scheduler.Config{
+				Now: func() time.Time { return now }, Grace: tt.grace, Logger: quiet,
+			})
+			if err := after.Add("report", "* * * * * *", "report", nil, tt.opts); err != nil {
+				t.Fatal(err)
+			}
+			start(t, after)
+			stop(t, after)
+
+			all := jobs(t, db.Pool)
+			var got []int
+			for _, j := range all[n:] {
+				got = append(got, int(j.At.Sub(last)/time.Second))
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("caught up fires %v, want %v", got, tt.want)
+			}
+			wantLast := last
+			if len(tt.want) > 0 {
+				wantLast = last.Add(time.Duration(tt.want[len(tt.want)-1]) * time.Second)
+			}
+			if got := lastFire(t, db.Pool, "report"); !got.Equal(wantLast) {
+				t.Fatalf("stored last fire %v, want %v", got, wantLast)
+			}
+		})
+	}
+}
+
+// TestKilledAfterInsertLosesNothing kills the only instance right after its
+// second insert commits, before its next tick; an instance started later
+// carries on from the stored last fire: every fire is one job.
+func TestKilledAfterInsertLosesNothing(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	runCtx, kill := context.WithCancel(context.Background())
+	defer kill()
+	poolA := db.NewPool(t, 4)
+	var (
+		mu        sync.Mutex
+		insertedA []time.Time
+	)
+	a := scheduler.New(pgqueue.New(poolA, pgqueue.Config{Logger: quiet}), scheduler.Config{
+		Logger: quiet,
+		OnFire: func(f scheduler.Fire) {
+			mu.Lock()
+			defer mu.Unlock()
+			if f.Inserted {
+				insertedA = append(insertedA, f.At)
+				if len(insertedA) == 2 {
+					kill()
+				}
+			}
+		},
+	})
+	if err := a.Add("sync", "* * * * * *", "sync", nil, scheduler.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(runCtx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-runCtx.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("instance A inserted no two fires in a minute")
+	}
+	poolA.Close()
+	mu.Lock()
+	killedAfter := insertedA[len(insertedA)-1]
+	mu.Unlock()
+	if got := lastFire(t, db.Pool, "sync"); !got.Equal(killedAfter) {
+		t.Fatalf("stored last fire %v, want A's last insert %v", got, killedAfter)
+	}
+
+	// B starts two fires later.
+	time.Sleep(time.Until(killedAfter.Add(2500 * time.Millisecond)))
+	rec := newRecorder()
+	b := scheduler.New(pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quiet}),
+		scheduler.Config{Logger: quiet, OnFire: rec.onFire(0)})
+	if err := b.Add("sync", "* * * * * *", "sync", nil, scheduler.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	start(t, b)
+	waitFor(t, time.Minute, "B to insert four fires", func() bool { return len(rec.inserted(0)) >= 4 })
+	stop(t, b)
+
+	all := jobs(t, db.Pool)
+	checkOnePerFire(t, "sync", all)
+	insB := rec.inserted(0)
+	if len(all) != len(insertedA)+len(insB) {
+		t.Fatalf("%d jobs, but A inserted %d and B %d", len(all), len(insertedA), len(insB))
+	}
+	if !insB[0].At.Equal(killedAfter.Add(time.Second)) {
+		t.Fatalf("B's first insert is the fire at %v, want the one after A's last (%v)", insB[0].At, killedAfter.Add(time.Second))
+	}
+}
+
+// TestSkipIfRunning holds the first fire's job running and shows which
+// later fires run: all of them by default, none while it runs with
+// SkipIfRunning (each skipped fire is a cancelled job saying why).
+func TestSkipIfRunning(t *testing.T) {
+	t.Parallel()
+	for _, skip := range []bool{false, true} {
+		t.Run(fmt.Sprintf("SkipIfRunning=%v", skip), func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.New(t)
+			client := pgqueue.New(db.Pool, pgqueue.Config{Logger: quiet})
+			rec := newRecorder()
+			s := scheduler.New(client, scheduler.Config{Logger: quiet, OnFire: rec.onFire(0)})
+			if err := s.Add("slow", "* * * * * *", "slow", nil, scheduler.Options{Queue: "slow", SkipIfRunning: skip}); err != nil {
+				t.Fatal(err)
+			}
+			start(t, s)
+			ctx := context.Background()
+			var running *queue.Job
+			waitFor(t, time.Minute, "the first job to be claimed", func() bool {
+				got, err := client.Claim(ctx, queue.ClaimParams{Queue: "slow", Limit: 1, Lease: time.Hour, WorkerID: "test"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) == 1 {
+					running = got[0]
+				}
+				return running != nil
+			})
+			waitFor(t, time.Minute, "three fires while the first job runs", func() bool {
+				n := 0
+				for _, f := range rec.inserted(0) {
+					if f.At.After(running.ScheduledAt) {
+						n++
+					}
+				}
+				return n >= 3
+			})
+			if err := client.Complete(ctx, running.Lease()); err != nil {
+				t.Fatal(err)
+			}
+			completed := time.Now()
+			waitFor(t, time.Minute, "two fires after the first job completed", func() bool {
+				n := 0
+				for _, f := range rec.inserted(0) {
+					if f.At.After(completed) {
+						n++
+					}
+				}
+				return n >= 2
+			})
+			stop(t, s)
+
+			all := jobs(t, db.Pool)
+			checkOnePerFire(t, "slow", all)
+			reason := fmt.Sprintf("skipped: job %d of an earlier fire of schedule \"slow\" has not finished (SkipIfRunning)", running.ID)
+			var afterCompletion int
+			for _, j := range all {
+				if !j.At.After(running.ScheduledAt) {
+					continue
+				}
+				wantSkipped := skip
+				if j.At.After(completed) {
+					afterCompletion++
+					// The first fire after completion runs; it waits
+					// unclaimed, so it is unfinished and skips the next.
+					wantSkipped = skip && afterCompletion > 1
+				}
+				switch {
+				case !wantSkipped && j.State == "cancelled":
+					t.Errorf("fire %v was skipped (%s), want it enqueued", j.At, j.Error)
+				case wantSkipped && j.State != "cancelled":
+					t.Errorf("fire %v is %s, want it skipped while job %d runs", j.At, j.State, running.ID)
+				case wantSkipped && j.At.Before(completed) && j.Error != reason:
+					t.Errorf("fire %v error %q, want %q", j.At, j.Error, reason)
+				}
+			}
+			for _, f := range rec.inserted(0) {
+				if f.Skipped != (lookup(all, f.At).State == "cancelled") {
+					t.Errorf("fire %v reported Skipped=%v but its job is %s", f.At, f.Skipped, lookup(all, f.At).State)
+				}
+			}
+		})
+	}
+}
+
+func lookup(js []storedJob, at time.Time) storedJob {
+	for _, j := range js {
+		if j.At.Equal(at) {
+			return j
+		}
+	}
+	return storedJob{}
+}
+
+// lockedBuffer is a log destination safe for concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestChangedDefinitionLastWriterWins registers a name, then registers it
+// again with another spec and zone: the stored row shows the later one, and
+// the change is logged.
+func TestChangedDefinitionLastWriterWins(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	register := func(spec string, opts scheduler.Options) {
+		t.Helper()
+		s := scheduler.New(pgqueue.New(db.NewPool(t, 2), pgqueue.Config{Logger: quiet}), scheduler.Config{Logger: logger})
+		if err := s.Add("report", spec, "report", nil, opts); err != nil {
+			t.Fatal(err)
+		}
+		start(t, s)
+		stop(t, s)
+	}
+	register("0 * * * *", scheduler.Options{})
+	first, err := scheduler.List(context.Background(), db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	register("30 9 * * *", scheduler.Options{TimeZone: "Europe/Paris", CatchUp: scheduler.CatchUpLatest})
+	second, err := scheduler.List(context.Background(), db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	register("30 9 * * *", scheduler.Options{TimeZone: "Europe/Paris", CatchUp: scheduler.CatchUpLatest})
+	third, err := scheduler.List(context.Background(), db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if len(first) != 1 || first[0].Spec != "0 * * * *" || first[0].TimeZone != "UTC" || first[0].CatchUp != "skip" {
+		t.Fatalf("after the first registration: %+v", first)
+	}
+	got := second[0]
+	if len(second) != 1 || got.Name != "report" || got.Spec != "30 9 * * *" || got.TimeZone != "Europe/Paris" ||
+		got.CatchUp != "latest" || got.Kind != "report" || got.Queue != queue.DefaultQueue {
+		t.Fatalf("after the second registration: %+v", second)
+	}
+	if !got.UpdatedAt.After(first[0].UpdatedAt) || !got.CreatedAt.Equal(first[0].CreatedAt) {
+		t.Errorf("updated_at %v (was %v), created_at %v (was %v): want updated_at moved and created_at kept",
+			got.UpdatedAt, first[0].UpdatedAt, got.CreatedAt, first[0].CreatedAt)
+	}
+	if loc, _ := time.LoadLocation("Europe/Paris"); got.NextFire.In(loc).Hour() != 9 || got.NextFire.In(loc).Minute() != 30 {
+		t.Errorf("next fire %v, want 09:30 in Europe/Paris", got.NextFire)
+	}
+	if !third[0].UpdatedAt.Equal(got.UpdatedAt) {
+		t.Errorf("registering the same definition moved updated_at from %v to %v", got.UpdatedAt, third[0].UpdatedAt)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "schedule definition changed"); n != 1 {
+		t.Fatalf("logged %d changes, want 1:\n%s", n, out)
+	}
+	for _, want := range []string{`old_spec="0 * * * *"`, `spec="30 9 * * *"`, `old_time_zone=UTC`, `time_zone=Europe/Paris`, `old_catch_up=skip`, `catch_up=latest`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s:\n%s", want, out)
+		}
+	}
+}
+
+func TestAddErrors(t *testing.T) {
+	t.Parallel()
+	s := scheduler.New(pgqueue.New(nil, pgqueue.Config{}), scheduler.Config{Retention: time.Hour})
+	if err := s.Add("nightly", "0 3 * * *", "report", nil, scheduler.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, spec, kind string
+		args             any
+		opts             scheduler.Options
+		is               error
+		want             string
+	}{
+		{"bad", "61 * * * *", "k", nil, scheduler.Options{}, scheduler.ErrInvalidSpec,
+			`scheduler: schedule "bad" spec "61 * * * *": invalid cron spec: end of range (61) above maximum (59): 61`},
+		{"short", "* * *", "k", nil, scheduler.Options{}, scheduler.ErrInvalidSpec,
+			`scheduler: schedule "short" spec "* * *": invalid cron spec: expected 5 to 6 fields, found 3: [* * *]`},
+		{"feb30", "0 0 30 2 *", "k", nil, scheduler.Options{}, scheduler.ErrInvalidSpec,
+			`scheduler: schedule "feb30" spec "0 0 30 2 *": invalid cron spec: it never fires`},
+		{"mars", "CRON_TZ=Mars/Olympus 0 3 * * *", "k", nil, scheduler.Options{}, scheduler.ErrUnknownTimeZone,
+			`scheduler: schedule "mars" spec "CRON_TZ=Mars/Olympus 0 3 * * *": unknown time zone "Mars/Olympus"`},
+		{"mars2", "0 3 * * *", "k", nil, scheduler.Options{TimeZone: "Mars/Olympus"}, scheduler.ErrUnknownTimeZone,
+			`scheduler: schedule "mars2" spec "0 3 * * *": unknown time zone "Mars/Olympus"`},
+		{"nightly", "0 4 * * *", "report", nil, scheduler.Options{}, scheduler.ErrDuplicateName,
+			`scheduler: schedule "nightly" spec "0 4 * * *": schedule name already added`},
+		{"", "0 4 * * *", "k", nil, scheduler.Options{}, scheduler.ErrInvalidOptions,
+			`scheduler: schedule "" spec "0 4 * * *": invalid options: the name is empty`},
+		{"nokind", "0 4 * * *", "", nil, scheduler.Options{}, scheduler.ErrInvalidOptions,
+			`scheduler: schedule "nokind" spec "0 4 * * *": invalid options: jobfence: invalid enqueue params: Kind is empty`},
+		{"prio", "0 4 * * *", "k", nil, scheduler.Options{Priority: 9}, scheduler.ErrInvalidOptions,
+			`scheduler: schedule "prio" spec "0 4 * * *": invalid options: jobfence: invalid enqueue params: Priority must be between 1 and 4`},
+		{"args", "0 4 * * *", "k", make(chan int), scheduler.Options{}, scheduler.ErrInvalidOptions,
+			`scheduler: schedule "args" spec "0 4 * * *": invalid options: encode args: json: unsupported type: chan int`},
+		{"window", "0 4 * * *", "k", nil, scheduler.Options{CatchUp: scheduler.CatchUpAll, CatchUpWindow: time.Hour}, scheduler.ErrInvalidOptions,
+			`scheduler: schedule "window" spec "0 4 * * *": invalid options: CatchUpWindow 1h0m0s is not shorter than the job retention 1h0m0s: a fire older than the retention may have been pruned and would run twice`},
+		{"negwindow", "0 4 * * *", "k", nil, scheduler.Options{CatchUpWindow: -time.Second}, scheduler.ErrInvalidOptions,
+			`scheduler: schedule "negwindow" spec "0 4 * * *": invalid options: CatchUpWindow -1s is negative`},
+		{"policy", "0 4 * * *", "k", nil, scheduler.Options{CatchUp: 9}, scheduler.ErrInvalidOptions,
+			`scheduler: schedule "policy" spec "0 4 * * *": invalid options: unknown catch-up policy 9`},
+	}
+	for _, tt := range tests {
+		err := s.Add(tt.name, tt.spec, tt.kind, tt.args, tt.opts)
+		var se *scheduler.ScheduleError
+		if !errors.As(err, &se) || se.Name != tt.name || se.Spec != tt.spec {
+			t.Errorf("Add(%q, %q): %v, want a *ScheduleError naming them", tt.name, tt.spec, err)
+			continue
+		}
+		if !errors.Is(err, tt.is) || err.Error() != tt.want {
+			t.Errorf("Add(%q, %q):\n got %v\nwant %s (wrapping %v)", tt.name, tt.spec, err, tt.want, tt.is)
+		}
+	}
+}
+
+func TestStartStopMisuse(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	s := scheduler.New(pgqueue.New(db.Pool, pgqueue.Config{Logger: quiet}), scheduler.Config{Logger: quiet})
+	if err := s.Stop(context.Background()); !errors.Is(err, scheduler.ErrNotStarted) {
+		t.Fatalf("Stop before Start: %v, want ErrNotStarted", err)
+	}
+	if err := s.Add("a", "@hourly", "a", nil, scheduler.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	if err := s.Start(context.Background()); !errors.Is(err, scheduler.ErrStarted) {
+		t.Fatalf("second Start: %v, want ErrStarted", err)
+	}
+	err := s.Add("b", "@hourly", "b", nil, scheduler.Options{})
+	if !errors.Is(err, scheduler.ErrStarted) || err.Error() != `scheduler: schedule "b" spec "@hourly": scheduler: already started` {
+		t.Fatalf("Add after Start: %v", err)
+	}
+	stop(t, s)
+}
+
+// TestStartWithoutSchema shows the error a service sees when jobfence's
+// migrations were not applied.
+func TestStartWithoutSchema(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
+	s := scheduler.New(pgqueue.New(db.Pool, pgqueue.Config{Logger: quiet}), scheduler.Config{Logger: quiet})
+	if err := s.Add("a", "@hourly", "a", nil, scheduler.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Start(context.Background())
+	if err == nil || !strings.Contains(err.Error(), `scheduler: start: schedule "a": read:`) ||
+		!strings.Contains(err.Error(), `relation "jobfence_schedules" does not exist`) {
+		t.Fatalf("Start without migrations: %v", err)
+	}
+	if err := s.Stop(context.Background()); !errors.Is(err, scheduler.ErrNotStarted) {
+		t.Fatalf("Stop after a failed Start: %v, want ErrNotStarted", err)
+	}
+}
