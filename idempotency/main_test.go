@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,3 +75,7 @@ const (
 	msgWaiting  = "idempotency: waiting for key in progress"
 	msgTookOver = "idempotency: took over a key whose holder's lease ran out, or that had expired"
 )
+
+type atomicCounter struct{ n atomic.Int64 }
+
+func (c *atomicCounter) next() int64 { return c.n.Add(1) }
