@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobfence/jobfence/scheduler"
+)
+
+func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("schedules", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dbURL := databaseURLFlag(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: jobfence schedules [--database-url URL] list")
+		fs.PrintDefaults()
+	}
+	// Flags may come before or after the action.
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return errors.New("want an action: list")
+	}
+	action := fs.Arg(0)
+	if err := fs.Parse(fs.Args()[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return fmt.Errorf("unexpected arguments after %s: %q", action, fs.Args())
+	}
+	if action != "list" {
+		return fmt.Errorf("unknown schedules action %q: want list", action)
+	}
+	if *dbURL == "" {
+		return errors.New("no database: pass --database-url or set DATABASE_URL")
+	}
+	pool, err := pgxpool.New(ctx, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	infos, err := scheduler.List(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if len(infos) == 0 {
+		fmt.Fprintln(stdout, "no schedules registered")
+		return nil
+	}
+	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tSPEC\tTIME ZONE\tKIND\tNEXT FIRE\tLAST ENQUEUED\tUPDATED")
+	for _, i := range infos {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			i.Name, i.Spec, i.TimeZone, i.Kind, formatTime(i.NextFire), formatTime(i.LastFire), formatTime(i.UpdatedAt))
+	}
+	return w.Flush()
+}
+
+// formatTime prints t in UTC to the second, or "-" for the zero time.
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
