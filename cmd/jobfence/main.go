@@ -26,8 +26,9 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"setup":   {"install PostgreSQL and redis-server from Debian's packages if missing", runSetup},
-		"migrate": {"migrate up|down|reset|status|version: jobfence's schema", runMigrate},
+		"setup":     {"install PostgreSQL and redis-server from Debian's packages if missing", runSetup},
+		"migrate":   {"migrate up|down|reset|status|version: jobfence's schema", runMigrate},
+		"schedules": {"schedules list: the registered cron schedules", runSchedules},
 	}
 }
 
