@@ -38,6 +38,7 @@ type KeyReusedError struct {
 	Key   string
 }
 
+// Error describes the error for people.
 func (e *KeyReusedError) Error() string {
 	return fmt.Sprintf("jobfence: idempotency key %q (scope %q) reused with a different request fingerprint; the operation was not run", e.Key, e.Scope)
 }
@@ -54,6 +55,7 @@ type InProgressError struct {
 	LeaseExpiresAt time.Time
 }
 
+// Error describes the error for people.
 func (e *InProgressError) Error() string {
 	return fmt.Sprintf("jobfence: idempotency key %q (scope %q) is in progress under another caller (lease until %s); the operation was not run",
 		e.Key, e.Scope, e.LeaseExpiresAt.UTC().Format(time.RFC3339Nano))
@@ -70,6 +72,7 @@ type StaleFenceError struct {
 	Fence int64
 }
 
+// Error describes the error for people.
 func (e *StaleFenceError) Error() string {
 	return fmt.Sprintf("jobfence: key %q (scope %q): fence %d is stale: the claim was lost to a newer owner; nothing was written", e.Key, e.Scope, e.Fence)
 }

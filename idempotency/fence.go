@@ -16,6 +16,10 @@ func withFence(ctx context.Context, fence int64) context.Context {
 // holds its key, and whether ctx carries one. Use it to fence the
 // function's own writes (see Fenced) so that they fail once a newer owner has
 // taken the key over.
+//
+// The fence is the key's, not a job's: inside a job handler, job.Fence is
+// the job claim's fence, and FenceFrom(ctx) is the fence of the key taken by
+// Do or DoTx. Both come from the same sequence.
 func FenceFrom(ctx context.Context) (int64, bool) {
 	f, ok := ctx.Value(fenceKey{}).(int64)
 	return f, ok

@@ -32,9 +32,10 @@ type Options struct {
 	// next caller takes it over under a greater fence. Zero or less means
 	// DefaultLease.
 	Lease time.Duration
-	// Heartbeat is how often Do extends the lease while fn runs. Zero means
-	// Lease/3; a negative value never extends it, which makes Lease a hard
-	// deadline for fn (a slower fn is taken over by the next caller).
+	// Heartbeat is how often Do extends the lease while fn runs; keep it
+	// well under Lease. Zero means Lease/3; a negative value never extends
+	// it, which makes Lease a hard deadline for fn (a slower fn is taken
+	// over by the next caller).
 	Heartbeat time.Duration
 	// Retention is how long a completed key is kept: retries within it get
 	// the stored response; after it the key is free to use again and Prune

@@ -303,3 +303,36 @@ func TestDoFiftyCallersOneKey(t *testing.T) {
 		})
 	}
 }
+
+// TestDoWaitEndsWithContext: a caller waiting for a key in progress gives up
+// when its ctx ends, with ctx's error, and does not run fn.
+func TestDoWaitEndsWithContext(t *testing.T) {
+	ctx := testCtx(t)
+	db := pgtest.New(t)
+	s := idempotency.New(db.Pool, idempotency.Options{WaitForInProgress: true, PollInterval: 10 * time.Millisecond})
+	held, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := s.Do(ctx, "k", "fp", func(context.Context) ([]byte, error) {
+			close(held)
+			<-release
+			return nil, nil
+		})
+		done <- err
+	}()
+	<-held
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err := s.Do(wctx, "k", "fp", func(context.Context) ([]byte, error) {
+		t.Error("the waiter ran fn")
+		return nil, nil
+	})
+	// Usually `idempotency: waiting for key "k" in progress: context
+	// deadline exceeded`; on a slow machine the deadline may cut a query.
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.HasSuffix(err.Error(), "context deadline exceeded") {
+		t.Fatalf("error %v, want one that is context.DeadlineExceeded", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
