@@ -627,3 +627,33 @@ func TestStartWithoutSchema(t *testing.T) {
 		t.Fatalf("Stop after a failed Start: %v, want ErrNotStarted", err)
 	}
 }
+
+// TestJobFields shows the job a fire enqueues: AddArgs's kind and args, the
+// options' queue, priority and attempts, the fire as ScheduledAt and the
+// fire's unique key.
+func TestJobFields(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	client := pgqueue.New(db.Pool, pgqueue.Config{Logger: quiet})
+	rec := newRecorder()
+	s := scheduler.New(client, scheduler.Config{Logger: quiet, OnFire: rec.onFire(0)})
+	err := s.AddArgs("pdf-report", "* * * * * *", ReportArgs{Format: "pdf"}, scheduler.Options{Queue: "reports", Priority: 2, MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	waitFor(t, time.Minute, "a fire", func() bool { return len(rec.inserted(0)) >= 1 })
+	stop(t, s)
+	f := rec.inserted(0)[0]
+	j, err := client.Get(context.Background(), f.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Kind != "nightly_report" || string(j.EncodedArgs) != `{"format": "pdf"}` || j.Queue != "reports" ||
+		j.Priority != 2 || j.MaxAttempts != 3 || !j.ScheduledAt.Equal(f.At) || j.UniqueKey != scheduler.UniqueKey("pdf-report", f.At) {
+		t.Fatalf("job %+v for fire %v", j, f.At)
+	}
+	if want := fmt.Sprintf("cron:pdf-report:%d", f.At.Unix()); j.UniqueKey != want {
+		t.Fatalf("unique key %q, want %q", j.UniqueKey, want)
+	}
+}
