@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,54 +54,64 @@ func TestRefreshEarly(t *testing.T) {
 	}
 }
 
-// TestEarlyRefresh: with a Beta that makes XFetch certain, a hit recomputes
-// the value before it expires, but only when no one else holds the lock;
-// the stored value is served meanwhile and when a refresh fails.
+// TestEarlyRefresh: with a Beta that makes XFetch certain, a hit returns
+// the stored value and recomputes it in the background before it expires,
+// but only when no one else holds the lock; a failed refresh keeps the
+// stored value.
 func TestEarlyRefresh(t *testing.T) {
 	client, prefix := redistest.Client(t)
 	certain := newGuard[int](t, client, prefix, Options{Beta: 1e9})
 	never := newGuard[int](t, client, prefix, Options{Beta: -1})
-	n := 0
+	var n atomic.Int64
 	compute := func(context.Context) (int, error) {
-		n++
 		time.Sleep(5 * time.Millisecond) // gives the entry a delta
-		return n, nil
+		return int(n.Add(1)), nil
 	}
-	get := func(g *Guard[int], c func(context.Context) (int, error)) int {
+	get := func(g *Guard[int]) int {
 		t.Helper()
-		v, err := g.Get(t.Context(), "hot", time.Hour, c)
+		v, err := g.Get(t.Context(), "hot", time.Hour, func(context.Context) (int, error) {
+			return 0, errors.New("not expected: the key is stored")
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return v
 	}
-	if v := get(certain, compute); v != 1 {
-		t.Fatalf("first Get = %d", v)
+	if v, err := certain.Get(t.Context(), "hot", time.Hour, compute); err != nil || v != 1 {
+		t.Fatalf("first Get = %d, %v", v, err)
 	}
-	if v := get(never, compute); v != 1 {
-		t.Fatalf("Get without XFetch = %d; want the stored 1", v)
+	if v := get(never); v != 1 || never.Stats().EarlyRefreshes != 0 {
+		t.Fatalf("Get without XFetch = %d; want the stored 1 and no refresh", v)
 	}
-	if v := get(certain, compute); v != 2 {
-		t.Fatalf("Get with certain XFetch = %d; want a refreshed 2", v)
+	if v, err := certain.Get(t.Context(), "hot", time.Hour, compute); err != nil || v != 1 {
+		t.Fatalf("Get with certain XFetch = %d, %v; want the stored 1 at once", v, err)
 	}
-	if s := certain.Stats(); s.EarlyRefreshes != 1 || s.Hits != 1 || s.Computations != 2 {
-		t.Fatalf("stats %+v; want 1 early refresh out of 1 hit", s)
+	until(t, "the early refresh stores 2", func() bool { return get(never) == 2 })
+	if s := certain.Stats(); s.EarlyRefreshes != 1 || s.Computations != 2 || s.Misses != 1 {
+		t.Fatalf("stats %+v; want 1 early refresh, 2 computations, 1 miss", s)
 	}
 
-	// Someone else is refreshing: serve the stored value.
+	raw, err := client.Get(t.Context(), certain.valueKey("hot")).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Someone else is refreshing: keep the stored value, compute nothing.
 	lock := prefix + "stampede:lock:hot"
 	client.Set(t.Context(), lock, "other", time.Hour)
-	if v := get(certain, compute); v != 2 {
-		t.Fatalf("Get while another refreshes = %d; want the stored 2", v)
+	if v := certain.refresh(t.Context(), "hot", time.Hour, compute, raw, 2); v != 2 || n.Load() != 2 {
+		t.Fatalf("refresh while another holds the lock = %d after %d computations; want 2 after 2", v, n.Load())
 	}
 	client.Del(t.Context(), lock)
 
 	// A failed refresh keeps the stored value.
 	failing := func(context.Context) (int, error) { return 0, errors.New("upstream down") }
-	if v := get(certain, failing); v != 2 {
-		t.Fatalf("Get with a failing refresh = %d; want the stored 2", v)
+	if v := certain.refresh(t.Context(), "hot", time.Hour, failing, raw, 2); v != 2 {
+		t.Fatalf("failed refresh = %d; want the stored 2", v)
 	}
-	if v := get(never, failing); v != 2 {
+	if v := get(never); v != 2 {
 		t.Fatalf("value after a failed refresh = %d; want 2 still stored", v)
+	}
+	if n := client.Exists(t.Context(), lock).Val(); n != 0 {
+		t.Fatal("refresh left its lock behind")
 	}
 }

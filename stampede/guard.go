@@ -37,7 +37,8 @@ var ErrComputePanicked = errors.New("stampede: compute panicked")
 type Guard[V any] struct {
 	client redis.UniversalClient
 	opts   Options
-	group  singleflight.Group
+	group  singleflight.Group // flights of Get by key
+	early  singleflight.Group // early refreshes by key
 	stats  counters
 }
 
@@ -67,9 +68,11 @@ func (g *Guard[V]) Stats() Stats { return g.stats.snapshot() }
 //     extends the lock while compute runs;
 //   - a call that finds the lock held polls for the value every
 //     PollInterval; after WaitTimeout it computes the value itself;
-//   - on a hit, XFetch may decide to recompute the value before it expires,
-//     so that a hot key is refreshed by one caller while the others still
-//     get the stored value.
+//   - on a hit, XFetch may decide to recompute the value before it expires;
+//     the call then returns the stored value at once and starts the
+//     recomputation in the background (under the lock, at most one per key
+//     in this process), so that a hot key is refreshed while every caller
+//     still gets the stored value.
 //
 // When Redis fails, Get computes the value directly and returns it; the
 // Redis error is logged and counted in Stats, not returned.
@@ -121,7 +124,11 @@ func (g *Guard[V]) load(ctx context.Context, key string, ttl time.Duration, comp
 		if v, e, ok := g.decode(key, raw); ok {
 			g.stats.hits.Add(1)
 			if e.refreshEarly(time.Now(), g.opts.Beta, 1-rand.Float64()) {
-				return g.refresh(ctx, key, ttl, compute, raw, v), nil
+				// Refresh in the background, one at a time per key, and
+				// serve the stored value meanwhile: it is still valid.
+				g.early.DoChan(key, func() (any, error) {
+					return g.refresh(ctx, key, ttl, compute, raw, v), nil
+				})
 			}
 			return v, nil
 		}

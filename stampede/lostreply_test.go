@@ -143,4 +143,3 @@ func TestSetNXReplyLost(t *testing.T) {
 		})
 	}
 }
-
