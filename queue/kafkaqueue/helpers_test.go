@@ -74,7 +74,14 @@ func uniqueName(prefix string) string {
 	return prefix + "-" + hex.EncodeToString(b)
 }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+// quietLogger discards logs unless KAFKAQUEUE_TEST_LOG is set, then logs to
+// stderr at debug level, kafka-go's noise included.
+func quietLogger() *slog.Logger {
+	if os.Getenv("KAFKAQUEUE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
 
 // testConfig is a Config for fast rebalances on a test broker.
 func (c *testCluster) config(group string, topics ...string) Config {
