@@ -314,3 +314,41 @@ func nextLine(t *testing.T, lines <-chan string) string {
 	}
 	return ""
 }
+
+// TestDoLostLeaseCancelsFn: when a heartbeat finds that the key was taken
+// over, fn's ctx is cancelled with ErrStaleFence as its cause, and Do
+// reports the stale fence. (The heartbeat here is slower than the lease, so
+// B can take over while A is running.)
+func TestDoLostLeaseCancelsFn(t *testing.T) {
+	ctx := testCtx(t)
+	db := pgtest.New(t)
+	a := idempotency.New(db.Pool, idempotency.Options{Lease: 300 * time.Millisecond, Heartbeat: 2 * time.Second})
+	b := idempotency.New(db.Pool, idempotency.Options{WaitForInProgress: true, PollInterval: 20 * time.Millisecond})
+	held := make(chan struct{})
+	type outcome struct{ cause, err error }
+	done := make(chan outcome, 1)
+	go func() {
+		var o outcome
+		_, o.err = a.Do(ctx, "k", "fp", func(ctx context.Context) ([]byte, error) {
+			close(held)
+			<-ctx.Done()
+			o.cause = context.Cause(ctx)
+			return nil, ctx.Err()
+		})
+		done <- o
+	}()
+	<-held
+	if got, err := b.Do(ctx, "k", "fp", func(context.Context) ([]byte, error) { return []byte("B"), nil }); err != nil || string(got) != "B" {
+		t.Fatalf("B: %q, %v", got, err)
+	}
+	o := <-done
+	if !errors.Is(o.cause, idempotency.ErrStaleFence) {
+		t.Fatalf("A's ctx cause %v, want ErrStaleFence", o.cause)
+	}
+	if !errors.Is(o.err, idempotency.ErrStaleFence) || !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("A's Do: %v, want ErrStaleFence joined with fn's context.Canceled", o.err)
+	}
+	if r, err := b.Lookup(ctx, "k"); err != nil || string(r.Response) != "B" {
+		t.Fatalf("key %+v, %v", r, err)
+	}
+}

@@ -257,8 +257,8 @@ func (s *Store) claimKey(ctx context.Context, q querier, key, fingerprint string
 // extends the key's lease; if the lease is lost anyway (the process was
 // paused past it and another caller took the key over under a greater
 // fence), fn's ctx is cancelled and Do returns a *StaleFenceError
-// (ErrStaleFence) without storing fn's response: the newer holder's response
-// is the one retries get.
+// (ErrStaleFence; joined with fn's error if fn failed) without storing fn's
+// response: the newer holder's response is the one retries get.
 //
 // When fn returns an error Do deletes the key, so the next call runs fn
 // again, and returns that error unchanged. To remember a failure, return it
@@ -306,14 +306,17 @@ func (s *Store) run(ctx context.Context, key string, fence int64, fn func(ctx co
 	lost := stopHeartbeat()
 	cleanupCtx, cleanupCancel := cleanup()
 	defer cleanupCancel()
-	if err != nil {
-		s.release(cleanupCtx, key, fence)
-		return nil, err
-	}
 	if lost {
 		s.opts.Logger.LogAttrs(ctx, slogWarn, "idempotency: lease lost while running; response not stored",
 			attrScope(s.opts.Scope), attrKey(key), attrFence(fence))
+		if err != nil {
+			return nil, errors.Join(stale, err)
+		}
 		return nil, stale
+	}
+	if err != nil {
+		s.release(cleanupCtx, key, fence)
+		return nil, err
 	}
 	tag, err := s.pool.Exec(cleanupCtx, completeKeySQL, s.opts.Scope, key, fence, resp, s.opts.Retention.Microseconds())
 	if err != nil {
