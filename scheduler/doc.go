@@ -14,7 +14,8 @@
 // and an optional CRON_TZ=Zone prefix; Options.TimeZone sets the zone
 // otherwise, and the default is UTC. Daylight-saving transitions behave as
 // robfig/cron documents: a fire inside the hour skipped in spring does not
-// happen. @every d fires at the multiples of d since the Unix epoch, so every
+// happen, and one inside the hour repeated in autumn happens at both offsets
+// (two fires, two keys, two jobs). @every d fires at the multiples of d since the Unix epoch, so every
 // instance agrees on its fires whenever it started.
 //
 // The schedules table records each schedule's definition, its last enqueued
