@@ -158,19 +158,10 @@ func (g *Guard[V]) load(ctx context.Context, key string, ttl time.Duration, comp
 func (g *Guard[V]) wait(ctx context.Context, key string, ttl time.Duration, compute func(context.Context) (V, error), token string) (V, error) {
 	g.stats.waits.Add(1)
 	deadline := time.Now().Add(g.opts.WaitTimeout)
-	t := time.NewTimer(0)
-	defer t.Stop()
-	<-t.C
 	for {
+		// ctx is the flight's, which callers leaving do not cancel.
 		d := g.opts.PollInterval + rand.N(g.opts.PollInterval/4+1)
-		d = min(d, max(time.Until(deadline), 0))
-		t.Reset(d)
-		select {
-		case <-ctx.Done():
-			var zero V
-			return zero, ctx.Err()
-		case <-t.C:
-		}
+		time.Sleep(min(d, max(time.Until(deadline), 0)))
 		a, err := g.acquire(ctx, key, token)
 		if err != nil {
 			g.redisError("take lock", key, err)

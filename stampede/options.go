@@ -36,8 +36,9 @@ type Options struct {
 	LockTTL time.Duration
 
 	// WaitTimeout bounds how long a caller that lost the lock waits for the
-	// holder's value before computing the value itself (fail open).
-	// Default DefaultWaitTimeout (5s).
+	// holder's value before computing the value itself (fail open). Set it
+	// above the usual computation time: a computation that takes longer is
+	// duplicated by every waiting instance. Default DefaultWaitTimeout (5s).
 	WaitTimeout time.Duration
 
 	// PollInterval is how often a waiting caller looks for the value (and
