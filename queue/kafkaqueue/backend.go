@@ -319,6 +319,9 @@ func (b *Backend) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease,
 		}
 		b.notify(p.queue)
 	}
+	for _, e := range outE {
+		e.state = stateHandoff
+	}
 	b.mu.Unlock()
 
 	if len(out) > 0 {
@@ -351,12 +354,9 @@ func attemptError(f queue.Finish, attempt int, now time.Time) queue.AttemptError
 }
 
 // handOff writes retry and dead-letter messages, then marks their entries
-// done. If the write fails the entries run again in place after RetryDelay,
+// (in stateHandoff, which holds back their keys) done. If the write fails the entries run again in place after RetryDelay,
 // so nothing is dropped.
 func (b *Backend) handOff(ctx context.Context, out []kafka.Message, es []*entry) {
-	for _, e := range es {
-		e.state = stateHandoff
-	}
 	err := b.writer.WriteMessages(ctx, out...)
 	b.mu.Lock()
 	defer b.mu.Unlock()
