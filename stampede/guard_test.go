@@ -472,3 +472,19 @@ func TestCallerCancelDoesNotFailOthers(t *testing.T) {
 		t.Fatalf("stats %+v; want 1 computation", s)
 	}
 }
+
+// TestValueExpires: a value lives for its ttl, then the next Get computes it
+// again.
+func TestValueExpires(t *testing.T) {
+	client, prefix := redistest.Client(t)
+	g := newGuard[int](t, client, prefix, Options{Beta: -1})
+	n := 0
+	compute := func(context.Context) (int, error) { n++; return n, nil }
+	if v, err := g.Get(t.Context(), "k", 50*time.Millisecond, compute); err != nil || v != 1 {
+		t.Fatalf("Get = %d, %v", v, err)
+	}
+	until(t, "the value expires", func() bool { return client.Exists(t.Context(), g.valueKey("k")).Val() == 0 })
+	if v, err := g.Get(t.Context(), "k", time.Minute, compute); err != nil || v != 2 {
+		t.Fatalf("Get after expiry = %d, %v; want a recomputed 2", v, err)
+	}
+}
