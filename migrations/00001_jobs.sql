@@ -27,8 +27,12 @@ CREATE TABLE jobfence_jobs (
 -- Serves the claim: the next ready jobs of a queue in priority order.
 CREATE INDEX jobfence_jobs_claim ON jobfence_jobs (queue, priority, scheduled_at, id)
     WHERE state IN ('available', 'scheduled', 'retryable');
--- Serves the rescuer: running jobs whose lease has expired.
-CREATE INDEX jobfence_jobs_lease ON jobfence_jobs (lease_expires_at) WHERE state = 'running';
+-- Serves the rescuer: running jobs whose lease has expired. Only running
+-- jobs have a lease. The predicate deliberately does not mention state: a
+-- state = 'running' index would tempt the planner into scanning every
+-- running row (and its dead versions) for each batched completion instead of
+-- probing the primary key.
+CREATE INDEX jobfence_jobs_lease ON jobfence_jobs (lease_expires_at) WHERE lease_expires_at IS NOT NULL;
 -- Serves the pruner: finished jobs by age.
 CREATE INDEX jobfence_jobs_finalized ON jobfence_jobs (finalized_at)
     WHERE state IN ('completed', 'discarded', 'cancelled');

@@ -29,6 +29,12 @@ type Config struct {
 	JobTimeout time.Duration
 	// FetchLimit caps how many jobs one claim takes. Default: 200.
 	FetchLimit int
+	// Fetchers is how many claim loops each queue runs side by side, so one
+	// claim's round trip overlaps another's. Default: 2.
+	Fetchers int
+	// Completers is how many outcome batches may be in flight at once.
+	// Default: 2.
+	Completers int
 	// PollInterval is how often an idle queue is polled when no wake-up
 	// arrives (scheduled jobs becoming due, a lost LISTEN). Default: 1s.
 	PollInterval time.Duration
@@ -75,6 +81,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FetchLimit <= 0 {
 		c.FetchLimit = 200
+	}
+	if c.Fetchers <= 0 {
+		c.Fetchers = 2
+	}
+	if c.Completers <= 0 {
+		c.Completers = 2
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = time.Second

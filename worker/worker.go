@@ -103,7 +103,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	fetchCtx, fetchCancel := context.WithCancel(context.Background())
 	w.fetchCancel = fetchCancel
 
-	for range 2 {
+	for range w.cfg.Completers {
 		w.finishWG.Add(1)
 		go w.completer()
 	}
@@ -130,8 +130,12 @@ func (w *Worker) Start(ctx context.Context) error {
 			}
 			wake = ch
 		}
-		w.fetchWG.Add(1)
-		go w.fetchLoop(fetchCtx, q, n, wake)
+		slots := make(chan struct{}, n)
+		freed := make(chan struct{}, 1)
+		for range min(w.cfg.Fetchers, n) {
+			w.fetchWG.Add(1)
+			go w.fetchLoop(fetchCtx, q, slots, freed, wake)
+		}
 	}
 	w.log.Info("jobfence: worker started", "queues", w.cfg.Queues, "kinds", w.reg.Kinds())
 	return nil
@@ -173,11 +177,11 @@ func (w *Worker) Stop(ctx context.Context) error {
 	return stopErr
 }
 
-// fetchLoop claims jobs of queue q while fewer than n of them run.
-func (w *Worker) fetchLoop(ctx context.Context, q string, n int, wake <-chan struct{}) {
+// fetchLoop claims jobs of queue q while slots has room; the queue's
+// fetch loops share slots (its concurrency) and freed (a job ended).
+func (w *Worker) fetchLoop(ctx context.Context, q string, slots chan struct{}, freed chan struct{}, wake <-chan struct{}) {
 	defer w.fetchWG.Done()
-	slots := make(chan struct{}, n)
-	freed := make(chan struct{}, 1)
+	n := cap(slots)
 	// Claiming a handful of jobs at a time wastes round trips when many
 	// slots turn over: wait until a useful batch of slots is free.
 	threshold := max(1, min(n, w.cfg.FetchLimit)/4)
@@ -200,7 +204,26 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, n int, wake <-chan str
 			}
 		}
 		limit := min(free, w.cfg.FetchLimit)
+		// Reserve the slots before claiming so side-by-side loops never
+		// claim more than the queue's concurrency.
+		reserved := 0
+		for reserved < limit {
+			select {
+			case slots <- struct{}{}:
+				reserved++
+				continue
+			default:
+			}
+			break
+		}
+		if reserved == 0 {
+			continue
+		}
+		limit = reserved
 		jobs, err := w.backend.Claim(ctx, queue.ClaimParams{Queue: q, Limit: limit, Lease: w.cfg.Lease, WorkerID: w.cfg.ID})
+		for range limit - len(jobs) {
+			<-slots
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -218,7 +241,6 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, n int, wake <-chan str
 		backoff = 50 * time.Millisecond
 		w.stats.claimed.Add(int64(len(jobs)))
 		for _, j := range jobs {
-			slots <- struct{}{}
 			w.jobsWG.Add(1)
 			go w.execute(j, release)
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Wake implements queue.Waker with LISTEN on a connection of its own. The
@@ -12,7 +14,7 @@ import (
 // covers the gap.
 func (c *Client) Wake(ctx context.Context, q string) (<-chan struct{}, error) {
 	ch := make(chan struct{}, 1)
-	go c.listen(ctx, insertChannel, func(payload string) {
+	c.listen(ctx, insertChannel, func(payload string) {
 		if payload != q {
 			return
 		}
@@ -28,7 +30,7 @@ func (c *Client) Wake(ctx context.Context, q string) (<-chan struct{}, error) {
 // Cancel cancelled while they were running.
 func (c *Client) Cancelled(ctx context.Context) (<-chan int64, error) {
 	ch := make(chan int64, 64)
-	go c.listen(ctx, cancelChannel, func(payload string) {
+	c.listen(ctx, cancelChannel, func(payload string) {
 		id, err := strconv.ParseInt(payload, 10, 64)
 		if err != nil {
 			return
@@ -41,11 +43,31 @@ func (c *Client) Cancelled(ctx context.Context) (<-chan int64, error) {
 	return ch, nil
 }
 
-// listen delivers the payloads of channel to fn until ctx ends.
+// listen delivers the payloads of channel to fn until ctx ends. The first
+// LISTEN is in place when listen returns (unless the database is down), so
+// no notification sent afterwards is missed; the rest runs in a goroutine.
 func (c *Client) listen(ctx context.Context, channel string, fn func(string)) {
+	pgc, err := c.listenConn(ctx, channel)
+	go func() {
+		if err == nil {
+			err = c.receive(ctx, pgc, fn)
+		}
+		c.relisten(ctx, channel, fn, err)
+	}()
+}
+
+// relisten reconnects with backoff after the LISTEN connection failed.
+func (c *Client) relisten(ctx context.Context, channel string, fn func(string), err error) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := c.listenOnce(ctx, channel, fn)
+		if err == nil {
+			var pgc *pgx.Conn
+			pgc, err = c.listenConn(ctx, channel)
+			if err == nil {
+				backoff = 100 * time.Millisecond
+				err = c.receive(ctx, pgc, fn)
+			}
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -57,21 +79,28 @@ func (c *Client) listen(ctx context.Context, channel string, fn func(string)) {
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 10*time.Second)
+		err = nil
 	}
 }
 
-func (c *Client) listenOnce(ctx context.Context, channel string, fn func(string)) error {
+// listenConn takes a connection out of the pool for good (LISTEN state must
+// not leak to the pool's other users) and listens on channel.
+func (c *Client) listenConn(ctx context.Context, channel string) (*pgx.Conn, error) {
 	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// The connection goes back to the pool never: LISTEN state must not leak
-	// into other users of the pool.
 	pgc := conn.Hijack()
-	defer pgc.Close(context.Background())
 	if _, err := pgc.Exec(ctx, "LISTEN "+channel); err != nil {
-		return err
+		pgc.Close(context.Background())
+		return nil, err
 	}
+	return pgc, nil
+}
+
+// receive hands notifications to fn until the connection fails or ctx ends.
+func (c *Client) receive(ctx context.Context, pgc *pgx.Conn, fn func(string)) error {
+	defer pgc.Close(context.Background())
 	for {
 		n, err := pgc.WaitForNotification(ctx)
 		if err != nil {

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobfence/jobfence/internal/devenv"
+	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/migrations"
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+	"github.com/jobfence/jobfence/worker"
+)
+
+// benchArgs is the no-op job the benchmark runs.
+type benchArgs struct {
+	N int `json:"n"`
+}
+
+func (benchArgs) Kind() string { return "bench" }
+
+type benchConfig struct {
+	jobs        int
+	duration    time.Duration
+	concurrency int
+	batch       int
+	backlog     int
+	instances   int
+	fetchers    int
+	fetchLimit  int
+	completers  int
+}
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dbURL := fs.String("database-url", "", "PostgreSQL URL (default: $DATABASE_URL, else a throwaway local server)")
+	mode := fs.String("mode", "both", "burndown, continuous or both")
+	var cfg benchConfig
+	fs.IntVar(&cfg.jobs, "jobs", 1_000_000, "burn-down: jobs inserted before working")
+	fs.DurationVar(&cfg.duration, "duration", 30*time.Second, "continuous: how long to insert while working")
+	fs.IntVar(&cfg.concurrency, "concurrency", 2000, "jobs run at once per instance (River's bench uses 2,000)")
+	fs.IntVar(&cfg.batch, "batch", 5000, "jobs per insert batch (COPY)")
+	fs.IntVar(&cfg.backlog, "backlog", 75_000, "continuous: available jobs the inserter keeps ahead of the workers")
+	fs.IntVar(&cfg.instances, "instances", 1, "worker instances, each with its own pool")
+	fs.IntVar(&cfg.fetchers, "fetchers", 0, "claim loops per queue (0: the worker's default)")
+	fs.IntVar(&cfg.fetchLimit, "fetch-limit", 0, "jobs per claim (0: the worker's default)")
+	fs.IntVar(&cfg.completers, "completers", 0, "outcome batches in flight (0: the worker's default)")
+	runs := fs.Int("runs", 1, "runs of each mode; the median is reported")
+	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the runs to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if *mode != "burndown" && *mode != "continuous" && *mode != "both" {
+		return fmt.Errorf("unknown --mode %q: want burndown, continuous or both", *mode)
+	}
+	if *dbURL == "" {
+		env, err := devenv.Start(ctx, devenv.Options{Postgres: true})
+		if err != nil {
+			return err
+		}
+		defer env.Close()
+		*dbURL = env.DatabaseURL
+		fmt.Fprintln(stdout, "bench: using a throwaway PostgreSQL (fsync off) at", *dbURL)
+	}
+	modes := []string{*mode}
+	if *mode == "both" {
+		modes = []string{"burndown", "continuous"}
+	}
+	for _, m := range modes {
+		var rates []float64
+		for r := range *runs {
+			res, err := benchOnce(ctx, *dbURL, m, cfg)
+			if err != nil {
+				return fmt.Errorf("%s run %d: %w", m, r+1, err)
+			}
+			rates = append(rates, res.rate)
+			fmt.Fprintf(stdout, "%-10s run %d: %s\n", m, r+1, res)
+		}
+		slices.Sort(rates)
+		fmt.Fprintf(stdout, "%-10s median of %d: %.0f jobs/s\n", m, len(rates), rates[len(rates)/2])
+	}
+	return nil
+}
+
+type benchResult struct {
+	jobs          int64
+	elapsed       time.Duration
+	rate          float64
+	p50, p99      time.Duration
+	stale, errors int64
+}
+
+func (r benchResult) String() string {
+	s := fmt.Sprintf("%d jobs in %.2fs = %.0f jobs/s (every completion fenced; stale %d, errors %d)",
+		r.jobs, r.elapsed.Seconds(), r.rate, r.stale, r.errors)
+	if r.p50 > 0 {
+		s += fmt.Sprintf("; enqueue-to-start p50 %s p99 %s", r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond))
+	}
+	return s
+}
+
+// benchOnce runs one mode in a fresh schema, after a checkpoint, as River's
+// bench truncates and checkpoints before each run.
+func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benchResult, error) {
+	schema := fmt.Sprintf("jobfence_bench_%d", time.Now().UnixNano())
+	admin, err := pgx.Connect(ctx, baseURL)
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer admin.Close(context.Background())
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return benchResult{}, err
+	}
+	defer admin.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	url := pgtest.WithSearchPath(baseURL, schema)
+	if err := migrations.Up(ctx, url); err != nil {
+		return benchResult{}, err
+	}
+	pool, err := newBenchPool(ctx, url, 10)
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer pool.Close()
+	client := pgqueue.New(pool, pgqueue.Config{})
+
+	if mode == "burndown" {
+		if err := insertJobs(ctx, client, cfg.jobs, cfg.batch); err != nil {
+			return benchResult{}, err
+		}
+	}
+	if _, err := admin.Exec(ctx, "CHECKPOINT"); err != nil {
+		return benchResult{}, err
+	}
+
+	var lat latencies
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[benchArgs]) error {
+		if mode == "continuous" {
+			lat.add(time.Since(job.CreatedAt))
+		}
+		return nil
+	})
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var workers []*worker.Worker
+	for i := range cfg.instances {
+		p, err := newBenchPool(ctx, url, 12)
+		if err != nil {
+			return benchResult{}, err
+		}
+		defer p.Close()
+		w, err := worker.New(pgqueue.New(p, pgqueue.Config{Logger: quiet}), reg, worker.Config{
+			ID: fmt.Sprint("bench-", i), Queues: map[string]int{queue.DefaultQueue: cfg.concurrency},
+			Logger: quiet, DisableMaintenance: true,
+			Fetchers: cfg.fetchers, FetchLimit: cfg.fetchLimit, Completers: cfg.completers,
+		})
+		if err != nil {
+			return benchResult{}, err
+		}
+		workers = append(workers, w)
+	}
+	completed := func() (n, stale, errs int64) {
+		for _, w := range workers {
+			s := w.Stats()
+			n += s.Completed
+			stale += s.Stale
+			errs += s.FetchErrors + s.FinishErrors
+		}
+		return
+	}
+
+	start := time.Now()
+	for _, w := range workers {
+		if err := w.Start(ctx); err != nil {
+			return benchResult{}, err
+		}
+	}
+	var res benchResult
+	switch mode {
+	case "burndown":
+		for {
+			n, _, _ := completed()
+			if n >= int64(cfg.jobs) {
+				break
+			}
+			if ctx.Err() != nil {
+				return benchResult{}, ctx.Err()
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		res.elapsed = time.Since(start)
+	case "continuous":
+		runCtx, cancel := context.WithTimeout(ctx, cfg.duration)
+		var inserted atomic.Int64
+		var insertErr error
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			insertErr = keepBacklog(runCtx, client, cfg, &inserted, completed)
+		}()
+		// Measure after a warm-up so the backlog is established.
+		warm := min(cfg.duration/5, 5*time.Second)
+		time.Sleep(warm)
+		n0, _, _ := completed()
+		lat.reset()
+		t0 := time.Now()
+		<-runCtx.Done()
+		cancel()
+		n1, _, _ := completed()
+		res.elapsed = time.Since(t0)
+		wg.Wait()
+		if insertErr != nil && !errors.Is(insertErr, context.DeadlineExceeded) && !errors.Is(insertErr, context.Canceled) {
+			return benchResult{}, insertErr
+		}
+		res.jobs = n1 - n0
+		res.p50, res.p99 = lat.percentiles()
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, w := range workers {
+		w.Stop(stopCtx)
+	}
+	n, stale, errs := completed()
+	if mode == "burndown" {
+		res.jobs = n
+	}
+	res.stale, res.errors = stale, errs
+	res.rate = float64(res.jobs) / res.elapsed.Seconds()
+	return res, nil
+}
+
+func newBenchPool(ctx context.Context, url string, conns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = conns
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+func insertJobs(ctx context.Context, c *pgqueue.Client, n, batch int) error {
+	ps := make([]queue.EnqueueParams, 0, batch)
+	for i := 0; i < n; {
+		ps = ps[:0]
+		for ; len(ps) < batch && i < n; i++ {
+			ps = append(ps, queue.EnqueueParams{Kind: "bench", Args: []byte(`{"n":1}`)})
+		}
+		if _, err := c.EnqueueMany(ctx, ps); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keepBacklog inserts batches whenever fewer than cfg.backlog jobs wait.
+func keepBacklog(ctx context.Context, c *pgqueue.Client, cfg benchConfig, inserted *atomic.Int64, completed func() (int64, int64, int64)) error {
+	ps := make([]queue.EnqueueParams, cfg.batch)
+	for i := range ps {
+		ps[i] = queue.EnqueueParams{Kind: "bench", Args: []byte(`{"n":1}`)}
+	}
+	for ctx.Err() == nil {
+		done, _, _ := completed()
+		if inserted.Load()-done >= int64(cfg.backlog) {
+			time.Sleep(2 * time.Millisecond)
+			continue
+		}
+		n, err := c.EnqueueMany(ctx, ps)
+		if err != nil {
+			return err
+		}
+		inserted.Add(n)
+	}
+	return ctx.Err()
+}
+
+// latencies samples enqueue-to-start times.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+func (l *latencies) reset() {
+	l.mu.Lock()
+	l.d = l.d[:0]
+	l.mu.Unlock()
+}
+
+func (l *latencies) percentiles() (p50, p99 time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.d) == 0 {
+		return 0, 0
+	}
+	slices.Sort(l.d)
+	return l.d[len(l.d)/2], l.d[len(l.d)*99/100]
+}
