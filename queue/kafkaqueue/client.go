@@ -73,6 +73,17 @@ func (c *Client) Enqueue(ctx context.Context, p queue.EnqueueParams, opts ...Enq
 	return c.EnqueueMany(ctx, []EnqueueJob{{Params: p, PartitionKey: o.PartitionKey}})
 }
 
+// Insert encodes args as JSON and enqueues a job of kind args.Kind() with
+// opts applied (opts may be nil; opts.Queue is the topic), like pgqueue's
+// Insert. eopts may give a partition key.
+func (c *Client) Insert(ctx context.Context, args queue.Args, opts *queue.InsertOpts, eopts ...EnqueueOptions) error {
+	p, err := queue.Params(args, opts)
+	if err != nil {
+		return err
+	}
+	return c.Enqueue(ctx, p, eopts...)
+}
+
 // EnqueueMany writes jobs in batches and returns once the brokers have all
 // of them. It checks every job before it writes any: a bad job's error names
 // its index and nothing is written. On a write error some jobs may have been

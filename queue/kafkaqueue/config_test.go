@@ -3,6 +3,7 @@ package kafkaqueue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/jobfence/jobfence/queue"
@@ -63,7 +64,8 @@ func TestConfigTopics(t *testing.T) {
 }
 
 func TestEnqueueErrors(t *testing.T) {
-	c := newCluster(t, 1, "jobs")
+	topic := uniqueName("jobs")
+	c := newCluster(t, 1, topic)
 	cl := newTestClient(t, c)
 	ctx := context.Background()
 	tests := []struct {
@@ -72,10 +74,10 @@ func TestEnqueueErrors(t *testing.T) {
 		want string
 		is   error
 	}{
-		{"no kind", queue.EnqueueParams{Queue: "jobs"}, "jobfence: invalid enqueue params: Kind is empty", nil},
-		{"bad priority", queue.EnqueueParams{Queue: "jobs", Kind: "k", Priority: 9}, "jobfence: invalid enqueue params: Priority must be between 1 and 4", nil},
-		{"bad args", queue.EnqueueParams{Queue: "jobs", Kind: "k", Args: []byte("{nope")}, "jobfence: invalid enqueue params: Args is not valid JSON", nil},
-		{"unique key", queue.EnqueueParams{Queue: "jobs", Kind: "k", UniqueKey: "u"}, ErrUniqueKeyUnsupported.Error(), ErrUniqueKeyUnsupported},
+		{"no kind", queue.EnqueueParams{Queue: topic}, "jobfence: invalid enqueue params: Kind is empty", nil},
+		{"bad priority", queue.EnqueueParams{Queue: topic, Kind: "k", Priority: 9}, "jobfence: invalid enqueue params: Priority must be between 1 and 4", nil},
+		{"bad args", queue.EnqueueParams{Queue: topic, Kind: "k", Args: []byte("{nope")}, "jobfence: invalid enqueue params: Args is not valid JSON", nil},
+		{"unique key", queue.EnqueueParams{Queue: topic, Kind: "k", UniqueKey: "u"}, ErrUniqueKeyUnsupported.Error(), ErrUniqueKeyUnsupported},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,8 +92,8 @@ func TestEnqueueErrors(t *testing.T) {
 	}
 	// A bad job in a batch names its index, and nothing of the batch is written.
 	err := cl.EnqueueMany(ctx, []EnqueueJob{
-		{Params: queue.EnqueueParams{Queue: "jobs", Kind: "k"}},
-		{Params: queue.EnqueueParams{Queue: "jobs"}},
+		{Params: queue.EnqueueParams{Queue: topic, Kind: "k"}},
+		{Params: queue.EnqueueParams{Queue: topic}},
 	})
 	if want := "kafkaqueue: job 1: jobfence: invalid enqueue params: Kind is empty"; err == nil || err.Error() != want {
 		t.Fatalf("EnqueueMany = %v, want %q", err, want)
@@ -100,7 +102,7 @@ func TestEnqueueErrors(t *testing.T) {
 	if !errors.As(err, &ipe) || ipe.Field != "Kind" {
 		t.Fatalf("EnqueueMany error is not the InvalidParamsError of Kind: %#v", err)
 	}
-	end, err := endOffsets(ctx, c.Brokers, "jobs", 1)
+	end, err := endOffsets(ctx, c.Brokers, topic, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,14 +112,15 @@ func TestEnqueueErrors(t *testing.T) {
 }
 
 func TestUnknownQueue(t *testing.T) {
-	c := newCluster(t, 1, "jobs")
-	b, err := NewBackend(c.config(uniqueName("g"), "jobs"))
+	topic := uniqueName("jobs")
+	c := newCluster(t, 1, topic)
+	b, err := NewBackend(c.config(uniqueName("g"), topic))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	ctx := context.Background()
-	want := `kafkaqueue: unknown queue: "other" is not in Config.Topics ["jobs"]`
+	want := fmt.Sprintf(`kafkaqueue: unknown queue: "other" is not in Config.Topics [%q]`, topic)
 	for _, q := range []string{"other"} {
 		if _, err := b.Claim(ctx, queue.ClaimParams{Queue: q, Limit: 1}); err == nil || err.Error() != want || !errors.Is(err, ErrUnknownQueue) {
 			t.Fatalf("Claim(%q) = %v, want %q", q, err, want)
@@ -127,15 +130,15 @@ func TestUnknownQueue(t *testing.T) {
 		}
 	}
 	// The retry topic is consumed for its queue, not claimed from by name.
-	if _, err := b.Claim(ctx, queue.ClaimParams{Queue: "jobs.retry", Limit: 1}); !errors.Is(err, ErrUnknownQueue) {
-		t.Fatalf("Claim(jobs.retry) = %v, want ErrUnknownQueue", err)
+	if _, err := b.Claim(ctx, queue.ClaimParams{Queue: topic + ".retry", Limit: 1}); !errors.Is(err, ErrUnknownQueue) {
+		t.Fatalf("Claim(%s.retry) = %v, want ErrUnknownQueue", topic, err)
 	}
 	if _, err := b.Finish(ctx, []queue.Finish{{Lease: queue.Lease{ID: 1, Fence: 1}, Outcome: 0}}); err == nil ||
 		err.Error() != "kafkaqueue: finish job 1: unknown outcome 0" {
 		t.Fatalf("Finish with outcome 0 = %v", err)
 	}
 	b.Close()
-	if _, err := b.Claim(ctx, queue.ClaimParams{Queue: "jobs", Limit: 1}); !errors.Is(err, queue.ErrClosed) {
+	if _, err := b.Claim(ctx, queue.ClaimParams{Queue: topic, Limit: 1}); !errors.Is(err, queue.ErrClosed) {
 		t.Fatalf("Claim after Close = %v, want ErrClosed", err)
 	}
 }
