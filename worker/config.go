@@ -27,7 +27,8 @@ type Config struct {
 	// JobTimeout bounds one attempt unless the kind's HandlerOptions say
 	// otherwise; negative means no timeout. Default: 1m.
 	JobTimeout time.Duration
-	// FetchLimit caps how many jobs one claim takes. Default: 200.
+	// FetchLimit caps how many jobs one claim takes; a claim never takes
+	// more than the free slots. Default: 1000.
 	FetchLimit int
 	// Fetchers is how many claim loops each queue runs side by side, so one
 	// claim's round trip overlaps another's. Default: 2.
@@ -80,7 +81,7 @@ func (c Config) withDefaults() Config {
 		c.JobTimeout = time.Minute
 	}
 	if c.FetchLimit <= 0 {
-		c.FetchLimit = 200
+		c.FetchLimit = 1000
 	}
 	if c.Fetchers <= 0 {
 		c.Fetchers = 2

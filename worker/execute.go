@@ -19,10 +19,7 @@ type PanicError struct {
 func (e *PanicError) Error() string { return fmt.Sprintf("jobfence: handler panicked: %v", e.Value) }
 
 // execute runs one claimed job and queues its outcome.
-func (w *Worker) execute(job *queue.Job, release func()) {
-	defer w.jobsWG.Done()
-	defer release()
-
+func (w *Worker) execute(job *queue.Job) {
 	h := w.reg.handlers[job.Kind]
 	if h == nil {
 		err := fmt.Errorf("%w %q: no handler registered in worker %s (it handles %v)", queue.ErrUnknownKind, job.Kind, w.cfg.ID, w.reg.Kinds())
@@ -35,7 +32,10 @@ func (w *Worker) execute(job *queue.Job, release func()) {
 	if timeout == 0 {
 		timeout = w.cfg.JobTimeout
 	}
-	ctx, cancel := context.WithCancelCause(w.handlerCtx)
+	// Not derived from a worker-wide context: thousands of handlers
+	// registering with one parent contend on its lock. Stop cancels them
+	// one by one through the in-flight map instead.
+	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	if timeout > 0 {
 		var cancelT context.CancelFunc
@@ -46,7 +46,11 @@ func (w *Worker) execute(job *queue.Job, release func()) {
 	if until.IsZero() {
 		until = time.Now().Add(w.cfg.Lease)
 	}
-	w.track(&running{lease: job.Lease(), cancel: cancel, leaseUntil: until})
+	if !w.track(&running{lease: job.Lease(), cancel: cancel, leaseUntil: until}) {
+		w.stats.snoozed.Add(1)
+		w.report(job, queue.OutcomeSnooze, time.Now(), nil, "")
+		return
+	}
 	defer w.untrack(job.ID)
 
 	var err error

@@ -26,13 +26,14 @@ type Worker struct {
 
 	finishCh chan queue.Finish
 
-	// fetchCancel stops the fetch loops; handlerCancel cancels every
-	// handler's context (Stop's deadline); bgCancel stops heartbeats,
+	// interrupted is set (under mu) when Stop's deadline passed: running
+	// handlers are cancelled and claimed jobs not yet started are put back.
+	interrupted bool
+
+	// fetchCancel stops the fetch loops; bgCancel stops heartbeats,
 	// maintenance and listeners once the handlers are done.
-	fetchCancel   context.CancelFunc
-	handlerCtx    context.Context
-	handlerCancel context.CancelCauseFunc
-	bgCancel      context.CancelFunc
+	fetchCancel context.CancelFunc
+	bgCancel    context.CancelFunc
 
 	fetchWG, jobsWG, finishWG, bgWG sync.WaitGroup
 }
@@ -99,7 +100,6 @@ func (w *Worker) Start(ctx context.Context) error {
 
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	w.bgCancel = bgCancel
-	w.handlerCtx, w.handlerCancel = context.WithCancelCause(context.Background())
 	fetchCtx, fetchCancel := context.WithCancel(context.Background())
 	w.fetchCancel = fetchCancel
 
@@ -130,12 +130,32 @@ func (w *Worker) Start(ctx context.Context) error {
 			}
 			wake = ch
 		}
+		// Long-lived runners, one per slot, keep their grown stacks: a
+		// goroutine per job would grow a fresh stack for every job.
 		slots := make(chan struct{}, n)
 		freed := make(chan struct{}, 1)
-		for range min(w.cfg.Fetchers, n) {
-			w.fetchWG.Add(1)
-			go w.fetchLoop(fetchCtx, q, slots, freed, wake)
+		jobs := make(chan *queue.Job, n)
+		release := func() {
+			<-slots
+			select {
+			case freed <- struct{}{}:
+			default:
+			}
 		}
+		for range n {
+			w.jobsWG.Add(1)
+			go w.runner(jobs, release)
+		}
+		var loops sync.WaitGroup
+		for range min(w.cfg.Fetchers, n) {
+			loops.Add(1)
+			w.fetchWG.Add(1)
+			go func() {
+				defer loops.Done()
+				w.fetchLoop(fetchCtx, q, slots, freed, jobs, wake)
+			}()
+		}
+		go func() { loops.Wait(); close(jobs) }()
 	}
 	w.log.Info("jobfence: worker started", "queues", w.cfg.Queues, "kinds", w.reg.Kinds())
 	return nil
@@ -165,7 +185,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		w.handlerCancel(ErrWorkerStopping)
+		w.mu.Lock()
+		w.interrupted = true
+		for _, r := range w.inflight {
+			r.cancel(ErrWorkerStopping)
+		}
+		w.mu.Unlock()
 		<-done
 		stopErr = fmt.Errorf("jobfence: worker stop: %w; running jobs were interrupted and put back", ctx.Err())
 	}
@@ -179,20 +204,13 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 // fetchLoop claims jobs of queue q while slots has room; the queue's
 // fetch loops share slots (its concurrency) and freed (a job ended).
-func (w *Worker) fetchLoop(ctx context.Context, q string, slots chan struct{}, freed chan struct{}, wake <-chan struct{}) {
+func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan struct{}, out chan<- *queue.Job, wake <-chan struct{}) {
 	defer w.fetchWG.Done()
 	n := cap(slots)
 	// Claiming a handful of jobs at a time wastes round trips when many
 	// slots turn over: wait until a useful batch of slots is free.
 	threshold := max(1, min(n, w.cfg.FetchLimit)/4)
 	backoff := 50 * time.Millisecond
-	release := func() {
-		<-slots
-		select {
-		case freed <- struct{}{}:
-		default:
-		}
-	}
 	for {
 		free := n - len(slots)
 		if free < threshold {
@@ -241,8 +259,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, slots chan struct{}, f
 		backoff = 50 * time.Millisecond
 		w.stats.claimed.Add(int64(len(jobs)))
 		for _, j := range jobs {
-			w.jobsWG.Add(1)
-			go w.execute(j, release)
+			out <- j // never blocks: a slot is reserved for each job
 		}
 		if len(jobs) == limit {
 			continue
@@ -256,10 +273,25 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, slots chan struct{}, f
 	}
 }
 
-func (w *Worker) track(r *running) {
+// runner executes jobs until jobs is closed.
+func (w *Worker) runner(jobs <-chan *queue.Job, release func()) {
+	defer w.jobsWG.Done()
+	for j := range jobs {
+		w.execute(j)
+		release()
+	}
+}
+
+// track registers a running job; it reports false once Stop's deadline has
+// passed, when the job must be put back instead of run.
+func (w *Worker) track(r *running) bool {
 	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.interrupted {
+		return false
+	}
 	w.inflight[r.lease.ID] = r
-	w.mu.Unlock()
+	return true
 }
 
 func (w *Worker) untrack(id int64) {
