@@ -44,10 +44,11 @@ type Backend struct {
 	timers    map[string]*wakeTimer
 	closed    bool
 
-	commitMu  sync.Mutex
-	cancel    context.CancelFunc
-	done      chan struct{}
-	closeOnce sync.Once
+	commitMu   sync.Mutex
+	commitKick chan struct{}
+	cancel     context.CancelFunc
+	done       chan struct{}
+	closeOnce  sync.Once
 }
 
 // generation is one consumer-group generation of this member.
@@ -73,15 +74,16 @@ func NewBackend(cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		queueOf:   make(map[string]string, 2*len(cfg.Topics)),
-		running:   make(map[int64]*entry),
-		rr:        make(map[string]int),
-		wakers:    make(map[string]map[chan struct{}]struct{}),
-		cancelled: make(map[chan int64]struct{}),
-		timers:    make(map[string]*wakeTimer),
-		done:      make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		queueOf:    make(map[string]string, 2*len(cfg.Topics)),
+		running:    make(map[int64]*entry),
+		rr:         make(map[string]int),
+		wakers:     make(map[string]map[chan struct{}]struct{}),
+		cancelled:  make(map[chan int64]struct{}),
+		timers:     make(map[string]*wakeTimer),
+		done:       make(chan struct{}),
+		commitKick: make(chan struct{}, 1),
 	}
 	topics := make([]string, 0, 2*len(cfg.Topics))
 	for _, t := range cfg.Topics {
@@ -250,18 +252,22 @@ func (b *Backend) current(e *entry, fence int64) bool {
 }
 
 // Finish applies outcomes of jobs whose generation is still current and
-// returns the others as stale. OutcomeComplete marks the message done and
-// commits the partition's offset up to the first unfinished message, so the
-// commit never passes a message whose effect is not done. OutcomeRetry runs
+// returns the others as stale. OutcomeComplete marks the message done, and
+// the partition's offset is committed up to the first unfinished message, so
+// a commit never passes a message whose effect is not done; the commit is
+// made at once in the background, or before Finish returns with
+// Config.SyncCommit. OutcomeRetry runs
 // the job again in place after f.At up to Config.InPlaceRetries times, then
 // writes it to the retry topic, and writes it to the dead-letter topic once
 // it has had MaxAttempts attempts. OutcomeDiscard and OutcomeCancel write it
 // to the dead-letter topic. OutcomeSnooze runs it again after f.At without
 // spending an attempt.
 //
-// A lease whose outcome was applied is still returned as stale when the
-// commit is refused because the generation ended meanwhile: the message will
-// be delivered again to the partition's next owner.
+// With Config.SyncCommit, a lease whose outcome was applied is still returned
+// as stale when the broker refuses the commit because the generation ended
+// meanwhile: the message will be delivered again to the partition's next
+// owner. Without it, a refused background commit ends the generation here
+// at once (its running jobs are cancelled and their Finish is stale).
 func (b *Backend) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, error) {
 	for _, f := range fs {
 		if f.Outcome < queue.OutcomeComplete || f.Outcome > queue.OutcomeCancel {
@@ -330,8 +336,18 @@ func (b *Backend) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease,
 	if g == nil {
 		return stale, nil
 	}
+	if !b.cfg.SyncCommit {
+		select {
+		case b.commitKick <- struct{}{}:
+		default:
+		}
+		return stale, nil
+	}
 	if err := b.commit(g); err != nil {
-		if b.ended(g) || isGenerationError(err) {
+		if isGenerationError(err) {
+			b.endGeneration(g, "commit refused")
+		}
+		if b.ended(g) {
 			return append(stale, applied...), nil
 		}
 		return stale, err
@@ -590,6 +606,10 @@ func (b *Backend) run(ctx context.Context) {
 	}
 }
 
+// commitLoop commits whenever a Finish asks (one commit in flight at a time,
+// each covering everything finished before it started) and every
+// CommitInterval. A commit the broker refuses because the generation ended
+// ends it here too.
 func (b *Backend) commitLoop(ctx context.Context) {
 	t := time.NewTicker(b.cfg.CommitInterval)
 	defer t.Stop()
@@ -598,14 +618,20 @@ func (b *Backend) commitLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-b.commitKick:
 		}
 		b.mu.Lock()
 		g := b.gen
 		b.mu.Unlock()
-		if g != nil {
-			if err := b.commit(g); err != nil {
-				b.log.Debug("kafkaqueue: background commit failed", "err", err)
+		if g == nil {
+			continue
+		}
+		if err := b.commit(g); err != nil {
+			if isGenerationError(err) {
+				b.endGeneration(g, "commit refused")
+				continue
 			}
+			b.log.Debug("kafkaqueue: background commit failed; retrying", "err", err)
 		}
 	}
 }
@@ -651,9 +677,31 @@ func (b *Backend) install(kg *kafka.Generation) {
 	})
 }
 
-// revoke ends g: its running jobs are lost and their IDs sent to Cancelled.
+// revoke ends g when kafka-go ends it: its running jobs are lost and their
+// IDs sent to Cancelled, and what is done is committed if the coordinator
+// still takes it.
 func (b *Backend) revoke(g *generation) {
+	n := b.endGeneration(g, "rebalance")
+	// A commit may still be accepted while the coordinator prepares the
+	// rebalance; it spares the next owner messages whose effect is done.
+	if err := b.commit(g); err != nil {
+		b.log.Debug("kafkaqueue: commit at revoke refused", "generation", g.id, "err", err)
+	}
+	b.log.Info("kafkaqueue: generation ended", "group", b.cfg.GroupID, "generation", g.id, "cancelled", n)
+}
+
+// endGeneration stops claiming from g and cancels its running jobs, at once
+// and once; its fetchers then return, which makes kafka-go leave g and
+// rejoin. It returns how many jobs it cancelled.
+func (b *Backend) endGeneration(g *generation, why string) int {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if g.ended {
+		return 0
+	}
+	if why != "rebalance" {
+		b.log.Warn("kafkaqueue: generation fenced out", "group", b.cfg.GroupID, "generation", g.id, "why", why)
+	}
 	g.ended = true
 	if b.gen == g {
 		b.gen = nil
@@ -676,13 +724,13 @@ func (b *Backend) revoke(g *generation) {
 	for q := range b.wakers {
 		b.notify(q)
 	}
-	b.mu.Unlock()
-	// A commit may still be accepted while the coordinator prepares the
-	// rebalance; it spares the next owner messages whose effect is done.
-	if err := b.commit(g); err != nil {
-		b.log.Debug("kafkaqueue: commit at revoke refused", "generation", g.id, "err", err)
+	for _, p := range g.parts {
+		select {
+		case p.space <- struct{}{}:
+		default:
+		}
 	}
-	b.log.Info("kafkaqueue: generation ended", "group", b.cfg.GroupID, "generation", g.id, "cancelled", len(ids))
+	return len(ids)
 }
 
 // fetch reads one partition into its buffer until the generation ends.
@@ -706,7 +754,11 @@ func (b *Backend) fetch(ctx context.Context, p *partition) {
 	for {
 		b.mu.Lock()
 		full := len(p.entries) >= b.cfg.MaxBufferedPerPartition
+		ended := p.gen.ended
 		b.mu.Unlock()
+		if ended {
+			return
+		}
 		if full {
 			select {
 			case <-ctx.Done():

@@ -79,10 +79,18 @@ type Config struct {
 	// StartOffset is where a partition without a committed offset starts:
 	// kafka.FirstOffset (the default) or kafka.LastOffset.
 	StartOffset int64
-	// CommitInterval is how often committed offsets are brought up to date
-	// in the background, in addition to the commit made by every Finish that
-	// advances a partition. Default 1s.
+	// CommitInterval is how often offsets are committed when no Finish asks
+	// for it, retrying a commit that failed. Default 1s.
 	CommitInterval time.Duration
+	// SyncCommit makes Finish wait until the offsets it advanced are
+	// committed, and report its leases stale when the broker refuses the
+	// commit because the generation ended. By default Finish returns once
+	// the outcome is applied locally and a background committer commits at
+	// once (one commit in flight, covering everything finished before it);
+	// a refused commit then ends the generation locally, cancelling its
+	// running jobs. Either way an offset is committed only after the effects
+	// of the messages before it are done.
+	SyncCommit bool
 	// MaxWait bounds how long one fetch waits for new messages. Default
 	// 500ms.
 	MaxWait time.Duration
