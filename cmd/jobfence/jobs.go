@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+)
+
+func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("jobs", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dbURL := databaseURLFlag(fs)
+	q := fs.String("queue", "", "list: only this queue")
+	kind := fs.String("kind", "", "list: only this kind")
+	state := fs.String("state", "", "list: only this state (available, scheduled, running, retryable, completed, discarded, cancelled)")
+	limit := fs.Int("limit", 50, "list: at most this many jobs, newest first")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: jobfence jobs [flags] list | show ID | retry ID | cancel ID")
+		fs.PrintDefaults()
+	}
+	// Flags may come before or after the action.
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rest := fs.Args()
+	if len(rest) > 0 {
+		if err := fs.Parse(rest[1:]); err != nil {
+			return err
+		}
+		rest = append(rest[:1], fs.Args()...)
+	}
+	if *dbURL == "" {
+		return errors.New("no database: pass --database-url or set DATABASE_URL")
+	}
+	if len(rest) == 0 {
+		fs.Usage()
+		return errors.New("want one of list, show, retry, cancel")
+	}
+	pool, err := pgxpool.New(ctx, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	c := pgqueue.New(pool, pgqueue.Config{})
+
+	action := rest[0]
+	if action == "list" {
+		jobs, err := c.List(ctx, pgqueue.ListParams{Queue: *q, Kind: *kind, State: queue.State(*state), Limit: *limit})
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tATTEMPT\tFENCE\tSCHEDULED\tLAST ERROR")
+		for _, j := range jobs {
+			last := "-"
+			if n := len(j.Errors); n > 0 {
+				last = oneLine(j.Errors[n-1].Error, 60)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\n", j.ID, j.Queue, j.Kind, j.State,
+				j.Attempt, j.MaxAttempts, j.Fence, j.ScheduledAt.UTC().Format(time.DateTime), last)
+		}
+		return tw.Flush()
+	}
+	if len(rest) != 2 {
+		return fmt.Errorf("jobs %s wants exactly one job ID", action)
+	}
+	id, err := strconv.ParseInt(rest[1], 10, 64)
+	if err != nil {
+		return fmt.Errorf("job ID %q is not a number", rest[1])
+	}
+	switch action {
+	case "show":
+		j, err := c.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "job %d\n  queue %s, kind %s, priority %d\n  state %s, attempt %d of %d, fence %d\n",
+			j.ID, j.Queue, j.Kind, j.Priority, j.State, j.Attempt, j.MaxAttempts, j.Fence)
+		fmt.Fprintf(stdout, "  created %s, scheduled %s\n", j.CreatedAt.UTC().Format(time.RFC3339), j.ScheduledAt.UTC().Format(time.RFC3339))
+		if j.UniqueKey != "" {
+			fmt.Fprintf(stdout, "  unique key %s\n", j.UniqueKey)
+		}
+		fmt.Fprintf(stdout, "  args %s\n  attempted by %v\n", j.EncodedArgs, j.AttemptedBy)
+		for _, e := range j.Errors {
+			fmt.Fprintf(stdout, "  attempt %d at %s: %s\n", e.Attempt, e.At.UTC().Format(time.RFC3339), e.Error)
+		}
+		return nil
+	case "retry":
+		if err := c.Retry(ctx, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "job %d will run again now\n", id)
+		return nil
+	case "cancel":
+		if err := c.Cancel(ctx, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "job %d cancelled\n", id)
+		return nil
+	}
+	return fmt.Errorf("unknown jobs action %q: want list, show, retry or cancel", action)
+}
+
+func oneLine(s string, n int) string {
+	out := make([]rune, 0, n)
+	for _, r := range s {
+		if r == '\n' || r == '\t' {
+			r = ' '
+		}
+		if len(out) == n {
+			return string(out) + "…"
+		}
+		out = append(out, r)
+	}
+	return string(out)
+}

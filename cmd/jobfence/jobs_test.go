@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+)
+
+func TestJobsCommand(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := pgqueue.New(db.Pool, pgqueue.Config{})
+	res, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "invoice", Args: []byte(`{"id":7}`), Queue: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprint(res.ID)
+	jobfence := func(args ...string) (string, string, int) {
+		var out, errb bytes.Buffer
+		code := run(ctx, append([]string{"jobs", "--database-url", db.URL}, args...), &out, &errb)
+		return out.String(), errb.String(), code
+	}
+	steps := []struct {
+		args     []string
+		wantCode int
+		want     string
+	}{
+		{[]string{"list"}, 0, "billing  invoice  available"},
+		{[]string{"list", "--state", "completed"}, 0, "ID  QUEUE"},
+		{[]string{"show", id}, 0, `args {"id": 7}`},
+		{[]string{"cancel", id}, 0, "job " + id + " cancelled"},
+		{[]string{"cancel", id}, 1, "it is already cancelled"},
+		{[]string{"show", id}, 0, "attempt 0 at"},
+		{[]string{"retry", id}, 0, "will run again now"},
+		{[]string{"show", "999999"}, 1, "jobfence: job not found"},
+		{[]string{"show", "x"}, 1, `job ID "x" is not a number`},
+		{[]string{"frobnicate", id}, 1, `unknown jobs action "frobnicate"`},
+	}
+	for _, s := range steps {
+		out, errOut, code := jobfence(s.args...)
+		if code != s.wantCode || !strings.Contains(out+errOut, s.want) {
+			t.Fatalf("jobfence jobs %v: exit %d, out %q, err %q; want exit %d containing %q", s.args, code, out, errOut, s.wantCode, s.want)
+		}
+	}
+	j, err := c.Get(ctx, res.ID)
+	if err != nil || j.State != queue.StateAvailable || j.ScheduledAt.After(time.Now()) {
+		t.Fatalf("after retry: %+v %v", j, err)
+	}
+}
