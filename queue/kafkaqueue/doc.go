@@ -29,10 +29,15 @@
 // # Offsets
 //
 // A partition's offset is committed only up to its first unfinished message,
-// after the effects of all earlier messages are done (Finish commits before
-// it returns). Delivery is therefore at least once: a message whose effect
-// was done but whose offset was not committed when its partition moved runs
-// again; the idempotency key absorbs it.
+// after the effects of all earlier messages are done. Finish hands the commit
+// to a background committer that commits at once (Config.SyncCommit makes
+// Finish wait for it instead, and report the leases stale if the broker
+// refuses it). A commit refused because the generation ended stops this
+// member from claiming under it at once. Delivery is therefore at least
+// once: a message whose effect was done but whose offset was not committed
+// when its partition moved runs again, under a higher fence, with the same
+// idempotency key, which absorbs it. Such a run is not counted as an
+// attempt: attempts are counted by the failures reported for a message.
 //
 // # Order
 //
