@@ -1,0 +1,164 @@
+// Command service is jobfence embedded in a web service: a signup handler
+// creates the user and enqueues the welcome email in one transaction, a
+// worker in the same process sends the emails, and SIGTERM drains both the
+// HTTP server and the worker without losing a job.
+//
+//	go run ./examples/service          # serves, signs up three users, then stops itself with SIGTERM
+//	go run ./examples/service -serve   # serves until you press Ctrl-C
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobfence/jobfence/internal/devenv"
+	"github.com/jobfence/jobfence/migrations"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+	"github.com/jobfence/jobfence/worker"
+)
+
+// WelcomeEmail is the job's typed arguments.
+type WelcomeEmail struct {
+	UserID int64  `json:"user_id"`
+	Email  string `json:"email"`
+}
+
+// Kind names the job's handler.
+func (WelcomeEmail) Kind() string { return "welcome_email" }
+
+func main() {
+	serve := flag.Bool("serve", false, "serve until interrupted instead of running the self-check")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *serve); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context, serve bool) error {
+	env, err := devenv.Start(ctx, devenv.Options{Postgres: true}) // or your DATABASE_URL
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	if err := migrations.Up(ctx, env.DatabaseURL); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, env.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `
+		CREATE TABLE IF NOT EXISTS users (id bigserial PRIMARY KEY, email text UNIQUE NOT NULL);
+		CREATE TABLE IF NOT EXISTS sent_emails (user_id bigint PRIMARY KEY, fence bigint NOT NULL)`); err != nil {
+		return err
+	}
+	jobs := pgqueue.New(pool, pgqueue.Config{})
+
+	// The worker: a transactional handler, so recording the email and
+	// completing the job commit together, under the job's fence.
+	reg := worker.NewRegistry()
+	worker.AddTx(reg, func(ctx context.Context, tx pgx.Tx, job *worker.Job[WelcomeEmail]) error {
+		// A real service calls its mail provider here, passing
+		// job.IdempotencyKey() so a retried attempt cannot send twice.
+		_, err := tx.Exec(ctx, `INSERT INTO sent_emails (user_id, fence) VALUES ($1, $2)`, job.Args.UserID, job.Fence)
+		return err
+	})
+	w, err := worker.New(jobs, reg, worker.Config{Queues: map[string]int{"default": 10}, Logger: slog.Default()})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+
+	// The HTTP side: the user and their job exist together or not at all.
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /signup", func(rw http.ResponseWriter, r *http.Request) {
+		email := r.FormValue("email")
+		err := pgx.BeginFunc(r.Context(), pool, func(tx pgx.Tx) error {
+			var id int64
+			if err := tx.QueryRow(r.Context(), `INSERT INTO users (email) VALUES ($1) RETURNING id`, email).Scan(&id); err != nil {
+				return err
+			}
+			_, err := jobs.InsertTx(r.Context(), tx, WelcomeEmail{UserID: id, Email: email}, nil)
+			return err
+		})
+		if err != nil {
+			http.Error(rw, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		rw.WriteHeader(http.StatusCreated)
+		json.NewEncoder(rw).Encode(map[string]string{"email": email})
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	fmt.Println("listening on http://" + ln.Addr().String())
+
+	if !serve {
+		go selfCheck(ctx, "http://"+ln.Addr().String(), pool)
+	}
+	<-ctx.Done() // SIGTERM or Ctrl-C
+
+	// Graceful shutdown: stop taking requests, then let running jobs finish
+	// (those still running after 25s are put back for another instance).
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return err
+	}
+	if err := w.Stop(shutdownCtx); err != nil {
+		return err
+	}
+	var users, sent int
+	pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM users), (SELECT count(*) FROM sent_emails)`).Scan(&users, &sent)
+	fmt.Printf("stopped cleanly: %d users, %d welcome emails\n", users, sent)
+	if users != sent {
+		return errors.New("an email is missing")
+	}
+	return nil
+}
+
+// selfCheck signs up three users, waits for their emails, then sends this
+// process SIGTERM, as an orchestrator would.
+func selfCheck(ctx context.Context, base string, pool *pgxpool.Pool) {
+	for _, e := range []string{"ada@example.com", "grace@example.com", "edsger@example.com"} {
+		resp, err := http.Post(base+"/signup", "application/x-www-form-urlencoded", strings.NewReader("email="+e))
+		if err != nil {
+			log.Fatal(err)
+		}
+		resp.Body.Close()
+		fmt.Println("POST /signup", e, "->", resp.Status)
+	}
+	for ctx.Err() == nil {
+		var sent int
+		pool.QueryRow(ctx, `SELECT count(*) FROM sent_emails`).Scan(&sent)
+		if sent == 3 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	fmt.Println("all welcome emails sent; sending SIGTERM to myself")
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+}
