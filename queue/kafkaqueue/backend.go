@@ -65,12 +65,20 @@ type wakeTimer struct {
 	at time.Time
 }
 
-// NewBackend joins the consumer group cfg.GroupID on cfg.Topics and their
-// retry topics. It returns at once; partitions are fetched once the group
-// assigns them. Close leaves the group.
+// NewBackend checks that cfg.Topics and their retry and dead-letter topics
+// exist (ErrMissingTopic otherwise) and joins the consumer group cfg.GroupID
+// on the topics and their retry topics. It returns without waiting for the
+// group: partitions are fetched once the group assigns them. Close leaves the
+// group.
 func NewBackend(cfg Config) (*Backend, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validateBackend(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err := checkTopics(ctx, cfg)
+	cancel()
+	if err != nil {
 		return nil, err
 	}
 	b := &Backend{
@@ -108,9 +116,9 @@ func NewBackend(cfg Config) (*Backend, error) {
 	}
 	b.group = group
 	b.writer = newWriter(cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	b.cancel = cancel
-	go b.run(ctx)
+	runCtx, stop := context.WithCancel(context.Background())
+	b.cancel = stop
+	go b.run(runCtx)
 	return b, nil
 }
 
@@ -599,7 +607,11 @@ func (b *Backend) run(ctx context.Context) {
 			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
 				return
 			}
-			b.log.Debug("kafkaqueue: joining the group failed; retrying", "group", b.cfg.GroupID, "err", err)
+			level := slog.LevelWarn
+			if errors.Is(err, kafka.RebalanceInProgress) {
+				level = slog.LevelDebug // the usual answer while the group forms
+			}
+			b.log.Log(ctx, level, "kafkaqueue: joining the group failed; retrying", "group", b.cfg.GroupID, "err", err)
 			continue
 		}
 		b.install(kg)

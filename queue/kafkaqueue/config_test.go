@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/jobfence/jobfence/queue"
 )
@@ -140,5 +143,26 @@ func TestUnknownQueue(t *testing.T) {
 	b.Close()
 	if _, err := b.Claim(ctx, queue.ClaimParams{Queue: topic, Limit: 1}); !errors.Is(err, queue.ErrClosed) {
 		t.Fatalf("Claim after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestMissingTopics(t *testing.T) {
+	if os.Getenv("KAFKA_BROKERS") != "" {
+		t.Skip("a real broker may create topics on demand; this test runs on an in-process broker that does not")
+	}
+	topic := uniqueName("jobs")
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic, topic+".retry"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b, err := NewBackend(Config{Brokers: c.ListenAddrs(), GroupID: "g", Topics: []string{topic}, Logger: quietLogger()})
+	if err == nil {
+		b.Close()
+		t.Fatal("NewBackend accepted a queue without a dead-letter topic")
+	}
+	want := fmt.Sprintf(`kafkaqueue: topic does not exist: "%s.dlq" (every queue T needs T, T.retry and T.dlq)`, topic)
+	if err.Error() != want || !errors.Is(err, ErrMissingTopic) {
+		t.Fatalf("NewBackend = %v, want %q", err, want)
 	}
 }
