@@ -59,9 +59,10 @@ type Config struct {
 	// RetryDelay is the least time a job waits in the retry topic. Default 5s.
 	RetryDelay time.Duration
 
-	// Dialer opens every connection (consumer group, fetches, produces); set
-	// its TLS and SASLMechanism for a secured cluster. Default: a plain TCP
-	// dialer.
+	// Dialer opens every connection (consumer group, fetches, metadata,
+	// produces); set its TLS and SASLMechanism for a secured cluster. The
+	// producer's kafka.Transport takes its TLS, SASLMechanism, ClientID,
+	// DialFunc and Timeout. Default: a plain TCP dialer.
 	Dialer *kafka.Dialer
 	// HeartbeatInterval is how often the member heartbeats to the group
 	// coordinator, which is also how soon it learns of a rebalance and

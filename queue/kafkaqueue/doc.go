@@ -47,7 +47,11 @@
 // (up to Config.InPlaceRetries times, after the backoff the worker asks for)
 // and holds back the later jobs of its key, so in-place retries keep the
 // order. Once a job moves to the retry topic its key's later jobs run ahead
-// of it: from then on the order of that key is not kept.
+// of it: from then on the order of that key is not kept. Across a rebalance
+// the new owner starts at the first uncommitted message; a revoked member
+// whose handler ignores its cancelled context may still be running a job of
+// the same key at that moment, which its fence makes harmless but not
+// ordered.
 //
 // # Retries and dead letters
 //
