@@ -2,7 +2,6 @@ package devenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -121,6 +120,3 @@ func (e *Env) Close() error {
 	e.stops = nil
 	return nil
 }
-
-// ErrNoService is returned by a caller that needs a service the Env lacks.
-var ErrNoService = errors.New("devenv: service not started")

@@ -59,7 +59,7 @@ UPDATE jobfence_jobs
 SET state = 'cancelled', finalized_at = now(), lease_expires_at = NULL,
     errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', now(), 'error', 'cancelled by request'))
 WHERE id = $1 AND state NOT IN ('completed', 'discarded', 'cancelled')
-RETURNING (SELECT state FROM jobfence_jobs WHERE id = $1)`
+RETURNING id`
 
 // Cancel cancels a job that has not finished. A running job's worker is
 // told at once (NOTIFY) and cancels the handler's context; whatever that
@@ -71,8 +71,7 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 		return fmt.Errorf("pgqueue: cancel job %d: %w", id, err)
 	}
 	defer tx.Rollback(ctx)
-	var prev string
-	err = tx.QueryRow(ctx, cancelSQL, id).Scan(&prev)
+	err = tx.QueryRow(ctx, cancelSQL, id).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		j, gerr := c.Get(ctx, id)
 		if gerr != nil {

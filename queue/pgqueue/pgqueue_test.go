@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,7 +46,7 @@ func TestEnqueueValidation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := c.Enqueue(context.Background(), tt.p)
-			if err == nil || !contains(err.Error(), tt.want) {
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want it to contain %q", err, tt.want)
 			}
 		})
@@ -59,16 +60,6 @@ func TestEnqueueValidation(t *testing.T) {
 	}
 }
 
-func contains(s, sub string) bool {
-	return len(sub) == 0 || (len(s) >= len(sub) && (func() bool {
-		for i := 0; i+len(sub) <= len(s); i++ {
-			if s[i:i+len(sub)] == sub {
-				return true
-			}
-		}
-		return false
-	})())
-}
 
 type emailArgs struct {
 	To string `json:"to"`
@@ -353,7 +344,7 @@ func TestCancelRetryPrune(t *testing.T) {
 	if err := c.Complete(ctx, j.Lease()); !errors.Is(err, queue.ErrStaleFence) {
 		t.Fatalf("complete after cancel = %v, want stale", err)
 	}
-	if err := c.Cancel(ctx, res.ID); err == nil || !contains(err.Error(), "already cancelled") {
+	if err := c.Cancel(ctx, res.ID); err == nil || !strings.Contains(err.Error(), "already cancelled") {
 		t.Fatalf("second cancel = %v", err)
 	}
 	if err := c.Retry(ctx, res.ID); err != nil {
