@@ -238,7 +238,7 @@ func (b *Backend) job(e *entry, p queue.ClaimParams, now time.Time) *queue.Job {
 		ScheduledAt: scheduled,
 		CreatedAt:   e.msg.Time,
 		AttemptedAt: now,
-		Key:         e.origin().Key(),
+		Key:         e.key(),
 	}
 	if p.Lease > 0 {
 		j.LeaseExpiresAt = now.Add(p.Lease)
@@ -538,6 +538,9 @@ func (b *Backend) Cancelled(ctx context.Context) (<-chan int64, error) {
 // notify wakes the waiters of queue q. Callers hold b.mu.
 func (b *Backend) notify(q string) {
 	for ch := range b.wakers[q] {
+		if len(ch) > 0 {
+			continue // a wake-up is already pending
+		}
 		select {
 		case ch <- struct{}{}:
 		default:

@@ -1,6 +1,7 @@
 package kafkaqueue
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -37,6 +38,14 @@ func (e *entry) origin() Origin {
 	return Origin{Topic: e.msg.Topic, Partition: e.msg.Partition, Offset: e.msg.Offset}
 }
 
+// key returns the job's idempotency key, Origin.Key of its origin.
+func (e *entry) key() string {
+	if e.meta.hasOrigin {
+		return e.meta.origin.Key()
+	}
+	return e.part.keyPrefix + strconv.FormatInt(e.msg.Offset, 10)
+}
+
 // partition is one assigned partition within one generation. All fields are
 // guarded by Backend.mu.
 type partition struct {
@@ -51,13 +60,15 @@ type partition struct {
 	next      int64 // offset after the last fetched message; -1 before the first
 	committed int64 // last committed offset; -1 before the first commit
 	space     chan struct{}
+	keyPrefix string // "kafka:<topic>:<partition>:"
 }
 
 func newPartition(g *generation, topic, queue string, a kafka.PartitionAssignment) *partition {
 	return &partition{
 		gen: g, topic: topic, queue: queue, id: a.ID, start: a.Offset,
 		keys: make(map[string][]*entry), next: -1, committed: -1,
-		space: make(chan struct{}, 1),
+		space:     make(chan struct{}, 1),
+		keyPrefix: "kafka:" + topic + ":" + strconv.Itoa(a.ID) + ":",
 	}
 }
 
