@@ -43,7 +43,7 @@ func TestDemo(t *testing.T) {
 	if strings.Contains(out.String(), "FAIL") {
 		t.Fatal("the output says FAIL")
 	}
-	for _, want := range []string{"SIGSTOP", "SIGKILL", "SIGCONT", "stale completion 1"} {
+	for _, want := range []string{"SIGSTOP", "SIGKILL", "SIGCONT", "committed 0"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the progress lines do not mention %q", want)
 		}
