@@ -264,12 +264,11 @@ func (b *Backend) current(e *entry, fence int64) bool {
 // the partition's offset is committed up to the first unfinished message, so
 // a commit never passes a message whose effect is not done; the commit is
 // made at once in the background, or before Finish returns with
-// Config.SyncCommit. OutcomeRetry runs
-// the job again in place after f.At up to Config.InPlaceRetries times, then
-// writes it to the retry topic, and writes it to the dead-letter topic once
-// it has had MaxAttempts attempts. OutcomeDiscard and OutcomeCancel write it
-// to the dead-letter topic. OutcomeSnooze runs it again after f.At without
-// spending an attempt.
+// Config.SyncCommit. OutcomeRetry runs the job again in place after f.At up
+// to Config.InPlaceRetries times, then writes it to the retry topic, and
+// writes it to the dead-letter topic once it has had MaxAttempts attempts.
+// OutcomeDiscard and OutcomeCancel write it to the dead-letter topic.
+// OutcomeSnooze runs it again after f.At without spending an attempt.
 //
 // With Config.SyncCommit, a lease whose outcome was applied is still returned
 // as stale when the broker refuses the commit because the generation ended
@@ -400,8 +399,15 @@ func (b *Backend) handOff(ctx context.Context, out []kafka.Message, es []*entry)
 	}
 }
 
+// forwardHeaders are the headers of a job's retry or dead-letter message.
+// Only the last error keeps its stack trace, so the headers stay small.
 func (b *Backend) forwardHeaders(e *entry, attempt int) []kafka.Header {
-	errs, _ := jsonMarshal(e.errs)
+	kept := make([]queue.AttemptError, len(e.errs))
+	copy(kept, e.errs)
+	for i := 0; i < len(kept)-1; i++ {
+		kept[i].Trace = ""
+	}
+	errs, _ := jsonMarshal(kept)
 	last := ""
 	if len(e.errs) > 0 {
 		last = e.errs[len(e.errs)-1].Error
