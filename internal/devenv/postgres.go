@@ -100,20 +100,26 @@ func (p *Postgres) run(ctx context.Context, name string, args ...string) ([]byte
 	return cmd.CombinedOutput()
 }
 
-// Stop stops the server and removes its directory.
+// Stop stops the server at once and removes its directory.
 func (p *Postgres) Stop() error {
-	err := p.Halt()
+	err := p.stop("immediate")
 	os.RemoveAll(p.Dir)
 	return err
 }
 
-// Halt stops the server but keeps its data, so Resume can start it again
-// on the same port: a database that is down for a while.
+// Halt shuts the server down cleanly but keeps its data, so Resume can
+// start it again on the same port: a database that is down for a while.
+// (A clean shutdown matters: with synchronous_commit off, an immediate one
+// can lose the last commits.)
 func (p *Postgres) Halt() error {
+	return p.stop("fast")
+}
+
+func (p *Postgres) stop(mode string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	data := filepath.Join(p.Dir, "data")
-	out, err := p.run(ctx, "pg_ctl", "-D", data, "-m", "immediate", "-w", "stop")
+	out, err := p.run(ctx, "pg_ctl", "-D", data, "-m", mode, "-w", "stop")
 	// The postmaster can linger as a zombie here; wait for its pid file instead.
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
