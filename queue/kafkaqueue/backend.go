@@ -2,10 +2,12 @@ package kafkaqueue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -407,15 +409,15 @@ func (b *Backend) forwardHeaders(e *entry, attempt int) []kafka.Header {
 	for i := 0; i < len(kept)-1; i++ {
 		kept[i].Trace = ""
 	}
-	errs, _ := jsonMarshal(kept)
+	errs, _ := json.Marshal(kept)
 	last := ""
 	if len(e.errs) > 0 {
 		last = e.errs[len(e.errs)-1].Error
 	}
 	return []kafka.Header{
 		header(HeaderKind, e.meta.kind),
-		header(HeaderMaxAttempts, itoa(e.meta.maxAttempts)),
-		header(HeaderAttempt, itoa(attempt)),
+		header(HeaderMaxAttempts, strconv.Itoa(e.meta.maxAttempts)),
+		header(HeaderAttempt, strconv.Itoa(attempt)),
 		header(HeaderOrigin, e.origin().String()),
 		header(HeaderQueue, e.part.queue),
 		header(HeaderError, last),
