@@ -15,22 +15,11 @@ import (
 // and finishes it.
 func demoKilled(ctx context.Context, d *demo, p progress) (outcome, error) {
 	var o outcome
-	c, id, err := shipOne(ctx, d, "killed", 5)
-	if err != nil {
-		return o, err
-	}
-	ch, err := startChild(ctx, d, "killed")
+	c, id, ch, fence, err := shipInChild(ctx, d, "killed", 5)
 	if err != nil {
 		return o, err
 	}
 	defer ch.kill()
-	jobID, fence, err := ch.started(ctx)
-	if err != nil {
-		return o, err
-	}
-	if jobID != id {
-		return o, fmt.Errorf("worker process claimed job %d, want %d", jobID, id)
-	}
 	if err := ch.cmd.Process.Kill(); err != nil {
 		return o, err
 	}

@@ -57,6 +57,29 @@ func rescuers(ctx context.Context, d *demo, q string, n int) (ws []*worker.Worke
 	return ws, sync.OnceFunc(stop), nil
 }
 
+// shipInChild enqueues one shipment job on queue q and starts a worker
+// process (mode q) that claims it; it returns once the child has claimed
+// the job, with the claim's fence.
+func shipInChild(ctx context.Context, d *demo, q string, order int) (*pgqueue.Client, int64, *child, int64, error) {
+	c, id, err := shipOne(ctx, d, q, order)
+	if err != nil {
+		return nil, 0, nil, 0, err
+	}
+	ch, err := startChild(ctx, d, q)
+	if err != nil {
+		return nil, 0, nil, 0, err
+	}
+	jobID, fence, err := ch.started(ctx)
+	if err == nil && jobID != id {
+		err = fmt.Errorf("worker process claimed job %d, want %d", jobID, id)
+	}
+	if err != nil {
+		ch.kill()
+		return nil, 0, nil, 0, err
+	}
+	return c, id, ch, fence, nil
+}
+
 // shipOne enqueues one shipment job on q and returns the client and its ID.
 func shipOne(ctx context.Context, d *demo, q string, order int) (*pgqueue.Client, int64, error) {
 	if _, err := d.pool.Exec(ctx, createShipmentsSQL); err != nil {
@@ -87,22 +110,11 @@ func waitCompleted(ctx context.Context, c *pgqueue.Client, id int64) (*queue.Job
 // rejects its transaction and the order ships once.
 func demoPaused(ctx context.Context, d *demo, p progress) (outcome, error) {
 	var o outcome
-	c, id, err := shipOne(ctx, d, "paused", 4)
-	if err != nil {
-		return o, err
-	}
-	ch, err := startChild(ctx, d, "paused")
+	c, id, ch, fence, err := shipInChild(ctx, d, "paused", 4)
 	if err != nil {
 		return o, err
 	}
 	defer ch.kill()
-	jobID, fence, err := ch.started(ctx)
-	if err != nil {
-		return o, err
-	}
-	if jobID != id {
-		return o, fmt.Errorf("worker process claimed job %d, want %d", jobID, id)
-	}
 	if err := ch.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		return o, err
 	}
