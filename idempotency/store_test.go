@@ -167,11 +167,11 @@ func TestDoInProgress(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Do(ctx, "k", "fp", nil)
+	_, err = s.Do(ctx, "k", "fp", nil)
 	if err == nil || err.Error() != "jobfence: idempotency: Do: fn is nil" {
 		t.Fatalf("nil fn: %v", err)
 	}
-	got, err = s.Do(ctx, "k", "fp", func(context.Context) ([]byte, error) { return nil, errors.New("ran again") })
+	got, err := s.Do(ctx, "k", "fp", func(context.Context) ([]byte, error) { return nil, errors.New("ran again") })
 	if err != nil || string(got) != "first" {
 		t.Fatalf("after completion: %q, %v", got, err)
 	}

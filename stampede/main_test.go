@@ -55,16 +55,6 @@ func newGuard[V any](t testing.TB, client redis.UniversalClient, prefix string, 
 	return g
 }
 
-// constant returns a compute that counts its calls and returns v.
-func constant[V any](v V, calls *int64, mu *sync.Mutex) func(context.Context) (V, error) {
-	return func(context.Context) (V, error) {
-		mu.Lock()
-		*calls++
-		mu.Unlock()
-		return v, nil
-	}
-}
-
 // until polls cond every 10ms until it holds or the test's patience (one
 // minute) runs out.
 func until(t testing.TB, what string, cond func() bool) {

@@ -57,67 +57,67 @@ func (w *Worker) execute(job *queue.Job) {
 	var stack string
 	if h.runTx != nil {
 		var done bool
-		done, err, stack = w.runTx(ctx, h, job)
+		done, stack, err = w.runTx(ctx, h, job)
 		if done {
 			return
 		}
 	} else {
-		err, stack = w.call(ctx, h, job)
+		stack, err = w.call(ctx, h, job)
 	}
 	w.outcome(ctx, job, err, stack)
 }
 
 // call runs a plain handler under the middleware, recovering a panic.
-func (w *Worker) call(ctx context.Context, h *handler, job *queue.Job) (err error, stack string) {
+func (w *Worker) call(ctx context.Context, h *handler, job *queue.Job) (stack string, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			pe := &PanicError{Value: v, Stack: string(debug.Stack())}
-			err, stack = pe, pe.Stack
+			stack, err = pe.Stack, pe
 		}
 	}()
 	fn := h.run
 	for i := len(w.cfg.Middleware) - 1; i >= 0; i-- {
 		fn = w.cfg.Middleware[i](fn)
 	}
-	return fn(ctx, job), ""
+	return "", fn(ctx, job)
 }
 
 // runTx runs a transactional handler and, if it succeeds, completes the job
 // under its fence in the same transaction. done reports that the outcome is
 // settled (committed, or stale and rolled back) and nothing more is to be
 // reported.
-func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job) (done bool, err error, stack string) {
+func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job) (done bool, stack string, err error) {
 	txb := w.backend.(TxBackend)
 	tx, err := txb.Begin(ctx)
 	if err != nil {
-		return false, err, ""
+		return false, "", err
 	}
 	defer tx.Rollback(context.Background())
 	func() {
 		defer func() {
 			if v := recover(); v != nil {
 				pe := &PanicError{Value: v, Stack: string(debug.Stack())}
-				err, stack = pe, pe.Stack
+				stack, err = pe.Stack, pe
 			}
 		}()
 		err = h.runTx(ctx, tx, job)
 	}()
 	if err != nil {
-		return false, err, stack
+		return false, stack, err
 	}
 	if err := txb.CompleteTx(ctx, tx, job.Lease()); err != nil {
 		if errors.Is(err, queue.ErrStaleFence) {
 			w.stats.stale.Add(1)
 			w.log.Warn("jobfence: job was lost before its transaction committed; rolled back", "job", job.ID, "fence", job.Fence)
-			return true, nil, ""
+			return true, "", nil
 		}
-		return false, err, ""
+		return false, "", err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return false, fmt.Errorf("jobfence: commit: %w", err), ""
+		return false, "", fmt.Errorf("jobfence: commit: %w", err)
 	}
 	w.stats.completed.Add(1)
-	return true, nil, ""
+	return true, "", nil
 }
 
 // outcome maps a handler's result to the outcome to report.

@@ -60,7 +60,6 @@ func TestEnqueueValidation(t *testing.T) {
 	}
 }
 
-
 type emailArgs struct {
 	To string `json:"to"`
 }
