@@ -6,7 +6,8 @@ import (
 	"embed"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/stdlib"
+	// pgx's database/sql driver, registered as "pgx".
+	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
 )
@@ -115,6 +116,3 @@ func Version(ctx context.Context, databaseURL string) (int64, error) {
 	}
 	return v, nil
 }
-
-// The pgx stdlib driver registers itself as "pgx" on import.
-var _ = stdlib.GetDefaultDriver

@@ -140,16 +140,22 @@ func TestFourWorkersExactlyOnce(t *testing.T) {
 	if rows != total || distinct != total {
 		t.Fatalf("effects: %d rows, %d distinct jobs; want %d and %d", rows, distinct, total, total)
 	}
-	var sum int64
+	// A worker counts a completion just after its commit is visible, so
+	// the counters may trail the table for a moment.
+	completed := func() (sum int64) {
+		for _, w := range workers {
+			sum += w.Stats().Completed
+		}
+		return sum
+	}
+	waitFor(t, 10*time.Second, "workers to count every completion", func() bool { return completed() >= total })
+	if sum := completed(); sum != total {
+		t.Fatalf("workers report %d completions, want %d", sum, total)
+	}
 	for i, w := range workers {
-		s := w.Stats()
-		if s.Completed == 0 {
+		if s := w.Stats(); s.Completed == 0 {
 			t.Errorf("worker %d completed nothing: %+v", i, s)
 		}
-		sum += s.Completed
-	}
-	if sum != total {
-		t.Fatalf("workers report %d completions, want %d", sum, total)
 	}
 }
 
