@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 )
 
@@ -66,7 +67,10 @@ func usage(w io.Writer, cmds map[string]command) {
 	fmt.Fprintln(w, "usage: jobfence <command> [flags]")
 	fmt.Fprintln(w, "\ncommands:")
 	names := make([]string, 0, len(cmds))
-	for n := range cmds {
+	for n, c := range cmds {
+		if strings.HasPrefix(c.summary, "(internal)") {
+			continue
+		}
 		names = append(names, n)
 	}
 	sort.Strings(names)
