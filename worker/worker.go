@@ -239,8 +239,15 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan stru
 		}
 		limit = reserved
 		jobs, err := w.backend.Claim(ctx, queue.ClaimParams{Queue: q, Limit: limit, Lease: w.cfg.Lease, WorkerID: w.cfg.ID})
-		for range limit - len(jobs) {
-			<-slots
+		if unused := limit - len(jobs); unused > 0 {
+			for range unused {
+				<-slots
+			}
+			// A sibling loop may be waiting for free slots.
+			select {
+			case freed <- struct{}{}:
+			default:
+			}
 		}
 		if err != nil {
 			if ctx.Err() != nil {
