@@ -34,8 +34,8 @@ type Options struct {
 	Lease time.Duration
 	// Heartbeat is how often Do extends the lease while fn runs; keep it
 	// well under Lease. Zero means Lease/3; a negative value never extends
-	// it, which makes Lease a hard deadline for fn (a slower fn is taken
-	// over by the next caller).
+	// it: a slower fn may then be taken over by the next caller, after which
+	// its completion fails with ErrStaleFence.
 	Heartbeat time.Duration
 	// Retention is how long a completed key is kept: retries within it get
 	// the stored response; after it the key is free to use again and Prune

@@ -76,15 +76,23 @@ ON CONFLICT (scope, key) DO UPDATE SET
     fingerprint      = EXCLUDED.fingerprint,
     state            = 'in_progress',
     fence            = EXCLUDED.fence,
-    lease_expires_at = EXCLUDED.lease_expires_at,
+    lease_expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond',
     response         = NULL,
-    created_at       = EXCLUDED.created_at,
+    created_at       = clock_timestamp(),
     completed_at     = NULL,
-    expires_at       = EXCLUDED.expires_at
+    expires_at       = clock_timestamp() + $5::bigint * interval '1 microsecond'
 WHERE (k.state = 'completed' AND k.expires_at <= clock_timestamp())
    OR (k.state = 'in_progress' AND k.lease_expires_at <= clock_timestamp()
        AND (k.fingerprint = EXCLUDED.fingerprint OR k.expires_at <= clock_timestamp()))
-RETURNING k.fence, k.xmax::text <> '0' AS took_over`
+RETURNING k.fence, k.xmax::text <> '0' AS took_over,
+    k.lease_expires_at < clock_timestamp() + ($4::bigint / 2) * interval '1 microsecond' AS short_lease`
+
+// The update path above computes its times after any wait for the row's
+// lock; the insert path's VALUES are computed before a wait on a concurrent
+// insert of the same key, so a claim that waited long can come back with
+// little or no lease left. short_lease reports that, and the claimer
+// extends the lease under its fence before it runs fn; otherwise another
+// caller could take the key over while fn runs.
 
 // loadKeySQL reads a key that claimKeySQL could not take.
 const loadKeySQL = `
@@ -183,14 +191,32 @@ type claim struct {
 // Each claim attempt takes a value of the fence sequence even when it finds
 // the key taken, so a waiting caller reads the key and attempts the claim
 // only once the key looks free.
-func (s *Store) claimKey(ctx context.Context, q querier, key, fingerprint string) (claim, error) {
-	attempt, waiting := true, false
+//
+// With readFirst (inside a caller's transaction) it reads the key before
+// trying to claim it: the claim's upsert locks an existing row even when it
+// changes nothing, and in a transaction that lock would last until the
+// caller commits, blocking every other caller of a key that is only being
+// replayed.
+func (s *Store) claimKey(ctx context.Context, q querier, key, fingerprint string, readFirst bool) (claim, error) {
+	attempt, waiting := !readFirst, false
 	for {
 		if attempt {
 			var c claim
-			var tookOver bool
+			var tookOver, short bool
 			err := q.QueryRow(ctx, claimKeySQL, s.opts.Scope, key, fingerprint,
-				s.opts.Lease.Microseconds(), s.opts.Retention.Microseconds()).Scan(&c.fence, &tookOver)
+				s.opts.Lease.Microseconds(), s.opts.Retention.Microseconds()).Scan(&c.fence, &tookOver, &short)
+			if err == nil && short {
+				tag, xerr := q.Exec(ctx, extendLeaseSQL, s.opts.Scope, key, c.fence, s.opts.Lease.Microseconds())
+				if xerr != nil {
+					return claim{}, fmt.Errorf("idempotency: claim key %q: extend lease: %w", key, xerr)
+				}
+				if tag.RowsAffected() == 0 {
+					// Taken over between the claim and the extension: read
+					// the key again and treat it as someone else's.
+					attempt = false
+					continue
+				}
+			}
 			if err == nil {
 				if tookOver {
 					s.opts.Logger.LogAttrs(ctx, slogInfo, "idempotency: took over a key whose holder's lease ran out, or that had expired",
@@ -270,7 +296,7 @@ func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx con
 	if fn == nil {
 		return nil, errors.New("jobfence: idempotency: Do: fn is nil")
 	}
-	c, err := s.claimKey(ctx, s.pool, key, fingerprint)
+	c, err := s.claimKey(ctx, s.pool, key, fingerprint, false)
 	if err != nil {
 		return nil, err
 	}
@@ -353,20 +379,33 @@ func (s *Store) heartbeat(ctx context.Context, key string, fence int64, lost fun
 		defer close(exited)
 		t := time.NewTicker(s.opts.Heartbeat)
 		defer t.Stop()
+		// held is how long the lease surely holds: the claim's lease, then
+		// each successful extension's. A holder that cannot reach the
+		// database cannot prove it still holds the key once that passes,
+		// and another caller may take it over, so fn is told to stop.
+		held := time.Now().Add(s.opts.Lease)
 		for {
 			select {
 			case <-hbCtx.Done():
 				return
 			case <-t.C:
 			}
+			sent := time.Now()
 			tag, err := s.pool.Exec(hbCtx, extendLeaseSQL, s.opts.Scope, key, fence, s.opts.Lease.Microseconds())
 			if err != nil {
-				if hbCtx.Err() == nil {
-					s.opts.Logger.LogAttrs(ctx, slogWarn, "idempotency: extend lease failed",
-						attrScope(s.opts.Scope), attrKey(key), attrFence(fence), attrErr(err))
+				if hbCtx.Err() != nil {
+					return
+				}
+				s.opts.Logger.LogAttrs(ctx, slogWarn, "idempotency: extend lease failed",
+					attrScope(s.opts.Scope), attrKey(key), attrFence(fence), attrErr(err))
+				if time.Now().After(held) {
+					isLost = true
+					lost()
+					return
 				}
 				continue
 			}
+			held = sent.Add(s.opts.Lease)
 			if tag.RowsAffected() == 0 {
 				isLost = true
 				lost()
@@ -420,7 +459,7 @@ func (s *Store) DoTx(ctx context.Context, tx pgx.Tx, key, fingerprint string, fn
 			_ = sp.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	c, err := s.claimKey(ctx, sp, key, fingerprint)
+	c, err := s.claimKey(ctx, sp, key, fingerprint, true)
 	if err != nil {
 		return nil, err
 	}

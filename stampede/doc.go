@@ -20,7 +20,10 @@
 // down, Get computes the value directly; when a lock expires while its holder
 // computes, another caller may compute too; when a waiter gives up, it
 // computes too. In every case the cost is a duplicate computation of the same
-// function, never a wrong or missing value. Do not use this package to
+// function, never a missing value or one the function did not compute. The
+// one thing a lost lock can cost beyond work is freshness: a holder that
+// paused past its lock may store its result after a newer one, so the cache
+// can hold a value one computation older until its ttl ends. Do not use this package to
 // protect an action that must happen once (a payment, an email): use the
 // fenced job queue and idempotency keys of jobfence for that.
 //

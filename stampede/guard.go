@@ -106,7 +106,9 @@ func (g *Guard[V]) Get(ctx context.Context, key string, ttl time.Duration, compu
 		if r.Err != nil {
 			return zero, r.Err
 		}
-		return r.Val.(V), nil
+		// A nil result of an interface type V is not a V to assert.
+		v, _ := r.Val.(V)
+		return v, nil
 	case <-ctx.Done():
 		return zero, ctx.Err()
 	}
