@@ -24,8 +24,17 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, "usage: jobfence migrate [--database-url URL] up|down|reset|status|version")
 		fs.PrintDefaults()
 	}
+	// Flags may come before or after the action.
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if rest := fs.Args(); len(rest) > 0 {
+		if err := fs.Parse(rest[1:]); err != nil {
+			return err
+		}
+		if err := fs.Parse(append(rest[:1:1], fs.Args()...)); err != nil {
+			return err
+		}
 	}
 	if *dbURL == "" {
 		return errors.New("no database: pass --database-url or set DATABASE_URL")

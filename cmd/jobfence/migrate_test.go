@@ -46,6 +46,12 @@ func TestMigrateCommand(t *testing.T) {
 			t.Fatalf("jobfence migrate %v: exit %d, output %q; want %q", s.args, code, out, s.want)
 		}
 	}
+	// Flags may also follow the action.
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"migrate", "version", "--database-url", db.URL}, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), fmt.Sprintf("jobfence schema version %d", latest)) {
+		t.Fatalf("migrate version --database-url: exit %d, %q %q", code, out.String(), errb.String())
+	}
 	var n int
 	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM jobfence_jobs").Scan(&n); err != nil {
 		t.Fatalf("jobs table after up/down/up: %v", err)
