@@ -657,3 +657,75 @@ func TestJobFields(t *testing.T) {
 		t.Fatalf("unique key %q, want %q", j.UniqueKey, want)
 	}
 }
+
+// TestSkipIfRunningAfterRescheduled moves the first fire's job past later
+// fires, as a retry or a snooze does: it is still an earlier fire, so every
+// later fire is skipped while it waits.
+func TestSkipIfRunningAfterRescheduled(t *testing.T) {
+	t.Parallel()
+	for _, outcome := range []queue.Outcome{queue.OutcomeRetry, queue.OutcomeSnooze} {
+		t.Run(outcome.String(), func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.New(t)
+			client := pgqueue.New(db.Pool, pgqueue.Config{Logger: quiet})
+			rec := newRecorder()
+			s := scheduler.New(client, scheduler.Config{Logger: quiet, OnFire: rec.onFire(0)})
+			if err := s.Add("flaky", "* * * * * *", "flaky", nil, scheduler.Options{Queue: "flaky", SkipIfRunning: true}); err != nil {
+				t.Fatal(err)
+			}
+			start(t, s)
+			ctx := context.Background()
+			var first *queue.Job
+			waitFor(t, time.Minute, "the first job to be claimed", func() bool {
+				got, err := client.Claim(ctx, queue.ClaimParams{Queue: "flaky", Limit: 1, Lease: time.Hour, WorkerID: "test"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) == 1 {
+					first = got[0]
+				}
+				return first != nil
+			})
+			again := time.Now().Add(time.Hour)
+			stale, err := client.Finish(ctx, []queue.Finish{{
+				Lease: first.Lease(), Outcome: outcome, At: again,
+				Error: &queue.AttemptError{Attempt: first.Attempt, At: time.Now(), Error: "boom"},
+			}})
+			if err != nil || len(stale) != 0 {
+				t.Fatalf("Finish: stale %v, %v", stale, err)
+			}
+			finished := time.Now()
+			waitFor(t, time.Minute, "three fires after the first job was rescheduled", func() bool {
+				n := 0
+				for _, f := range rec.inserted(0) {
+					if f.At.After(finished) {
+						n++
+					}
+				}
+				return n >= 3
+			})
+			stop(t, s)
+
+			j, err := client.Get(ctx, first.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.State.Final() || !j.ScheduledAt.After(finished) {
+				t.Fatalf("first job is %s at %v, want it waiting until %v", j.State, j.ScheduledAt, again)
+			}
+			// The first job's scheduled_at moved: the others are one per fire.
+			all := slices.DeleteFunc(jobs(t, db.Pool), func(j storedJob) bool { return j.Key == first.UniqueKey })
+			checkOnePerFire(t, "flaky", all)
+			reason := fmt.Sprintf("skipped: job %d of an earlier fire of schedule \"flaky\" has not finished (SkipIfRunning)", first.ID)
+			for _, f := range rec.inserted(0) {
+				if !f.At.After(first.ScheduledAt) {
+					continue
+				}
+				got := lookup(all, f.At)
+				if !f.Skipped || got.State != "cancelled" || got.Error != reason {
+					t.Errorf("fire %v: Skipped=%v, job %s with error %q; want it skipped with %q", f.At, f.Skipped, got.State, got.Error, reason)
+				}
+			}
+		})
+	}
+}

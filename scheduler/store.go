@@ -90,13 +90,36 @@ func (s *Scheduler) register(ctx context.Context, sc *schedule, now time.Time) (
 // reads the database's clock.
 const beginFireSQL = `SELECT set_config('idle_in_transaction_session_timeout', '30s', true), now()`
 
-// unfinishedSQL finds a job of an earlier fire of the schedule whose key
-// prefix is $1 that is not final.
+// unfinishedSQL finds a job that is not final of a fire of the schedule
+// whose key prefix is $1 earlier than the Unix time $2: the earliest such
+// fire's job.
+//
+// "Earlier" is decided by the fire time in the key (cron:<name>:<unix>),
+// never by scheduled_at: a retry, a snooze, a rescue or an admin retry moves
+// a job's scheduled_at forward, past later fires, and its fire must still
+// count as earlier. The CASE guards the cast (Postgres does not evaluate AND
+// terms in order); keys of 19 or more digits are not fires and are ignored
+// rather than overflowing bigint.
+//
+// The prefix is matched with a range on unique_key (and the unique index's
+// predicate, unique_key IS NOT NULL), which the partial btree unique index
+// serves, so the scan covers only this schedule's keys; starts_with or LIKE
+// would scan the whole table, as the index is not text_pattern_ops. Under
+// the C collation the range holds exactly the keys with the prefix; under a
+// linguistic one a key with the prefix still sorts at or after the prefix,
+// and one whose suffix is digits and '-' before prefix || 'A' (digits sort
+// before letters in every collation), so no fire's key falls outside it;
+// starts_with then drops any other key the range admits.
 const unfinishedSQL = `
-SELECT id FROM jobfence_jobs
-WHERE starts_with(unique_key, $1) AND substr(unique_key, length($1) + 1) ~ '^-?[0-9]+$'
-  AND state NOT IN ('completed', 'discarded', 'cancelled') AND scheduled_at < $2
-ORDER BY scheduled_at LIMIT 1`
+SELECT id FROM (
+    SELECT id, CASE WHEN substr(unique_key, length($1) + 1) ~ '^-?[0-9]{1,18}$'
+                    THEN substr(unique_key, length($1) + 1)::bigint END AS fire
+    FROM jobfence_jobs
+    WHERE unique_key IS NOT NULL AND unique_key >= $1 AND unique_key < $1 || 'A'
+      AND starts_with(unique_key, $1) AND state NOT IN ('completed', 'discarded', 'cancelled')
+) j
+WHERE fire < $2
+ORDER BY fire, id LIMIT 1`
 
 // skipSQL cancels a fire's job just inserted in the same transaction.
 const skipSQL = `
@@ -141,7 +164,7 @@ func (s *Scheduler) enqueue(ctx context.Context, sc *schedule, fires []time.Time
 		}
 		var unfinished int64
 		if sc.skip {
-			err := tx.QueryRow(ctx, unfinishedSQL, keyPrefix(sc.name), t).Scan(&unfinished)
+			err := tx.QueryRow(ctx, unfinishedSQL, keyPrefix(sc.name), t.Unix()).Scan(&unfinished)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("schedule %q: fire %s: look for an unfinished run: %w", sc.name, t.Format(time.RFC3339), err)
 			}
