@@ -49,6 +49,7 @@ type Backend struct {
 	commitMu   sync.Mutex
 	commitKick chan struct{}
 	cancel     context.CancelFunc
+	bg         sync.WaitGroup // background hand-off writers; Add only under mu while !closed
 	done       chan struct{}
 	closeOnce  sync.Once
 }
@@ -57,6 +58,8 @@ type Backend struct {
 type generation struct {
 	id      int64
 	kgen    *kafka.Generation
+	ctx     context.Context // cancelled when the generation ends or the Backend closes
+	cancel  context.CancelFunc
 	parts   []*partition
 	byQueue map[string][]*partition
 	ended   bool // guarded by Backend.mu
@@ -269,7 +272,9 @@ func (b *Backend) current(e *entry, fence int64) bool {
 // Config.SyncCommit. OutcomeRetry runs the job again in place after f.At up
 // to Config.InPlaceRetries times, then writes it to the retry topic, and
 // writes it to the dead-letter topic once it has had MaxAttempts attempts.
-// OutcomeDiscard and OutcomeCancel write it to the dead-letter topic.
+// OutcomeDiscard and OutcomeCancel write it to the dead-letter topic. A
+// retry or dead-letter copy that cannot be written is written again in the
+// background until it is; the job does not run again meanwhile.
 // OutcomeSnooze runs it again after f.At without spending an attempt.
 //
 // With Config.SyncCommit, a lease whose outcome was applied is still returned
@@ -288,7 +293,6 @@ func (b *Backend) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease,
 		stale   []queue.Lease
 		applied []queue.Lease
 		g       *generation
-		out     []kafka.Message
 		outE    []*entry
 	)
 	b.mu.Lock()
@@ -315,7 +319,8 @@ func (b *Backend) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease,
 			e.errs = append(e.errs, attemptError(f, e.attempt, now))
 			switch {
 			case e.attempt >= e.meta.maxAttempts:
-				out, outE = append(out, b.deadLetter(e, f.Outcome, now)), append(outE, e)
+				e.out = b.deadLetter(e, f.Outcome, now)
+				outE = append(outE, e)
 			case e.inPlace < b.cfg.InPlaceRetries:
 				e.inPlace++
 				e.state = statePending
@@ -325,12 +330,14 @@ func (b *Backend) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease,
 				if f.At.After(at) {
 					at = f.At
 				}
-				out, outE = append(out, b.retry(e, at)), append(outE, e)
+				e.out = b.retry(e, at)
+				outE = append(outE, e)
 			}
 		case queue.OutcomeDiscard, queue.OutcomeCancel:
 			e.attempt++
 			e.errs = append(e.errs, attemptError(f, e.attempt, now))
-			out, outE = append(out, b.deadLetter(e, f.Outcome, now)), append(outE, e)
+			e.out = b.deadLetter(e, f.Outcome, now)
+			outE = append(outE, e)
 		}
 		b.notify(p.queue)
 	}
@@ -339,8 +346,8 @@ func (b *Backend) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease,
 	}
 	b.mu.Unlock()
 
-	if len(out) > 0 {
-		b.handOff(ctx, out, outE)
+	if len(outE) > 0 {
+		b.handOff(ctx, outE)
 	}
 	if g == nil {
 		return stale, nil
@@ -378,27 +385,159 @@ func attemptError(f queue.Finish, attempt int, now time.Time) queue.AttemptError
 	return queue.AttemptError{Attempt: attempt, At: now, Error: "outcome " + f.Outcome.String()}
 }
 
-// handOff writes retry and dead-letter messages, then marks their entries
-// (in stateHandoff, which holds back their keys) done. If the write fails the entries run again in place after RetryDelay,
-// so nothing is dropped.
-func (b *Backend) handOff(ctx context.Context, out []kafka.Message, es []*entry) {
-	err := b.writer.WriteMessages(ctx, out...)
+// Backoff between rounds of writing a job's retry or dead-letter copy that
+// could not be written.
+const (
+	handOffMinBackoff = 100 * time.Millisecond
+	handOffMaxBackoff = 10 * time.Second
+)
+
+// handOff writes the retry and dead-letter copies of es (entries in
+// stateHandoff, their copies in e.out), then marks the entries done. An entry
+// whose copy cannot be written keeps it and stays in stateHandoff, holding
+// back its key and its partition's commit, and a background writer retries
+// the write with backoff until it succeeds or the generation ends (the next
+// owner then runs the message again). The handler never runs again because
+// a write failed.
+func (b *Backend) handOff(ctx context.Context, es []*entry) {
+	failed := b.writeCopies(ctx, es, 1)
+	if len(failed) == 0 {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, e := range es {
-		switch {
-		case err == nil:
-			e.part.done(e)
-		case !e.part.gen.ended:
-			e.state = statePending
-			e.notBefore = time.Now().Add(b.cfg.RetryDelay)
+	g := failed[0].part.gen // Finish applies outcomes of the current generation only
+	if b.closed || g.ended {
+		return
+	}
+	b.bg.Add(1)
+	go b.retryHandOff(g, failed)
+}
+
+// retryHandOff writes the copies of es again, with backoff, until all are
+// written or g ends.
+func (b *Backend) retryHandOff(g *generation, es []*entry) {
+	defer b.bg.Done()
+	backoff := handOffMinBackoff
+	for round := 2; len(es) > 0; round++ {
+		t := time.NewTimer(backoff)
+		select {
+		case <-g.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
 		}
+		es = b.writeCopies(g.ctx, es, round)
+		backoff = min(2*backoff, handOffMaxBackoff)
+	}
+}
+
+// writeCopies writes the copies of es, marks the entries whose copy was
+// written done, and returns the others after logging them. A copy the broker
+// finds too large is written again at once without its bulky headers (see
+// slimCopy), once. The entries' out and slim fields belong to the one
+// goroutine writing them while they are in stateHandoff.
+func (b *Backend) writeCopies(ctx context.Context, es []*entry, round int) []*entry {
+	errs := b.write(ctx, es)
+	var again []int
+	for i, e := range es {
+		if errs[i] != nil && isTooLarge(errs[i]) && !e.slim {
+			e.slim = true
+			e.out = slimCopy(e.out)
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		slim := make([]*entry, len(again))
+		for j, i := range again {
+			slim[j] = es[i]
+		}
+		for j, err := range b.write(ctx, slim) {
+			errs[again[j]] = err
+		}
+	}
+	var failed []*entry
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, e := range es {
+		if errs[i] != nil {
+			failed = append(failed, e)
+			if ctx.Err() == nil {
+				b.log.Error("kafkaqueue: writing a job's retry or dead-letter copy failed; retrying the write",
+					"key", e.key(), "topic", e.out.Topic, "round", round, "err", errs[i])
+			}
+			continue
+		}
+		e.out = kafka.Message{}
+		e.part.done(e)
 		b.notify(e.part.queue)
 	}
-	if err != nil {
-		b.log.Error("kafkaqueue: write to retry or dead-letter topic failed; the jobs run again in place",
-			"jobs", len(es), "err", err)
+	return failed
+}
+
+// write writes the copies of es and returns each one's error.
+func (b *Backend) write(ctx context.Context, es []*entry) []error {
+	msgs := make([]kafka.Message, len(es))
+	for i, e := range es {
+		msgs[i] = e.out
 	}
+	errs := make([]error, len(es))
+	err := b.writer.WriteMessages(ctx, msgs...)
+	if err == nil {
+		return errs
+	}
+	var tooLarge kafka.MessageTooLargeError
+	if len(es) > 1 && errors.As(err, &tooLarge) {
+		// kafka-go refused the whole call for one message: write them one
+		// by one to learn which.
+		for i := range es {
+			errs[i] = b.write(ctx, es[i:i+1])[0]
+		}
+		return errs
+	}
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// isTooLarge reports whether err says a message is larger than the producer
+// or the topic takes.
+func isTooLarge(err error) bool {
+	var we kafka.WriteErrors
+	if errors.As(err, &we) {
+		for _, e := range we {
+			if e != nil && isTooLarge(e) {
+				return true
+			}
+		}
+		return false
+	}
+	var tooLarge kafka.MessageTooLargeError
+	return errors.Is(err, kafka.MessageSizeTooLarge) || errors.As(err, &tooLarge)
+}
+
+// maxSlimError bounds the HeaderError text of a slimmed copy.
+const maxSlimError = 1 << 10
+
+// slimCopy returns m without its HeaderErrors header (every attempt's error
+// and stack trace) and with its HeaderError text cut to maxSlimError bytes:
+// the copy for a topic that refused m as too large.
+func slimCopy(m kafka.Message) kafka.Message {
+	hs := make([]kafka.Header, 0, len(m.Headers))
+	for _, h := range m.Headers {
+		switch h.Key {
+		case HeaderErrors:
+			continue
+		case HeaderError:
+			if len(h.Value) > maxSlimError {
+				h = kafka.Header{Key: h.Key, Value: h.Value[:maxSlimError:maxSlimError]}
+			}
+		}
+		hs = append(hs, h)
+	}
+	m.Headers = hs
+	return m
 }
 
 // forwardHeaders are the headers of a job's retry or dead-letter message.
@@ -611,6 +750,7 @@ func (b *Backend) Close() error {
 // run follows the group from generation to generation.
 func (b *Backend) run(ctx context.Context) {
 	defer close(b.done)
+	defer b.bg.Wait()
 	go b.commitLoop(ctx)
 	for {
 		kg, err := b.group.Next(ctx)
@@ -625,7 +765,7 @@ func (b *Backend) run(ctx context.Context) {
 			b.log.Log(ctx, level, "kafkaqueue: joining the group failed; retrying", "group", b.cfg.GroupID, "err", err)
 			continue
 		}
-		b.install(kg)
+		b.install(ctx, kg)
 	}
 }
 
@@ -659,8 +799,9 @@ func (b *Backend) commitLoop(ctx context.Context) {
 	}
 }
 
-func (b *Backend) install(kg *kafka.Generation) {
+func (b *Backend) install(ctx context.Context, kg *kafka.Generation) {
 	g := &generation{id: int64(kg.ID), kgen: kg, byQueue: map[string][]*partition{}}
+	g.ctx, g.cancel = context.WithCancel(ctx)
 	for topic, as := range kg.Assignments {
 		q, ok := b.queueOf[topic]
 		if !ok {
@@ -726,6 +867,7 @@ func (b *Backend) endGeneration(g *generation, why string) int {
 		b.log.Warn("kafkaqueue: generation fenced out", "group", b.cfg.GroupID, "generation", g.id, "why", why)
 	}
 	g.ended = true
+	g.cancel()
 	if b.gen == g {
 		b.gen = nil
 	}

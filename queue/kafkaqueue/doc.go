@@ -64,7 +64,12 @@
 // HeaderError and the other Header constants). A message is committed only
 // after its retry or dead-letter copy is written, so nothing is dropped; a
 // rebalance between the two can leave a copy in the retry topic while the
-// original runs again.
+// original runs again. A copy that cannot be written is written again, with
+// backoff, until it is written or the generation ends; meanwhile it holds
+// back its key and its partition's commit, each failed write is logged at
+// Error with the job's idempotency key, and the handler does not run again.
+// A copy the topic refuses as too large is written once more without
+// HeaderErrors and with HeaderError cut to 1 KiB.
 //
 // # What Kafka does not give
 //

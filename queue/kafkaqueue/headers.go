@@ -33,6 +33,7 @@ const (
 	// messages).
 	HeaderError = "jobfence-error"
 	// HeaderErrors is the JSON array of all attempts' queue.AttemptError.
+	// It is left out of a copy that its topic refuses as too large with it.
 	HeaderErrors = "jobfence-errors"
 	// HeaderOutcome is why a job reached the dead-letter topic: "retry"
 	// (attempts exhausted), "discard" or "cancel".

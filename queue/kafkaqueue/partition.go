@@ -28,7 +28,9 @@ type entry struct {
 	notBefore time.Time
 	errs      []queue.AttemptError
 	state     entryState
-	jobID     int64 // the running claim, when stateRunning
+	jobID     int64         // the running claim, when stateRunning
+	out       kafka.Message // the retry or dead-letter copy, when stateHandoff
+	slim      bool          // out has been slimmed (see slimCopy)
 }
 
 func (e *entry) origin() Origin {
