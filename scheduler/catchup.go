@@ -7,7 +7,10 @@ import (
 
 // CatchUpPolicy says what a scheduler does with fires that were missed: fires
 // more than Config.Grace in the past that no instance enqueued, because every
-// instance was down, or could not reach the database, at the time.
+// instance was down, stopped, or could not reach the database, at the time.
+// A fire that came due while an instance's loop was busy enqueuing other
+// fires is late, not missed, and is enqueued. Every missed fire a policy
+// drops is logged at Warn, with the schedule's name.
 type CatchUpPolicy int
 
 // The catch-up policies.
@@ -44,33 +47,66 @@ type catchUp struct {
 	window time.Duration
 }
 
-// due returns, oldest first, the fires of spec after cursor and at or before
-// now that should be enqueued at now: those within grace of now, and the
-// missed ones (older than grace) that the policy keeps.
-func (c catchUp) due(spec *Spec, cursor, now time.Time) []time.Time {
-	onTime := now.Add(-c.grace)
-	var out []time.Time
-	switch c.policy {
-	case CatchUpLatest:
-		var latest time.Time
-		spec.firesIn(later(cursor, now.Add(-c.window)), onTime, func(t time.Time) bool {
-			latest = t
-			return true
-		})
-		if !latest.IsZero() {
-			out = append(out, latest)
-		}
-	case CatchUpAll:
-		spec.firesIn(later(cursor, now.Add(-c.window)), onTime, func(t time.Time) bool {
-			out = append(out, t)
-			return true
-		})
+// missed describes the missed fires that due drops.
+type missed struct {
+	// beforeWindow is the first of the fires dropped because they are older
+	// than the catch-up window: those from it up to windowEnd; zero if none.
+	beforeWindow, windowEnd time.Time
+	// n fires inside the window were dropped, from first to last.
+	n           int
+	first, last time.Time
+}
+
+func (m *missed) add(t time.Time) {
+	if m.n == 0 {
+		m.first = t
 	}
-	spec.firesIn(later(cursor, onTime), now, func(t time.Time) bool {
+	m.n++
+	m.last = t
+}
+
+// due returns, oldest first, the fires of spec after cursor and at or before
+// now that should be enqueued at now, and the missed fires it drops. It
+// keeps the fires at or before busy, which came due while this instance was
+// busy enqueuing other fires rather than down, however late they now are
+// (a zero busy keeps none this way); those within grace of now; and the
+// missed ones (older than grace) that the policy keeps.
+func (c catchUp) due(spec *Spec, cursor, busy, now time.Time) ([]time.Time, missed) {
+	var out []time.Time
+	add := func(t time.Time) bool {
 		out = append(out, t)
 		return true
+	}
+	if busy = earlier(busy, now); busy.After(cursor) {
+		spec.firesIn(cursor, busy, add)
+		cursor = busy
+	}
+	onTime := now.Add(-c.grace)
+	windowStart := later(cursor, now.Add(-c.window))
+	var m missed
+	if first := spec.Next(cursor); !first.IsZero() && !first.After(windowStart) && !first.After(onTime) {
+		m.beforeWindow, m.windowEnd = first, earlier(windowStart, onTime)
+	}
+	var latest time.Time
+	spec.firesIn(windowStart, onTime, func(t time.Time) bool {
+		switch c.policy {
+		case CatchUpAll:
+			out = append(out, t)
+		case CatchUpLatest:
+			if !latest.IsZero() {
+				m.add(latest)
+			}
+			latest = t
+		default:
+			m.add(t)
+		}
+		return true
 	})
-	return out
+	if !latest.IsZero() {
+		out = append(out, latest)
+	}
+	spec.firesIn(later(cursor, onTime), now, add)
+	return out, m
 }
 
 func later(a, b time.Time) time.Time {

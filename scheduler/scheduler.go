@@ -47,8 +47,11 @@ type Config struct {
 	// fire older than Retention by the database's clock is ever enqueued.
 	Retention time.Duration
 	// Grace is how late a fire may be enqueued and still count as on time;
-	// older fires are missed and follow the schedule's catch-up policy. Zero
-	// or less means DefaultGrace.
+	// older fires are missed and follow the schedule's catch-up policy, which
+	// logs a warning naming those it drops. A fire that came due while the
+	// running loop was busy enqueuing other fires is never missed: only
+	// downtime, a stopped process or a failing enqueue misses fires. Zero or
+	// less means DefaultGrace.
 	Grace time.Duration
 	// OnFire, if set, is called from the scheduler's loop after each fire's
 	// transaction commits, for every fire this instance handled: inserted
@@ -233,18 +236,20 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		if last != nil && last.Before(now) {
 			cursor = *last
 		}
-		if fires := sc.catchUp.due(sc.spec, cursor, now); len(fires) > 0 {
+		fires, m := sc.catchUp.due(sc.spec, cursor, time.Time{}, now)
+		if len(fires) > 0 {
 			if err := s.enqueue(ctx, sc, fires); err != nil {
 				return fmt.Errorf("scheduler: start: catch up: %w", err)
 			}
 		}
+		s.logMissed(sc, m)
 		sc.cursor = now
 		sc.failures, sc.retryAt = 0, time.Time{}
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	s.started, s.cancel = true, cancel
 	s.stop, s.done = make(chan struct{}), make(chan struct{})
-	go s.loop(runCtx, s.stop, s.done)
+	go s.loop(runCtx, s.cfg.Now(), s.stop, s.done)
 	return nil
 }
 
@@ -273,8 +278,10 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 }
 
 // loop sleeps until the earliest fire of the schedules by the host's clock
-// and enqueues every due fire.
-func (s *Scheduler) loop(ctx context.Context, stop <-chan struct{}, done chan<- struct{}) {
+// and enqueues every due fire. busy is when the previous tick (or Start)
+// ended: fires that came due before it came while this instance was busy,
+// not down.
+func (s *Scheduler) loop(ctx context.Context, busy time.Time, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -286,16 +293,21 @@ func (s *Scheduler) loop(ctx context.Context, stop <-chan struct{}, done chan<- 
 			return
 		case <-timer.C:
 		}
-		wake := s.tick(ctx)
-		d := wake.Sub(s.cfg.Now())
+		wake := s.tick(ctx, busy)
+		busy = s.cfg.Now()
+		d := wake.Sub(busy)
 		d = max(0, min(d, maxSleep))
 		timer.Reset(d)
 	}
 }
 
 // tick enqueues the due fires of every schedule and returns when it should
-// run again by the host's clock.
-func (s *Scheduler) tick(ctx context.Context) time.Time {
+// run again by the host's clock. A fire that came due before busy (the end
+// of the previous tick) is on time however late it now is, unless the
+// schedule's last enqueue failed: it came while this instance was enqueuing
+// other fires, and one slow schedule must not make the others miss fires.
+// Only downtime, a stopped process or a failing enqueue makes fires missed.
+func (s *Scheduler) tick(ctx context.Context, busy time.Time) time.Time {
 	now := s.cfg.Now()
 	wake := now.Add(maxSleep)
 	for _, sc := range s.schedules {
@@ -307,7 +319,11 @@ func (s *Scheduler) tick(ctx context.Context) time.Time {
 			continue
 		}
 		if next := sc.spec.Next(sc.cursor); !next.IsZero() && !next.After(now) {
-			fires := sc.catchUp.due(sc.spec, sc.cursor, now)
+			b := busy
+			if sc.failures > 0 {
+				b = time.Time{}
+			}
+			fires, m := sc.catchUp.due(sc.spec, sc.cursor, b, now)
 			if len(fires) > 0 {
 				if err := s.enqueue(ctx, sc, fires); err != nil {
 					if ctx.Err() != nil {
@@ -322,6 +338,8 @@ func (s *Scheduler) tick(ctx context.Context) time.Time {
 					continue
 				}
 			}
+			// The drop is final once the cursor moves past the fires.
+			s.logMissed(sc, m)
 			sc.cursor, sc.failures = now, 0
 		}
 		if next := sc.spec.Next(sc.cursor); !next.IsZero() {
@@ -329,6 +347,18 @@ func (s *Scheduler) tick(ctx context.Context) time.Time {
 		}
 	}
 	return wake
+}
+
+// logMissed logs the missed fires of sc that its catch-up policy drops.
+func (s *Scheduler) logMissed(sc *schedule, m missed) {
+	if !m.beforeWindow.IsZero() {
+		s.logger.Warn("scheduler: missed fires older than the catch-up window not enqueued",
+			"schedule", sc.name, "first", m.beforeWindow, "until", m.windowEnd, "window", sc.catchUp.window)
+	}
+	if m.n > 0 {
+		s.logger.Warn("scheduler: missed fires not enqueued",
+			"schedule", sc.name, "policy", sc.catchUp.policy.String(), "missed", m.n, "first", m.first, "last", m.last, "grace", sc.catchUp.grace)
+	}
 }
 
 func earlier(a, b time.Time) time.Time {

@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -236,12 +237,17 @@ func TestCatchUpAfterDowntime(t *testing.T) {
 		opts  scheduler.Options
 		grace time.Duration
 		want  []int // the fires enqueued at start, in seconds after the last enqueued fire
+		// The missed fires logged as dropped: the first and last inside the
+		// catch-up window and how many, and the first older than the window
+		// (0 if none).
+		missed []int
+		older  int
 	}{
-		{"skip", scheduler.Options{}, 500 * time.Millisecond, nil},
-		{"skip enqueues fires within grace", scheduler.Options{CatchUp: scheduler.CatchUpSkip}, 2 * time.Second, []int{4, 5}},
-		{"latest", scheduler.Options{CatchUp: scheduler.CatchUpLatest, CatchUpWindow: time.Minute}, 500 * time.Millisecond, []int{5}},
-		{"all", scheduler.Options{CatchUp: scheduler.CatchUpAll, CatchUpWindow: time.Minute}, 500 * time.Millisecond, []int{1, 2, 3, 4, 5}},
-		{"all inside the window", scheduler.Options{CatchUp: scheduler.CatchUpAll, CatchUpWindow: 3500 * time.Millisecond}, 500 * time.Millisecond, []int{3, 4, 5}},
+		{"skip", scheduler.Options{}, 500 * time.Millisecond, nil, []int{1, 5, 5}, 0},
+		{"skip enqueues fires within grace", scheduler.Options{CatchUp: scheduler.CatchUpSkip}, 2 * time.Second, []int{4, 5}, []int{1, 3, 3}, 0},
+		{"latest", scheduler.Options{CatchUp: scheduler.CatchUpLatest, CatchUpWindow: time.Minute}, 500 * time.Millisecond, []int{5}, []int{1, 4, 4}, 0},
+		{"all", scheduler.Options{CatchUp: scheduler.CatchUpAll, CatchUpWindow: time.Minute}, 500 * time.Millisecond, []int{1, 2, 3, 4, 5}, nil, 0},
+		{"all inside the window", scheduler.Options{CatchUp: scheduler.CatchUpAll, CatchUpWindow: 3500 * time.Millisecond}, 500 * time.Millisecond, []int{3, 4, 5}, nil, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -265,8 +271,9 @@ func TestCatchUpAfterDowntime(t *testing.T) {
 
 			// Five fires later, one instance starts.
 			now := last.Add(5700 * time.Millisecond)
+			var logs lockedBuffer
 			after := scheduler.New(pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quiet}), scheduler.Config{
-				Now: func() time.Time { return now }, Grace: tt.grace, Logger: quiet,
+				Now: func() time.Time { return now }, Grace: tt.grace, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
 			})
 			if err := after.Add("report", "* * * * * *", "report", nil, tt.opts); err != nil {
 				t.Fatal(err)
@@ -289,8 +296,53 @@ func TestCatchUpAfterDowntime(t *testing.T) {
 			if got := lastFire(t, db.Pool, "report"); !got.Equal(wantLast) {
 				t.Fatalf("stored last fire %v, want %v", got, wantLast)
 			}
+
+			sec := func(n int) time.Time { return last.Add(time.Duration(n) * time.Second) }
+			var wantLogs []missedLog
+			if tt.older != 0 {
+				wantLogs = append(wantLogs, missedLog{Msg: "scheduler: missed fires older than the catch-up window not enqueued",
+					Schedule: "report", First: sec(tt.older), Until: now.Add(-tt.opts.CatchUpWindow)})
+			}
+			if tt.missed != nil {
+				wantLogs = append(wantLogs, missedLog{Msg: "scheduler: missed fires not enqueued",
+					Schedule: "report", Policy: tt.opts.CatchUp.String(), Missed: tt.missed[2], First: sec(tt.missed[0]), Last: sec(tt.missed[1])})
+			}
+			if got := missedLogs(t, logs.String()); !slices.EqualFunc(got, wantLogs, missedLog.equal) {
+				t.Fatalf("logged missed fires %+v, want %+v\n%s", got, wantLogs, logs.String())
+			}
 		})
 	}
+}
+
+// missedLog is a log line about missed fires.
+type missedLog struct {
+	Msg, Level, Schedule, Policy string
+	Missed                       int
+	First, Last, Until           time.Time
+}
+
+func (a missedLog) equal(b missedLog) bool {
+	return a.Msg == b.Msg && a.Schedule == b.Schedule && a.Policy == b.Policy && a.Missed == b.Missed &&
+		a.First.Equal(b.First) && a.Last.Equal(b.Last) && a.Until.Equal(b.Until)
+}
+
+// missedLogs returns the warnings about missed fires in JSON logs.
+func missedLogs(t *testing.T, logs string) []missedLog {
+	t.Helper()
+	var out []missedLog
+	for line := range strings.Lines(logs) {
+		var l missedLog
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if strings.Contains(l.Msg, "missed") {
+			if l.Level != "WARN" {
+				t.Errorf("%q logged at %s, want WARN", l.Msg, l.Level)
+			}
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // TestKilledAfterInsertLosesNothing kills the only instance right after its
@@ -727,5 +779,70 @@ func TestSkipIfRunningAfterRescheduled(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSlowScheduleDelaysNoOther holds a lock that one schedule's enqueue
+// needs for several grace periods: the other schedule's fires that came due
+// meanwhile are late but were never missed, so every one is enqueued, and
+// so are the slow schedule's own.
+func TestSlowScheduleDelaysNoOther(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	const grace = time.Second
+	var logs lockedBuffer
+	rec := newRecorder()
+	s := scheduler.New(pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quiet}), scheduler.Config{
+		Grace: grace, Logger: slog.New(slog.NewTextHandler(&logs, nil)), OnFire: rec.onFire(0),
+	})
+	// The loop handles "slow" first in each tick.
+	for _, name := range []string{"slow", "other"} {
+		if err := s.Add(name, "* * * * * *", name, nil, scheduler.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start(t, s)
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	// Recording a fire of "slow" updates its row in the schedules table.
+	var holder int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM jobfence_schedules WHERE name = 'slow' FOR UPDATE`).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, `an enqueue of "slow" to wait for the lock`, func() bool {
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+	blocked := time.Now()
+	// Several fires of "other" come due and pass their grace.
+	time.Sleep(4 * grace)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	waitFor(t, time.Minute, "both schedules to insert two fires after the lock was released", func() bool {
+		r := rec.inserted(0)
+		return slices.ContainsFunc(r, func(f scheduler.Fire) bool { return f.Schedule == "slow" && f.At.After(released.Add(time.Second)) }) &&
+			slices.ContainsFunc(r, func(f scheduler.Fire) bool { return f.Schedule == "other" && f.At.After(released.Add(time.Second)) })
+	})
+	stop(t, s)
+
+	all := jobs(t, db.Pool)
+	for _, name := range []string{"slow", "other"} {
+		mine := slices.DeleteFunc(slices.Clone(all), func(j storedJob) bool { return !strings.HasPrefix(j.Key, "cron:"+name+":") })
+		checkOnePerFire(t, name, mine)
+		if !mine[0].At.Before(blocked) || !mine[len(mine)-1].At.After(released) {
+			t.Fatalf("%s's jobs run from %v to %v, not across the lock held from %v to %v", name, mine[0].At, mine[len(mine)-1].At, blocked, released)
+		}
+	}
+	if out := logs.String(); strings.Contains(out, "missed") {
+		t.Fatalf("fires were reported missed:\n%s", out)
 	}
 }
