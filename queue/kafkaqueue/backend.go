@@ -280,7 +280,9 @@ func (b *Backend) current(e *entry, fence int64) bool {
 // With Config.SyncCommit, a lease whose outcome was applied is still returned
 // as stale when the broker refuses the commit because the generation ended
 // meanwhile: the message will be delivered again to the partition's next
-// owner. Without it, a refused background commit ends the generation here
+// owner. A commit that fails for another reason (a timeout, a coordinator
+// that moved) is logged and left to the background committer: Finish
+// returns no error, since the outcomes are applied. Without it, a refused background commit ends the generation here
 // at once (its running jobs are cancelled and their Finish is stale).
 func (b *Backend) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, error) {
 	for _, f := range fs {
@@ -366,7 +368,14 @@ func (b *Backend) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease,
 		if b.ended(g) {
 			return append(stale, applied...), nil
 		}
-		return stale, err
+		// The outcomes are applied: Finish did its part, and the background
+		// committer retries the commit now and every CommitInterval.
+		b.log.Warn("kafkaqueue: commit failed; the background committer retries it",
+			"group", b.cfg.GroupID, "generation", g.id, "err", err)
+		select {
+		case b.commitKick <- struct{}{}:
+		default:
+		}
 	}
 	return stale, nil
 }

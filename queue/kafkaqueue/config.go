@@ -85,7 +85,9 @@ type Config struct {
 	CommitInterval time.Duration
 	// SyncCommit makes Finish wait until the offsets it advanced are
 	// committed, and report its leases stale when the broker refuses the
-	// commit because the generation ended. By default Finish returns once
+	// commit because the generation ended. A commit that fails for another
+	// reason is logged and retried by the background committer; Finish
+	// still returns no error, as its outcomes are applied. By default Finish returns once
 	// the outcome is applied locally and a background committer commits at
 	// once (one commit in flight, covering everything finished before it);
 	// a refused commit then ends the generation locally, cancelling its
