@@ -484,7 +484,8 @@ func (b *Backend) writeCopies(ctx context.Context, es []*entry, round int) []*en
 	return failed
 }
 
-// write writes the copies of es and returns each one's error.
+// write writes the copies of es and returns each one's error: when some
+// were written and others not, only the others have one.
 func (b *Backend) write(ctx context.Context, es []*entry) []error {
 	msgs := make([]kafka.Message, len(es))
 	for i, e := range es {
@@ -493,6 +494,11 @@ func (b *Backend) write(ctx context.Context, es []*entry) []error {
 	errs := make([]error, len(es))
 	err := b.writer.WriteMessages(ctx, msgs...)
 	if err == nil {
+		return errs
+	}
+	var we kafka.WriteErrors
+	if errors.As(err, &we) && len(we) == len(es) {
+		copy(errs, we) // a nil slot was written
 		return errs
 	}
 	var tooLarge kafka.MessageTooLargeError

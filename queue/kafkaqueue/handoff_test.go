@@ -194,3 +194,71 @@ func TestHandOffWriteFailureRetriesTheWrite(t *testing.T) {
 		})
 	}
 }
+
+// TestHandOffPartialWriteRetriesOnlyTheFailed shows that when one Finish
+// hands off two copies and only one is written, only the other is written
+// again: the written dead letter exists once.
+func TestHandOffPartialWriteRetriesOnlyTheFailed(t *testing.T) {
+	topic := uniqueName("jobs")
+	c := newCluster(t, 1, topic)
+	setMaxMessageBytes(t, c, topic+DefaultRetryTopicSuffix, 1000)
+	cl := newTestClient(t, c)
+	ctx := context.Background()
+	big := `{"pad":"` + strings.Repeat("x", 4000) + `"}`
+	if err := cl.EnqueueMany(ctx, []EnqueueJob{
+		{Params: queue.EnqueueParams{Queue: topic, Kind: "discarded"}, PartitionKey: "a"},
+		{Params: queue.EnqueueParams{Queue: topic, Kind: "retried", Args: []byte(big)}, PartitionKey: "b"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	group := uniqueName("g")
+	cfg := c.config(group, topic)
+	cfg.InPlaceRetries = -1
+	cfg.RetryDelay = 100 * time.Millisecond
+	cfg.ConcurrencyPerPartition = 2
+	logs := newErrorLog()
+	cfg.Logger = slog.New(logs)
+	b, err := NewBackend(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+
+	jobs := claimN(t, b, topic, 2, time.Minute)
+	fs := make([]queue.Finish, len(jobs))
+	var retried string
+	for i, j := range jobs {
+		fs[i] = queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeDiscard, Error: &queue.AttemptError{Error: "bad"}}
+		if j.Kind == "retried" {
+			fs[i].Outcome = queue.OutcomeRetry
+			retried = j.Key
+		}
+	}
+	if stale, err := b.Finish(ctx, fs); err != nil || len(stale) != 0 {
+		t.Fatalf("Finish = %v, %v", stale, err)
+	}
+	waitFor(t, time.Minute, "two failed writes of the retry copy logged", func() bool { return logs.count(retried) >= 2 })
+	setMaxMessageBytes(t, c, topic+DefaultRetryTopicSuffix, 1<<20)
+
+	again := claimN(t, b, topic, 1, time.Minute)
+	if again[0].Kind != "retried" || again[0].Attempt != 2 {
+		t.Fatalf("claimed %s attempt %d, want the retried job's attempt 2 from the retry topic", again[0].Kind, again[0].Attempt)
+	}
+	if stale, err := b.Finish(ctx, []queue.Finish{{Lease: again[0].Lease(), Outcome: queue.OutcomeComplete}}); err != nil || len(stale) != 0 {
+		t.Fatalf("Finish = %v, %v", stale, err)
+	}
+	waitCommitted(t, c, group, topic, 1)
+	waitCommitted(t, c, group, topic+DefaultRetryTopicSuffix, 1)
+	for _, tc := range []struct {
+		topic string
+		want  int64
+	}{{topic + DefaultDeadLetterTopicSuffix, 1}, {topic + DefaultRetryTopicSuffix, 1}} {
+		end, err := endOffsets(ctx, c.Brokers, tc.topic, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end[0] != tc.want {
+			t.Errorf("%s holds %d messages, want %d", tc.topic, end[0], tc.want)
+		}
+	}
+}
