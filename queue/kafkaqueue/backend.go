@@ -49,7 +49,7 @@ type Backend struct {
 	commitMu   sync.Mutex
 	commitKick chan struct{}
 	cancel     context.CancelFunc
-	bg         sync.WaitGroup // background hand-off writers; Add only under mu while !closed
+	bg         sync.WaitGroup // commitLoop and hand-off writers, awaited by run; Add only in run or under mu while !closed
 	done       chan struct{}
 	closeOnce  sync.Once
 }
@@ -420,13 +420,15 @@ func (b *Backend) handOff(ctx context.Context, es []*entry) {
 		return
 	}
 	b.bg.Add(1)
-	go b.retryHandOff(g, failed)
+	go func() {
+		defer b.bg.Done()
+		b.retryHandOff(g, failed)
+	}()
 }
 
 // retryHandOff writes the copies of es again, with backoff, until all are
 // written or g ends.
 func (b *Backend) retryHandOff(g *generation, es []*entry) {
-	defer b.bg.Done()
 	backoff := handOffMinBackoff
 	for round := 2; len(es) > 0; round++ {
 		t := time.NewTimer(backoff)
@@ -731,7 +733,9 @@ func (b *Backend) armTimer(q string, at time.Time) {
 }
 
 // Close commits what is done, leaves the group (its partitions move to the
-// other members at once) and closes the producer. Jobs still running are
+// other members at once), waits for its background goroutines (the
+// committer and the writers of retry and dead-letter copies) and closes the
+// producer. Jobs still running are
 // lost: their Finish is stale and their messages run again elsewhere; stop
 // the worker first to let them finish.
 func (b *Backend) Close() error {
@@ -766,7 +770,11 @@ func (b *Backend) Close() error {
 func (b *Backend) run(ctx context.Context) {
 	defer close(b.done)
 	defer b.bg.Wait()
-	go b.commitLoop(ctx)
+	b.bg.Add(1)
+	go func() {
+		defer b.bg.Done()
+		b.commitLoop(ctx)
+	}()
 	for {
 		kg, err := b.group.Next(ctx)
 		if err != nil {
