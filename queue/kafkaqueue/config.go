@@ -54,7 +54,11 @@ type Config struct {
 	// InPlaceRetries is how many times a failed job is run again in its
 	// partition (after the backoff the worker asks for) before it moves to
 	// the retry topic. Zero means DefaultInPlaceRetries (2); negative means
-	// none.
+	// none. In-place attempts are counted in memory only: when the group
+	// rebalances before they run out, the next owner starts again from the
+	// count in the message's headers, so in a group that rebalances more
+	// often than that an always-failing job may never reach the retry or
+	// dead-letter topic. Fewer in-place retries make that less likely.
 	InPlaceRetries int
 	// RetryDelay is the least time a job waits in the retry topic. Default 5s.
 	RetryDelay time.Duration

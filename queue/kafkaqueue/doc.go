@@ -39,6 +39,17 @@
 // idempotency key, which absorbs it. Such a run is not counted as an
 // attempt: attempts are counted by the failures reported for a message.
 //
+// Attempts are counted in the member's memory and written to the message
+// headers only when the job moves to the retry or dead-letter topic. After a
+// rebalance the partition's next owner reads the attempt count (and the
+// errors) from the headers of the message it fetches, so the in-place
+// attempts the previous owner made and had not yet moved on are lost: the
+// job's Attempt and Errors start again from the headers, and so do its
+// in-place retries. In a group that rebalances more often than a message
+// fails InPlaceRetries+1 times in a row, an always-failing message can
+// therefore keep running, each generation from the same count, without
+// ever reaching the retry topic or the dead-letter topic.
+//
 // # Order
 //
 // Messages with the same partition key go to the same partition and run one
