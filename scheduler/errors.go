@@ -21,6 +21,9 @@ var (
 	ErrStarted = errors.New("scheduler: already started")
 	// ErrNotStarted reports Stop on a Scheduler that is not running.
 	ErrNotStarted = errors.New("scheduler: not started")
+	// ErrStopping reports Add, Start or Stop on a Scheduler whose Stop has
+	// not returned yet: its loop may still be enqueuing a fire.
+	ErrStopping = errors.New("scheduler: stopping")
 )
 
 // ScheduleError is an error about one schedule: it names the schedule and

@@ -129,6 +129,7 @@ type Scheduler struct {
 	schedules []*schedule
 	names     map[string]bool
 	started   bool
+	stopping  bool // Stop is waiting for the loop to exit; started is still true
 	stop      chan struct{}
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -196,6 +197,9 @@ func (s *Scheduler) Add(name, spec, kind string, args any, opts Options) error {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.stopping {
+		return fail(ErrStopping)
+	}
 	if s.started {
 		return fail(ErrStarted)
 	}
@@ -223,6 +227,9 @@ func (s *Scheduler) AddArgs(name, spec string, args queue.Args, opts Options) er
 func (s *Scheduler) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.stopping {
+		return ErrStopping
+	}
 	if s.started {
 		return ErrStarted
 	}
@@ -253,20 +260,32 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the loop, letting a fire being enqueued commit, and waits for it.
-// If ctx ends first, the fire's transaction is cancelled (so it enqueues
-// nothing) and Stop returns ctx's error.
+// Stop ends the loop, letting a fire being enqueued commit (but enqueuing
+// no other schedule's fires), and waits for it. If ctx ends first, the
+// fire's transaction is cancelled (so it enqueues nothing) and Stop returns
+// ctx's error. Until Stop returns, Add, Start and Stop return ErrStopping;
+// afterwards the Scheduler may be started again.
 func (s *Scheduler) Stop(ctx context.Context) error {
 	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		return ErrStopping
+	}
 	if !s.started {
 		s.mu.Unlock()
 		return ErrNotStarted
 	}
-	s.started = false
+	s.stopping = true
 	stop, done, cancel := s.stop, s.done, s.cancel
-	s.mu.Unlock()
 	close(stop)
-	defer cancel()
+	s.mu.Unlock()
+	// The schedules belong to the loop until it exits.
+	defer func() {
+		cancel()
+		s.mu.Lock()
+		s.started, s.stopping = false, false
+		s.mu.Unlock()
+	}()
 	select {
 	case <-done:
 		return nil
@@ -293,7 +312,7 @@ func (s *Scheduler) loop(ctx context.Context, busy time.Time, stop <-chan struct
 			return
 		case <-timer.C:
 		}
-		wake := s.tick(ctx, busy)
+		wake := s.tick(ctx, stop, busy)
 		busy = s.cfg.Now()
 		d := wake.Sub(busy)
 		d = max(0, min(d, maxSleep))
@@ -301,16 +320,23 @@ func (s *Scheduler) loop(ctx context.Context, busy time.Time, stop <-chan struct
 	}
 }
 
-// tick enqueues the due fires of every schedule and returns when it should
-// run again by the host's clock. A fire that came due before busy (the end
-// of the previous tick) is on time however late it now is, unless the
-// schedule's last enqueue failed: it came while this instance was enqueuing
-// other fires, and one slow schedule must not make the others miss fires.
-// Only downtime, a stopped process or a failing enqueue makes fires missed.
-func (s *Scheduler) tick(ctx context.Context, busy time.Time) time.Time {
+// tick enqueues the due fires of every schedule, until stop is closed or ctx
+// ends, and returns when it should run again by the host's clock. A fire
+// that came due before busy (the end of the previous tick) is on time
+// however late it now is, unless the schedule's last enqueue failed: it came
+// while this instance was enqueuing other fires, and one slow schedule must
+// not make the others miss fires. Only downtime, a stopped process or a
+// failing enqueue makes fires missed.
+func (s *Scheduler) tick(ctx context.Context, stop <-chan struct{}, busy time.Time) time.Time {
 	now := s.cfg.Now()
 	wake := now.Add(maxSleep)
 	for _, sc := range s.schedules {
+		// Stop waits for one fire's enqueue, not for every due schedule's.
+		select {
+		case <-stop:
+			return wake
+		default:
+		}
 		if ctx.Err() != nil {
 			return wake
 		}

@@ -846,3 +846,99 @@ func TestSlowScheduleDelaysNoOther(t *testing.T) {
 		t.Fatalf("fires were reported missed:\n%s", out)
 	}
 }
+
+// TestStopDuringSlowEnqueue calls Stop while one schedule's enqueue waits for
+// a lock, and Add and Start concurrently: Stop lets that fire commit but
+// enqueues no other schedule's, Add and Start say the Scheduler is stopping
+// until Stop returns, and then it starts again. Run with -race, it also
+// shows that the restarted loop shares no state with the old one.
+func TestStopDuringSlowEnqueue(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	rec := newRecorder()
+	s := scheduler.New(pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quiet}), scheduler.Config{
+		Logger: quiet, OnFire: rec.onFire(0),
+	})
+	// The loop handles "slow" first in each tick.
+	for _, name := range []string{"slow", "other"} {
+		if err := s.Add(name, "* * * * * *", name, nil, scheduler.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start(t, s)
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var holder int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM jobfence_schedules WHERE name = 'slow' FOR UPDATE`).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, `an enqueue of "slow" to wait for the lock`, func() bool {
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.Stop(ctx) }()
+	waitFor(t, time.Minute, "Stop to begin", func() bool {
+		return errors.Is(s.Add("late", "@hourly", "late", nil, scheduler.Options{}), scheduler.ErrStopping)
+	})
+	wantAdd := `scheduler: schedule "late" spec "@hourly": scheduler: stopping`
+	if err := s.Add("late", "@hourly", "late", nil, scheduler.Options{}); err == nil || err.Error() != wantAdd {
+		t.Fatalf("Add while stopping: %v, want %s", err, wantAdd)
+	}
+	if err := s.Start(ctx); !errors.Is(err, scheduler.ErrStopping) || err.Error() != "scheduler: stopping" {
+		t.Fatalf("Start while stopping: %v, want ErrStopping", err)
+	}
+	if err := s.Stop(ctx); !errors.Is(err, scheduler.ErrStopping) {
+		t.Fatalf("second Stop while stopping: %v, want ErrStopping", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Stop did not return in a minute after the lock was released")
+	}
+
+	all := jobs(t, db.Pool)
+	var lastSlow, lastOther time.Time
+	for _, j := range all {
+		switch {
+		case strings.HasPrefix(j.Key, "cron:slow:"):
+			lastSlow = later(lastSlow, j.At)
+		case strings.HasPrefix(j.Key, "cron:other:"):
+			lastOther = later(lastOther, j.At)
+		}
+	}
+	// The fire "slow" was enqueuing when Stop began committed; "other"'s
+	// same fire was not enqueued.
+	if lastSlow.IsZero() || !lastOther.Before(lastSlow) {
+		t.Fatalf(`after Stop, the last fire of "slow" is %v and of "other" %v: want "other" to stop before "slow"'s last fire`, lastSlow, lastOther)
+	}
+
+	// Stopped, the Scheduler starts again and enqueues the next fires.
+	restarted := time.Now()
+	start(t, s)
+	waitFor(t, time.Minute, "a fire after the restart", func() bool {
+		return slices.ContainsFunc(rec.inserted(0), func(f scheduler.Fire) bool { return f.Schedule == "other" && f.At.After(restarted) })
+	})
+	stop(t, s)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
