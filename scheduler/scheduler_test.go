@@ -789,7 +789,7 @@ func TestSkipIfRunningAfterRescheduled(t *testing.T) {
 func TestSlowScheduleDelaysNoOther(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	const grace = time.Second
+	const grace = 2 * time.Second
 	var logs lockedBuffer
 	rec := newRecorder()
 	s := scheduler.New(pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quiet}), scheduler.Config{
@@ -822,7 +822,7 @@ func TestSlowScheduleDelaysNoOther(t *testing.T) {
 	})
 	blocked := time.Now()
 	// Several fires of "other" come due and pass their grace.
-	time.Sleep(4 * grace)
+	time.Sleep(3 * grace)
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
