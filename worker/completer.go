@@ -12,65 +12,87 @@ import (
 // idle worker reports at once.
 func (w *Worker) completer() {
 	defer w.finishWG.Done()
-	batch := make([]queue.Finish, 0, w.cfg.FinishBatch)
-	for f := range w.finishCh {
-		batch = append(batch[:0], f)
+	batch := make([]pending, 0, w.cfg.FinishBatch)
+	for p := range w.finishCh {
+		batch = append(batch[:0], p)
 	drain:
 		for len(batch) < w.cfg.FinishBatch {
 			select {
-			case f, ok := <-w.finishCh:
+			case p, ok := <-w.finishCh:
 				if !ok {
 					break drain
 				}
-				batch = append(batch, f)
+				batch = append(batch, p)
 			default:
 				break drain
 			}
 		}
 		w.flush(batch)
+		// Until now the jobs stayed tracked, so heartbeats kept their
+		// leases while the outcomes waited.
+		for _, p := range batch {
+			if p.r != nil {
+				w.untrack(p.r)
+			}
+		}
 	}
 }
 
 // flush reports a batch, retrying while the backend is unreachable. It
-// gives up only after the lease has surely run out: by then the jobs are
-// the rescuer's, and an outcome would be stale anyway.
-func (w *Worker) flush(batch []queue.Finish) {
+// gives up after the lease has surely run out (the jobs are the rescuer's by
+// then, and an outcome would be stale anyway), or after one last try once
+// Stop's deadline has passed.
+func (w *Worker) flush(batch []pending) {
+	fs := make([]queue.Finish, len(batch))
+	for i, p := range batch {
+		fs[i] = p.f
+	}
 	deadline := time.Now().Add(w.cfg.Lease + w.cfg.HeartbeatInterval)
 	backoff := 50 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Lease)
-		stale, err := w.backend.Finish(ctx, batch)
+		stale, err := w.backend.Finish(ctx, fs)
 		cancel()
 		if err == nil {
-			completed := 0
-			for _, f := range batch {
-				if f.Outcome == queue.OutcomeComplete {
-					completed++
-				}
-			}
-			staleSet := make(map[int64]bool, len(stale))
-			for _, l := range stale {
-				staleSet[l.ID] = true
-				w.log.Warn("jobfence: outcome rejected: stale fence (the job was claimed again by another owner)",
-					"job", l.ID, "fence", l.Fence)
-			}
-			for _, f := range batch {
-				if f.Outcome == queue.OutcomeComplete && staleSet[f.ID] {
-					completed--
-				}
-			}
-			w.stats.stale.Add(int64(len(stale)))
-			w.stats.completed.Add(int64(completed))
+			w.count(fs, stale)
 			return
 		}
 		w.stats.finishErrors.Add(1)
-		if time.Now().After(deadline) {
+		giveUp := false
+		select {
+		case <-w.giveUp:
+			giveUp = true
+		default:
+			giveUp = time.Now().After(deadline)
+		}
+		if giveUp {
 			w.log.Error("jobfence: cannot record outcomes; their jobs will be rescued when the lease expires",
-				"jobs", len(batch), "err", err)
+				"jobs", len(fs), "err", err)
 			return
 		}
-		w.log.Error("jobfence: cannot record outcomes; retrying", "jobs", len(batch), "err", err, "retry_in", backoff)
-		time.Sleep(backoff)
+		w.log.Error("jobfence: cannot record outcomes; retrying", "jobs", len(fs), "err", err, "retry_in", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-w.giveUp:
+		}
 		backoff = min(backoff*2, 2*time.Second)
 	}
+}
+
+// count updates the counters for a recorded batch.
+func (w *Worker) count(fs []queue.Finish, stale []queue.Lease) {
+	staleSet := make(map[queue.Lease]bool, len(stale))
+	for _, l := range stale {
+		staleSet[l] = true
+		w.log.Warn("jobfence: outcome rejected: stale fence (the job was claimed again by another owner)",
+			"job", l.ID, "fence", l.Fence)
+	}
+	completed := 0
+	for _, f := range fs {
+		if f.Outcome == queue.OutcomeComplete && !staleSet[f.Lease] {
+			completed++
+		}
+	}
+	w.stats.stale.Add(int64(len(stale)))
+	w.stats.completed.Add(int64(completed))
 }

@@ -19,12 +19,12 @@ type PanicError struct {
 func (e *PanicError) Error() string { return fmt.Sprintf("jobfence: handler panicked: %v", e.Value) }
 
 // execute runs one claimed job and queues its outcome.
-func (w *Worker) execute(job *queue.Job) {
+func (w *Worker) execute(job *queue.Job, until time.Time) {
 	h := w.reg.handlers[job.Kind]
 	if h == nil {
 		err := fmt.Errorf("%w %q: no handler registered in worker %s (it handles %v)", queue.ErrUnknownKind, job.Kind, w.cfg.ID, w.reg.Kinds())
 		w.log.Error("jobfence: job of unknown kind; will retry", "job", job.ID, "kind", job.Kind, "err", err)
-		w.report(job, queue.OutcomeRetry, w.cfg.RetryPolicy.NextRetry(job), err, "")
+		w.report(job, nil, queue.OutcomeRetry, w.cfg.RetryPolicy.NextRetry(job), err, "")
 		w.stats.retried.Add(1)
 		return
 	}
@@ -42,16 +42,12 @@ func (w *Worker) execute(job *queue.Job) {
 		ctx, cancelT = context.WithTimeoutCause(ctx, timeout, fmt.Errorf("jobfence: job timed out after %s", timeout))
 		defer cancelT()
 	}
-	until := job.LeaseExpiresAt
-	if until.IsZero() {
-		until = time.Now().Add(w.cfg.Lease)
-	}
-	if !w.track(&running{lease: job.Lease(), cancel: cancel, leaseUntil: until}) {
+	r := &running{lease: job.Lease(), cancel: cancel, leaseUntil: until}
+	if !w.track(r) {
 		w.stats.snoozed.Add(1)
-		w.report(job, queue.OutcomeSnooze, time.Now(), nil, "")
+		w.report(job, nil, queue.OutcomeSnooze, time.Now(), nil, "")
 		return
 	}
-	defer w.untrack(job.ID)
 
 	var err error
 	var stack string
@@ -59,12 +55,13 @@ func (w *Worker) execute(job *queue.Job) {
 		var done bool
 		done, stack, err = w.runTx(ctx, h, job)
 		if done {
+			w.untrack(r)
 			return
 		}
 	} else {
 		stack, err = w.call(ctx, h, job)
 	}
-	w.outcome(ctx, job, err, stack)
+	w.outcome(ctx, job, r, err, stack)
 }
 
 // call runs a plain handler under the middleware, recovering a panic.
@@ -120,10 +117,11 @@ func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job) (done bo
 	return true, "", nil
 }
 
-// outcome maps a handler's result to the outcome to report.
-func (w *Worker) outcome(ctx context.Context, job *queue.Job, err error, stack string) {
+// outcome maps a handler's result to the outcome to report; r stays
+// tracked until the outcome is recorded.
+func (w *Worker) outcome(ctx context.Context, job *queue.Job, r *running, err error, stack string) {
 	if err == nil {
-		w.report(job, queue.OutcomeComplete, time.Time{}, nil, "")
+		w.report(job, r, queue.OutcomeComplete, time.Time{}, nil, "")
 		return
 	}
 	cause := context.Cause(ctx)
@@ -134,23 +132,24 @@ func (w *Worker) outcome(ctx context.Context, job *queue.Job, err error, stack s
 	case errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrJobCancelled):
 		// The job is no longer ours: any outcome would be stale.
 		w.log.Warn("jobfence: handler ended after its job was lost", "job", job.ID, "cause", cause, "err", err)
+		w.untrack(r)
 		return
 	case errors.Is(cause, ErrWorkerStopping):
 		w.stats.snoozed.Add(1)
-		w.report(job, queue.OutcomeSnooze, time.Now(), nil, "")
+		w.report(job, r, queue.OutcomeSnooze, time.Now(), nil, "")
 		return
 	case errors.As(err, &snooze):
 		w.stats.snoozed.Add(1)
-		w.report(job, queue.OutcomeSnooze, time.Now().Add(snooze.d), nil, "")
+		w.report(job, r, queue.OutcomeSnooze, time.Now().Add(snooze.d), nil, "")
 		return
 	case errors.As(err, &cancelled):
 		w.stats.cancelled.Add(1)
-		w.report(job, queue.OutcomeCancel, time.Time{}, err, "")
+		w.report(job, r, queue.OutcomeCancel, time.Time{}, err, "")
 		return
 	case errors.Is(err, ErrDecodeArgs):
 		w.stats.discarded.Add(1)
 		w.log.Error("jobfence: job args do not decode; discarded", "job", job.ID, "kind", job.Kind, "err", err)
-		w.report(job, queue.OutcomeDiscard, time.Time{}, err, "")
+		w.report(job, r, queue.OutcomeDiscard, time.Time{}, err, "")
 		return
 	case errors.As(err, &panicked):
 		w.stats.panics.Add(1)
@@ -164,13 +163,15 @@ func (w *Worker) outcome(ctx context.Context, job *queue.Job, err error, stack s
 	} else {
 		w.stats.retried.Add(1)
 	}
-	w.report(job, queue.OutcomeRetry, w.cfg.RetryPolicy.NextRetry(job), err, stack)
+	w.report(job, r, queue.OutcomeRetry, w.cfg.RetryPolicy.NextRetry(job), err, stack)
 }
 
-func (w *Worker) report(job *queue.Job, o queue.Outcome, at time.Time, err error, stack string) {
+// report queues an outcome; r (nil for a job that never ran) is untracked
+// once the outcome is recorded.
+func (w *Worker) report(job *queue.Job, r *running, o queue.Outcome, at time.Time, err error, stack string) {
 	f := queue.Finish{Lease: job.Lease(), Outcome: o, At: at}
 	if err != nil {
 		f.Error = &queue.AttemptError{Attempt: job.Attempt, At: time.Now(), Error: err.Error(), Trace: stack}
 	}
-	w.finishCh <- f
+	w.finishCh <- pending{f: f, r: r}
 }

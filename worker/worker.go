@@ -24,7 +24,10 @@ type Worker struct {
 	stopped  bool
 	inflight map[int64]*running
 
-	finishCh chan queue.Finish
+	finishCh chan pending
+	// giveUp is closed when Stop's deadline passes while outcomes are still
+	// being recorded: each remaining batch gets one last try.
+	giveUp chan struct{}
 
 	// interrupted is set (under mu) when Stop's deadline passed: running
 	// handlers are cancelled and claimed jobs not yet started are put back.
@@ -73,7 +76,8 @@ func New(backend queue.Backend, reg *Registry, cfg Config) (*Worker, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("worker", cfg.ID),
 		inflight: map[int64]*running{},
-		finishCh: make(chan queue.Finish, 4*cfg.FinishBatch),
+		finishCh: make(chan pending, 4*cfg.FinishBatch),
+		giveUp:   make(chan struct{}),
 	}, nil
 }
 
@@ -134,7 +138,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		// goroutine per job would grow a fresh stack for every job.
 		slots := make(chan struct{}, n)
 		freed := make(chan struct{}, 1)
-		jobs := make(chan *queue.Job, n)
+		jobs := make(chan claimed, n)
 		release := func() {
 			<-slots
 			select {
@@ -195,7 +199,17 @@ func (w *Worker) Stop(ctx context.Context) error {
 		stopErr = fmt.Errorf("jobfence: worker stop: %w; running jobs were interrupted and put back", ctx.Err())
 	}
 	close(w.finishCh)
-	w.finishWG.Wait()
+	flushed := make(chan struct{})
+	go func() { w.finishWG.Wait(); close(flushed) }()
+	select {
+	case <-flushed:
+	case <-ctx.Done():
+		close(w.giveUp)
+		<-flushed
+		if stopErr == nil {
+			stopErr = fmt.Errorf("jobfence: worker stop: %w; outcomes not yet recorded were left to the rescuer", ctx.Err())
+		}
+	}
 	w.bgCancel()
 	w.bgWG.Wait()
 	w.log.Info("jobfence: worker stopped", "stats", w.Stats())
@@ -204,23 +218,31 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 // fetchLoop claims jobs of queue q while slots has room; the queue's
 // fetch loops share slots (its concurrency) and freed (a job ended).
-func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan struct{}, out chan<- *queue.Job, wake <-chan struct{}) {
+func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan struct{}, out chan<- claimed, wake <-chan struct{}) {
 	defer w.fetchWG.Done()
 	n := cap(slots)
 	// Claiming a handful of jobs at a time wastes round trips when many
 	// slots turn over: wait until a useful batch of slots is free.
 	threshold := max(1, min(n, w.cfg.FetchLimit)/4)
 	backoff := 50 * time.Millisecond
+	// force claims whatever is free after a wake-up or a poll interval,
+	// so slots below the threshold do not idle while jobs are ready.
+	force := false
 	for {
 		free := n - len(slots)
-		if free < threshold {
+		if free == 0 || (free < threshold && !force) {
 			select {
 			case <-ctx.Done():
 				return
 			case <-freed:
-				continue
+			case <-wake:
+				force = true
+			case <-time.After(w.cfg.PollInterval):
+				force = true
 			}
+			continue
 		}
+		force = false
 		limit := min(free, w.cfg.FetchLimit)
 		// Reserve the slots before claiming so side-by-side loops never
 		// claim more than the queue's concurrency.
@@ -238,7 +260,13 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan stru
 			continue
 		}
 		limit = reserved
-		jobs, err := w.backend.Claim(ctx, queue.ClaimParams{Queue: q, Limit: limit, Lease: w.cfg.Lease, WorkerID: w.cfg.ID})
+		// The claim is not cut off by Stop: a claim whose rows were taken
+		// but whose reply was dropped would leave them to the rescuer.
+		// Jobs it returns go to the runners, which drain before Stop ends.
+		claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease)
+		claimStart := time.Now()
+		jobs, err := w.backend.Claim(claimCtx, queue.ClaimParams{Queue: q, Limit: limit, Lease: w.cfg.Lease, WorkerID: w.cfg.ID})
+		cancelClaim()
 		if unused := limit - len(jobs); unused > 0 {
 			for range unused {
 				<-slots
@@ -265,8 +293,11 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan stru
 		}
 		backoff = 50 * time.Millisecond
 		w.stats.claimed.Add(int64(len(jobs)))
+		// The lease as this worker's clock sees it: claimed no earlier
+		// than claimStart, so it holds at least until claimStart+Lease.
+		until := claimStart.Add(w.cfg.Lease)
 		for _, j := range jobs {
-			out <- j // never blocks: a slot is reserved for each job
+			out <- claimed{job: j, until: until} // never blocks: a slot is reserved for each job
 		}
 		if len(jobs) == limit {
 			continue
@@ -280,29 +311,51 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan stru
 	}
 }
 
+// claimed is a claimed job on its way to a runner.
+type claimed struct {
+	job *queue.Job
+	// until is the end of the claim's lease by this worker's clock.
+	until time.Time
+}
+
+// pending is an outcome on its way to the backend; r stays tracked (and
+// heartbeated) until the outcome is recorded.
+type pending struct {
+	f queue.Finish
+	r *running
+}
+
 // runner executes jobs until jobs is closed.
-func (w *Worker) runner(jobs <-chan *queue.Job, release func()) {
+func (w *Worker) runner(jobs <-chan claimed, release func()) {
 	defer w.jobsWG.Done()
-	for j := range jobs {
-		w.execute(j)
+	for c := range jobs {
+		w.execute(c.job, c.until)
 		release()
 	}
 }
 
-// track registers a running job; it reports false once Stop's deadline has
-// passed, when the job must be put back instead of run.
+// track registers a running claim; it reports false once Stop's deadline
+// has passed, when the job must be put back instead of run. A claim of the
+// same job that is still tracked is older (this worker lost it and claimed
+// the job again): its handler is told so.
 func (w *Worker) track(r *running) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.interrupted {
 		return false
 	}
+	if old := w.inflight[r.lease.ID]; old != nil {
+		old.cancel(ErrLeaseLost)
+	}
 	w.inflight[r.lease.ID] = r
 	return true
 }
 
-func (w *Worker) untrack(id int64) {
+// untrack forgets r, unless a newer claim of the same job replaced it.
+func (w *Worker) untrack(r *running) {
 	w.mu.Lock()
-	delete(w.inflight, id)
+	if w.inflight[r.lease.ID] == r {
+		delete(w.inflight, r.lease.ID)
+	}
 	w.mu.Unlock()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,7 +18,7 @@ UPDATE jobfence_jobs j
 SET state = 'completed', finalized_at = now(), lease_expires_at = NULL
 FROM unnest($1::bigint[], $2::bigint[]) AS f(id, fence)
 WHERE j.id = f.id AND j.fence = f.fence AND j.state = 'running'
-RETURNING j.id`
+RETURNING j.id, j.fence`
 
 // finishSQL applies any mix of outcomes (1 complete, 2 retry, 3 discard,
 // 4 snooze, 5 cancel), each only under its fence. A retry out of attempts
@@ -33,7 +34,7 @@ WITH f AS (
             WHEN 2 THEN CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END
             WHEN 3 THEN 'discarded'
             WHEN 4 THEN 'scheduled'
-            ELSE 'cancelled'
+            WHEN 5 THEN 'cancelled'
         END AS state
     FROM jobfence_jobs j JOIN f ON j.id = f.id AND j.fence = f.fence
     WHERE j.state = 'running'
@@ -48,7 +49,7 @@ SET state = n.state,
     lease_expires_at = NULL
 FROM n
 WHERE j.id = n.id AND j.state = 'running'
-RETURNING j.id`
+RETURNING j.id, j.fence`
 
 // Finish implements queue.Backend. Completions and other outcomes go in one
 // round trip; a job absent from the update was fenced out and its lease is
@@ -66,6 +67,11 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 		now           = time.Now()
 	)
 	for _, f := range fs {
+		if f.Outcome < queue.OutcomeComplete || f.Outcome > queue.OutcomeCancel {
+			return nil, fmt.Errorf("pgqueue: finish job %d: invalid outcome %d", f.ID, f.Outcome)
+		}
+	}
+	for _, f := range fs {
 		if f.Outcome == queue.OutcomeComplete {
 			cIDs = append(cIDs, f.ID)
 			cFences = append(cFences, f.Fence)
@@ -81,7 +87,7 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 		ats = append(ats, at)
 		var e []byte
 		if f.Error != nil {
-			b, err := json.Marshal(f.Error)
+			b, err := json.Marshal(jsonbSafe(*f.Error))
 			if err != nil {
 				return nil, fmt.Errorf("pgqueue: finish: encode error: %w", err)
 			}
@@ -89,7 +95,7 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 		}
 		errs = append(errs, e)
 	}
-	applied := make(map[int64]bool, len(fs))
+	applied := make(map[queue.Lease]bool, len(fs))
 	batch := &pgx.Batch{}
 	if len(cIDs) > 0 {
 		batch.Queue(completeSQL, cIDs, cFences)
@@ -105,13 +111,13 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 			return nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)
 		}
 		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
+			var l queue.Lease
+			if err := rows.Scan(&l.ID, &l.Fence); err != nil {
 				rows.Close()
 				br.Close()
 				return nil, fmt.Errorf("pgqueue: finish: %w", err)
 			}
-			applied[id] = true
+			applied[l] = true
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -124,11 +130,19 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 	}
 	var stale []queue.Lease
 	for _, f := range fs {
-		if !applied[f.ID] {
+		if !applied[f.Lease] {
 			stale = append(stale, f.Lease)
 		}
 	}
 	return stale, nil
+}
+
+// jsonbSafe replaces the NUL characters jsonb refuses: one handler's error
+// text must not fail a batch of other jobs' outcomes.
+func jsonbSafe(e queue.AttemptError) queue.AttemptError {
+	e.Error = strings.ReplaceAll(e.Error, "\x00", "\uFFFD")
+	e.Trace = strings.ReplaceAll(e.Trace, "\x00", "\uFFFD")
+	return e
 }
 
 // Complete completes one job under its fence; it returns a

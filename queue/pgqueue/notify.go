@@ -47,7 +47,11 @@ func (c *Client) Cancelled(ctx context.Context) (<-chan int64, error) {
 // LISTEN is in place when listen returns (unless the database is down), so
 // no notification sent afterwards is missed; the rest runs in a goroutine.
 func (c *Client) listen(ctx context.Context, channel string, fn func(string)) {
-	pgc, err := c.listenConn(ctx, channel)
+	// Bounded: a database that accepts connections but does not answer must
+	// not hold up the caller (a worker's Start); the goroutine keeps trying.
+	first, cancel := context.WithTimeout(ctx, 5*time.Second)
+	pgc, err := c.listenConn(first, channel)
+	cancel()
 	go func() {
 		if err == nil {
 			err = c.receive(ctx, pgc, fn)

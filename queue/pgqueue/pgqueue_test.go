@@ -402,3 +402,35 @@ func TestWakeAndCancelNotifications(t *testing.T) {
 		t.Fatal("no cancel notification")
 	}
 }
+
+// TestFinishBatchSurvivesBadInput: one outcome's NUL-laden error text does
+// not fail the other outcomes of its batch, and an invalid outcome is
+// refused before anything is applied.
+func TestFinishBatchSurvivesBadInput(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	for range 2 {
+		if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jobs := claim(t, c, "default", 2, time.Minute)
+	if _, err := c.Finish(ctx, []queue.Finish{{Lease: jobs[0].Lease(), Outcome: queue.Outcome(0)}}); err == nil ||
+		!strings.Contains(err.Error(), "invalid outcome 0") {
+		t.Fatalf("invalid outcome: %v", err)
+	}
+	stale, err := c.Finish(ctx, []queue.Finish{
+		{Lease: jobs[0].Lease(), Outcome: queue.OutcomeComplete},
+		{Lease: jobs[1].Lease(), Outcome: queue.OutcomeRetry, At: time.Now().Add(time.Hour),
+			Error: &queue.AttemptError{Attempt: 1, At: time.Now(), Error: "bad input \x00 from upstream"}},
+	})
+	if err != nil || len(stale) != 0 {
+		t.Fatalf("finish: stale=%v err=%v", stale, err)
+	}
+	done, _ := c.Get(ctx, jobs[0].ID)
+	retried, _ := c.Get(ctx, jobs[1].ID)
+	if done.State != queue.StateCompleted || retried.State != queue.StateRetryable ||
+		retried.Errors[0].Error != "bad input \uFFFD from upstream" {
+		t.Fatalf("after finish: %s, %s %+v", done.State, retried.State, retried.Errors)
+	}
+}

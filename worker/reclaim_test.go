@@ -1,0 +1,116 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+	"github.com/jobfence/jobfence/worker"
+)
+
+type reclaimArgs struct{}
+
+func (reclaimArgs) Kind() string { return "reclaim" }
+
+// TestReclaimBySameWorkerStaysWatched: a worker loses a job (its handler
+// ignores the lost lease), the job is rescued and claimed again by the same
+// worker while the first handler still runs. When the first handler
+// returns, the second claim must still be tracked: cancelling the job
+// reaches the second handler at once.
+func TestReclaimBySameWorkerStaysWatched(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
+	res, err := c.Insert(ctx, reclaimArgs{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	releaseFirst := make(chan struct{})
+	secondStarted := make(chan struct{})
+	secondCause := make(chan error, 1)
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[reclaimArgs]) error {
+		if job.Attempt == 1 {
+			<-releaseFirst // deaf to its context, as a careless handler is
+			return nil
+		}
+		close(secondStarted)
+		<-ctx.Done()
+		secondCause <- context.Cause(ctx)
+		return ctx.Err()
+	}, worker.HandlerOptions{Timeout: -1})
+	hb := &blockingHeartbeats{Client: c, release: make(chan struct{})}
+	w := startWorker(t, hb, reg, worker.Config{Lease: 300 * time.Millisecond, RescueInterval: 100 * time.Millisecond,
+		PollInterval: 50 * time.Millisecond, Queues: map[string]int{"default": 4}})
+	select {
+	case <-secondStarted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job was not claimed a second time")
+	}
+	close(releaseFirst) // the first handler returns; its outcome is stale
+	close(hb.release)
+	waitFor(t, 10*time.Second, "the first claim's stale outcome", func() bool { return w.Stats().Stale == 1 })
+	if err := c.Cancel(ctx, res.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case cause := <-secondCause:
+		if !errors.Is(cause, worker.ErrJobCancelled) {
+			t.Fatalf("second handler's cause = %v, want ErrJobCancelled", cause)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancelling the job did not reach the second claim's handler: it is no longer tracked")
+	}
+	if j := stateOf(t, c, res.ID); j.State != queue.StateCancelled || j.Attempt != 2 {
+		t.Fatalf("job %+v", j)
+	}
+}
+
+type slowArgs struct {
+	Block bool `json:"block"`
+}
+
+func (slowArgs) Kind() string { return "slow" }
+
+// TestFreeSlotsBelowThresholdAreUsed: with most slots held by long jobs, a
+// ready job still starts in the few free slots.
+func TestFreeSlotsBelowThresholdAreUsed(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
+	release := make(chan struct{})
+	defer close(release)
+	quick := make(chan struct{}, 1)
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[slowArgs]) error {
+		if job.Args.Block {
+			<-release
+			return nil
+		}
+		quick <- struct{}{}
+		return nil
+	}, worker.HandlerOptions{Timeout: -1})
+	// FetchLimit 40 with 40 slots makes the claim threshold 10 free slots.
+	startWorker(t, c, reg, worker.Config{Queues: map[string]int{"default": 40}, FetchLimit: 40, PollInterval: 100 * time.Millisecond})
+	for range 35 {
+		if _, err := c.Insert(ctx, slowArgs{Block: true}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 20*time.Second, "35 long jobs running", func() bool {
+		counts, _ := c.Counts(ctx, "")
+		return counts[queue.StateRunning] == 35
+	})
+	if _, err := c.Insert(ctx, slowArgs{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-quick:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a ready job did not start in one of the 5 free slots")
+	}
+}
