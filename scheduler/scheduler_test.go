@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
@@ -803,23 +805,7 @@ func TestSlowScheduleDelaysNoOther(t *testing.T) {
 	}
 	start(t, s)
 	ctx := context.Background()
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	// Recording a fire of "slow" updates its row in the schedules table.
-	var holder int
-	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM jobfence_schedules WHERE name = 'slow' FOR UPDATE`).Scan(&holder); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, time.Minute, `an enqueue of "slow" to wait for the lock`, func() bool {
-		var n int
-		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n > 0
-	})
+	tx := holdScheduleRow(t, db, "slow")
 	blocked := time.Now()
 	// Several fires of "other" come due and pass their grace.
 	time.Sleep(3 * grace)
@@ -867,22 +853,7 @@ func TestStopDuringSlowEnqueue(t *testing.T) {
 	}
 	start(t, s)
 	ctx := context.Background()
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	var holder int
-	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM jobfence_schedules WHERE name = 'slow' FOR UPDATE`).Scan(&holder); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, time.Minute, `an enqueue of "slow" to wait for the lock`, func() bool {
-		var n int
-		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n > 0
-	})
+	tx := holdScheduleRow(t, db, "slow")
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- s.Stop(ctx) }()
@@ -941,4 +912,30 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// holdScheduleRow locks schedule name's row in a transaction of its own and
+// returns once an enqueue of that schedule waits for it (recording a fire
+// updates the row). The transaction is rolled back when the test ends, if
+// the test has not done so.
+func holdScheduleRow(t *testing.T, db *pgtest.DB, name string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	var holder int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM jobfence_schedules WHERE name = $1 FOR UPDATE`, name).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "an enqueue of "+name+" to wait for the lock", func() bool {
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+	return tx
 }

@@ -70,8 +70,6 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 		if f.Outcome < queue.OutcomeComplete || f.Outcome > queue.OutcomeCancel {
 			return nil, fmt.Errorf("pgqueue: finish job %d: invalid outcome %d", f.ID, f.Outcome)
 		}
-	}
-	for _, f := range fs {
 		if f.Outcome == queue.OutcomeComplete {
 			cIDs = append(cIDs, f.ID)
 			cFences = append(cFences, f.Fence)
