@@ -2,7 +2,7 @@
 # redis-server from Debian's packages when run as root), then runs every test
 # against real servers that the tests start themselves on loopback.
 GO ?= go
-TESTFLAGS ?= -race -count=1 -timeout 60m
+TESTFLAGS ?= -race -count=1 -timeout 20m
 
 .PHONY: test setup vet demo bench build
 

@@ -33,7 +33,7 @@ type Backend struct {
 	cfg     Config
 	log     *slog.Logger
 	group   *kafka.ConsumerGroup
-	writer  *kafka.Writer
+	writer  *producer
 	queueOf map[string]string // main and retry topics -> queue
 
 	mu        sync.Mutex
@@ -120,7 +120,7 @@ func NewBackend(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("kafkaqueue: consumer group: %w", err)
 	}
 	b.group = group
-	b.writer = newWriter(cfg)
+	b.writer = newProducer(cfg)
 	runCtx, stop := context.WithCancel(context.Background())
 	b.cancel = stop
 	go b.run(runCtx)
@@ -494,7 +494,7 @@ func (b *Backend) write(ctx context.Context, es []*entry) []error {
 		msgs[i] = e.out
 	}
 	errs := make([]error, len(es))
-	err := b.writer.WriteMessages(ctx, msgs...)
+	err := b.writer.write(ctx, msgs...)
 	if err == nil {
 		return errs
 	}
@@ -667,6 +667,10 @@ func (b *Backend) Wake(ctx context.Context, q string) (<-chan struct{}, error) {
 		return nil, err
 	}
 	ch := make(chan struct{}, 1)
+	// The first value goes in before ch is registered: once it is, notify
+	// may fill ch's one slot at any moment, and a send after that would
+	// block for ever.
+	ch <- struct{}{}
 	b.mu.Lock()
 	if b.wakers[q] == nil {
 		b.wakers[q] = make(map[chan struct{}]struct{})
@@ -678,7 +682,6 @@ func (b *Backend) Wake(ctx context.Context, q string) (<-chan struct{}, error) {
 		delete(b.wakers[q], ch)
 		b.mu.Unlock()
 	})
-	ch <- struct{}{}
 	return ch, nil
 }
 
@@ -756,7 +759,7 @@ func (b *Backend) Close() error {
 		err = b.group.Close()
 		b.cancel()
 		<-b.done
-		if werr := b.writer.Close(); werr != nil && err == nil {
+		if werr := b.writer.close(); werr != nil && err == nil {
 			err = werr
 		}
 		if err != nil {

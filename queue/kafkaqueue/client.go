@@ -37,7 +37,7 @@ type EnqueueJob struct {
 // Client writes jobs to topics. It is safe for concurrent use.
 type Client struct {
 	cfg Config
-	w   *kafka.Writer
+	p   *producer
 }
 
 // NewClient returns a Client for the brokers in cfg. It does not connect
@@ -47,19 +47,7 @@ func NewClient(cfg Config) (*Client, error) {
 	if err := cfg.validateClient(); err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, w: newWriter(cfg)}, nil
-}
-
-func newWriter(cfg Config) *kafka.Writer {
-	return &kafka.Writer{
-		Addr:         kafka.TCP(cfg.Brokers...),
-		Balancer:     &kafka.Hash{},
-		RequiredAcks: kafka.RequireAll,
-		BatchTimeout: cfg.BatchTimeout,
-		BatchSize:    1000,
-		Transport:    cfg.transport(),
-		ErrorLogger:  kafkaLogger{cfg.Logger},
-	}
+	return &Client{cfg: cfg, p: newProducer(cfg)}, nil
 }
 
 // Enqueue writes one job to the topic p.Queue and returns once the brokers
@@ -104,15 +92,17 @@ func (c *Client) EnqueueMany(ctx context.Context, jobs []EnqueueJob) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	if err := c.w.WriteMessages(ctx, msgs...); err != nil {
+	if err := c.p.write(ctx, msgs...); err != nil {
 		return fmt.Errorf("kafkaqueue: enqueue: %w", err)
 	}
 	return nil
 }
 
-// Close flushes and closes the producer.
+// Close waits for the enqueues in flight, then flushes and closes the
+// producer. Enqueues that start after Close return an error wrapping
+// queue.ErrClosed.
 func (c *Client) Close() error {
-	if err := c.w.Close(); err != nil {
+	if err := c.p.close(); err != nil {
 		return fmt.Errorf("kafkaqueue: close producer: %w", err)
 	}
 	return nil

@@ -38,6 +38,9 @@ func testPausedMember(t *testing.T, syncCommit bool) {
 	}
 
 	var p pauser
+	// A failure while paused must not leave the zombie frozen: its Close
+	// (a cleanup) would wait on the network for ever.
+	defer p.resume()
 	zombieCfg := cfg
 	zombieCfg.Dialer = p.dialer()
 	type held struct {

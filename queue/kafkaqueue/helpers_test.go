@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,7 @@ type testCluster struct {
 // and dead-letter topics of every one) on a broker for t.
 func newCluster(t testing.TB, partitions int, topics ...string) *testCluster {
 	t.Helper()
+	watchdog(t, testHangLimit)
 	var all []string
 	for _, tp := range topics {
 		all = append(all, tp, tp+DefaultRetryTopicSuffix, tp+DefaultDeadLetterTopicSuffix)
@@ -66,6 +68,26 @@ func newCluster(t testing.TB, partitions int, topics ...string) *testCluster {
 	}
 	t.Cleanup(c.Close)
 	return &testCluster{Brokers: c.ListenAddrs()}
+}
+
+// testHangLimit bounds one test, cleanups included. The longest test here,
+// TestRebalanceEveryEffectOnce, takes about 10 s alone and under 2 minutes
+// on two cores shared with four other test binaries.
+const testHangLimit = 5 * time.Minute
+
+// watchdog ends the test binary when t (with its cleanups) runs past limit:
+// it prints every goroutine's stack and then, as the last line, the test's
+// name, so a hang reads as a named failure at the end of the log rather than
+// as the whole package's timeout.
+func watchdog(t testing.TB, limit time.Duration) {
+	timer := time.AfterFunc(limit, func() {
+		buf := make([]byte, 64<<20)
+		n := runtime.Stack(buf, true)
+		os.Stderr.Write(buf[:n])
+		fmt.Fprintf(os.Stderr, "\nFAIL %s: still running after %v (stacks above)\n", t.Name(), limit)
+		os.Exit(3)
+	})
+	t.Cleanup(func() { timer.Stop() })
 }
 
 func uniqueName(prefix string) string {
