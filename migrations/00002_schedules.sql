@@ -17,5 +17,13 @@ CREATE TABLE jobfence_schedules (
     updated_at      timestamptz NOT NULL DEFAULT now()
 );
 
+-- Serves SkipIfRunning: the unfinished jobs of a schedule's fires, found by
+-- a range on their unique keys (cron:<name>:<unix>). Finished jobs are
+-- not in it, so a check reads the few unfinished runs of one schedule,
+-- not every fire kept until the pruner removes it.
+CREATE INDEX jobfence_jobs_unfinished_key ON jobfence_jobs (unique_key)
+    WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'discarded', 'cancelled');
+
 -- +goose Down
+DROP INDEX jobfence_jobs_unfinished_key;
 DROP TABLE jobfence_schedules;

@@ -101,10 +101,11 @@ const beginFireSQL = `SELECT set_config('idle_in_transaction_session_timeout', '
 // terms in order); keys of 19 or more digits are not fires and are ignored
 // rather than overflowing bigint.
 //
-// The prefix is matched with a range on unique_key (and the unique index's
-// predicate, unique_key IS NOT NULL), which the partial btree unique index
-// serves, so the scan covers only this schedule's keys; starts_with or LIKE
-// would scan the whole table, as the index is not text_pattern_ops. Under
+// The prefix is matched with a range on unique_key, with the predicate of
+// the partial index jobfence_jobs_unfinished_key (migration 00002), which
+// serves it, so the scan covers only this schedule's unfinished jobs;
+// starts_with or LIKE would scan the whole table, as the index is not
+// text_pattern_ops. Under
 // the C collation the range holds exactly the keys with the prefix; under a
 // linguistic one a key with the prefix still sorts at or after the prefix,
 // and one whose suffix is digits and '-' before prefix || 'A' (digits sort

@@ -9,10 +9,11 @@ import (
 	"github.com/jobfence/jobfence/internal/pgtest"
 )
 
-// TestUnfinishedUsesUniqueIndex shows that the look-up of an unfinished
-// earlier run reads only the schedule's keys, searching the unique index for
-// them, rather than reading every job or the whole index.
-func TestUnfinishedUsesUniqueIndex(t *testing.T) {
+// TestUnfinishedUsesUnfinishedKeyIndex shows that the look-up of an
+// unfinished earlier run reads only the schedule's unfinished keys, searching
+// the partial index of unfinished keys for them, rather than reading every
+// job, every retained fire, or the whole index.
+func TestUnfinishedUsesUnfinishedKeyIndex(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
@@ -42,8 +43,8 @@ func TestUnfinishedUsesUniqueIndex(t *testing.T) {
 	}
 	out := strings.Join(plan, "\n")
 	// The index must be searched for the prefix, not read whole.
-	if !strings.Contains(out, "Index Scan using jobfence_jobs_unique_key") ||
+	if !strings.Contains(out, "Index Scan using jobfence_jobs_unfinished_key") ||
 		!strings.Contains(out, "Index Cond: ((unique_key >= 'cron:report:'::text) AND (unique_key < 'cron:report:A'::text))") {
-		t.Fatalf("the plan does not search the unique index for the schedule's keys:\n%s", out)
+		t.Fatalf("the plan does not search the index of unfinished keys for the schedule's keys:\n%s", out)
 	}
 }
