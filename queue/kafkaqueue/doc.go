@@ -82,6 +82,9 @@
 // A copy the topic refuses as too large is written once more without
 // HeaderErrors and with HeaderError cut to 1 KiB.
 //
+// Client.Redrive moves dead letters back to the retry topic once their
+// handler is fixed, under their original idempotency keys.
+//
 // # What Kafka does not give
 //
 // Priorities are checked but ignored, and unique keys are refused
