@@ -56,3 +56,19 @@ func Example() {
 	}
 	defer w.Stop(ctx)
 }
+
+// Move the dead letters of the queue "emails" back to run again, once the
+// bug that failed them is fixed.
+func ExampleClient_Redrive() {
+	ctx := context.Background()
+	client, err := kafkaqueue.NewClient(kafkaqueue.Config{Brokers: []string{"localhost:9092"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	moved, err := client.Redrive(ctx, "emails", kafkaqueue.RedriveOptions{})
+	if err != nil {
+		log.Fatalf("moved %d dead letters, then: %v", moved, err)
+	}
+	log.Printf("moved %d dead letters of emails back to emails.retry", moved)
+}
