@@ -266,3 +266,18 @@ func List(ctx context.Context, pool *pgxpool.Pool) ([]Info, error) {
 	}
 	return out, nil
 }
+
+const deleteSQL = `DELETE FROM jobfence_schedules WHERE name = $1`
+
+// Delete removes the schedule name from the schedules table, for a schedule
+// that no instance registers any more; it reports whether there was one. The
+// jobs of its fires are left alone. An instance that still registers name
+// writes the row again at its next fire, but without the last enqueued fire
+// that anchored its catch-up; unique keys still keep each fire one job.
+func Delete(ctx context.Context, pool *pgxpool.Pool, name string) (bool, error) {
+	tag, err := pool.Exec(ctx, deleteSQL, name)
+	if err != nil {
+		return false, fmt.Errorf("scheduler: delete %q: %w", name, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}

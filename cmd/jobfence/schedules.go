@@ -19,27 +19,38 @@ func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.SetOutput(stderr)
 	dbURL := databaseURLFlag(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: jobfence schedules [--database-url URL] list")
+		fmt.Fprintln(stderr, "usage: jobfence schedules [--database-url URL] list | delete NAME")
 		fs.PrintDefaults()
 	}
-	// Flags may come before or after the action.
+	// Flags may come before or after the action and its argument.
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()
-		return errors.New("want an action: list")
+		return errors.New("want an action: list or delete NAME")
 	}
 	action := fs.Arg(0)
+	if action != "list" && action != "delete" {
+		return fmt.Errorf("unknown schedules action %q: want list or delete", action)
+	}
 	if err := fs.Parse(fs.Args()[1:]); err != nil {
 		return err
+	}
+	var name string
+	if action == "delete" {
+		if fs.NArg() == 0 || fs.Arg(0) == "" {
+			fs.Usage()
+			return errors.New("delete wants the schedule's name")
+		}
+		name = fs.Arg(0)
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return err
+		}
 	}
 	if fs.NArg() != 0 {
 		fs.Usage()
 		return fmt.Errorf("unexpected arguments after %s: %q", action, fs.Args())
-	}
-	if action != "list" {
-		return fmt.Errorf("unknown schedules action %q: want list", action)
 	}
 	if *dbURL == "" {
 		return errors.New("no database: pass --database-url or set DATABASE_URL")
@@ -49,6 +60,17 @@ func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer pool.Close()
+	if action == "delete" {
+		found, err := scheduler.Delete(ctx, pool, name)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("no schedule named %q", name)
+		}
+		fmt.Fprintf(stdout, "deleted schedule %q; the jobs of its fires are kept\n", name)
+		return nil
+	}
 	infos, err := scheduler.List(ctx, pool)
 	if err != nil {
 		return err

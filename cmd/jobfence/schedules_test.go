@@ -86,6 +86,30 @@ func TestSchedulesList(t *testing.T) {
 			t.Errorf("row %d:\n got %q\nwant %q followed by updated_at", i, got, ws[0])
 		}
 	}
+
+	// A schedule no instance registers any more can be deleted; its jobs stay.
+	var jobs int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs`).Scan(&jobs); err != nil || jobs == 0 {
+		t.Fatalf("jobs of the fires: %d, %v", jobs, err)
+	}
+	var outb, errb bytes.Buffer
+	if code := run(ctx, []string{"schedules", "delete", "heartbeat", "--database-url", db.URL}, &outb, &errb); code != 0 ||
+		outb.String() != "deleted schedule \"heartbeat\"; the jobs of its fires are kept\n" {
+		t.Fatalf("delete: code %d, stdout %q, stderr %q", code, outb.String(), errb.String())
+	}
+	out, _, _ = list()
+	if lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[1], "nightly-report ") {
+		t.Fatalf("after delete, want the header and nightly-report:\n%s", out)
+	}
+	var kept int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs`).Scan(&kept); err != nil || kept != jobs {
+		t.Fatalf("jobs after delete: %d, %v; want the %d there were", kept, err, jobs)
+	}
+	errb.Reset()
+	if code := run(ctx, []string{"schedules", "delete", "heartbeat", "--database-url", db.URL}, &outb, &errb); code != 1 ||
+		!strings.Contains(errb.String(), `no schedule named "heartbeat"`) {
+		t.Fatalf("second delete: code %d, stderr %q; want 1 and no schedule named", code, errb.String())
+	}
 }
 
 func TestSchedulesErrors(t *testing.T) {
@@ -95,7 +119,8 @@ func TestSchedulesErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"schedules", "list", "--database-url", ""}, "jobfence schedules: no database: pass --database-url or set DATABASE_URL\n"},
-		{[]string{"schedules", "--database-url", "postgres://x", "show"}, "jobfence schedules: unknown schedules action \"show\": want list\n"},
+		{[]string{"schedules", "--database-url", "postgres://x", "show"}, "jobfence schedules: unknown schedules action \"show\": want list or delete\n"},
+		{[]string{"schedules", "delete", "--database-url", "postgres://x"}, "jobfence schedules: delete wants the schedule's name\n"},
 		{[]string{"schedules", "list", "extra"}, "jobfence schedules: unexpected arguments after list: [\"extra\"]\n"},
 	}
 	for _, tt := range tests {
