@@ -26,22 +26,19 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stderr, "usage: jobfence dlq redrive --queue Q [--brokers host:port,...] [--group G] [--max N] [--timeout D]")
 		fs.PrintDefaults()
 	}
-	// Flags may come before or after the action.
-	if err := fs.Parse(args); err != nil {
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() == 0 {
+	if len(rest) == 0 {
 		fs.Usage()
 		return errors.New("want an action: redrive")
 	}
-	action := fs.Arg(0)
-	if err := fs.Parse(fs.Args()[1:]); err != nil {
-		return err
-	}
+	action := rest[0]
 	switch {
-	case fs.NArg() != 0:
+	case len(rest) != 1:
 		fs.Usage()
-		return fmt.Errorf("unexpected arguments after %s: %q", action, fs.Args())
+		return fmt.Errorf("unexpected arguments after %s: %q", action, rest[1:])
 	case action != "redrive":
 		return fmt.Errorf("unknown dlq action %q: want redrive", action)
 	case *brokers == "":

@@ -28,16 +28,9 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stderr, "usage: jobfence jobs [flags] list | show ID | retry ID | cancel ID")
 		fs.PrintDefaults()
 	}
-	// Flags may come before or after the action.
-	if err := fs.Parse(args); err != nil {
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
-	}
-	rest := fs.Args()
-	if len(rest) > 0 {
-		if err := fs.Parse(rest[1:]); err != nil {
-			return err
-		}
-		rest = append(rest[:1], fs.Args()...)
 	}
 	if *dbURL == "" {
 		return errors.New("no database: pass --database-url or set DATABASE_URL")

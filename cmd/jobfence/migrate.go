@@ -24,26 +24,18 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, "usage: jobfence migrate [--database-url URL] up|down|reset|status|version")
 		fs.PrintDefaults()
 	}
-	// Flags may come before or after the action.
-	if err := fs.Parse(args); err != nil {
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
-	}
-	if rest := fs.Args(); len(rest) > 0 {
-		if err := fs.Parse(rest[1:]); err != nil {
-			return err
-		}
-		if err := fs.Parse(append(rest[:1:1], fs.Args()...)); err != nil {
-			return err
-		}
 	}
 	if *dbURL == "" {
 		return errors.New("no database: pass --database-url or set DATABASE_URL")
 	}
-	if fs.NArg() != 1 {
+	if len(rest) != 1 {
 		fs.Usage()
 		return errors.New("want exactly one of up, down, reset, status, version")
 	}
-	switch fs.Arg(0) {
+	switch rest[0] {
 	case "up":
 		if err := migrations.Up(ctx, *dbURL); err != nil {
 			return err
@@ -71,7 +63,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	case "version":
 	default:
-		return fmt.Errorf("unknown migrate action %q: want up, down, reset, status or version", fs.Arg(0))
+		return fmt.Errorf("unknown migrate action %q: want up, down, reset, status or version", rest[0])
 	}
 	v, err := migrations.Version(ctx, *dbURL)
 	if err != nil {

@@ -22,35 +22,30 @@ func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "usage: jobfence schedules [--database-url URL] list | delete NAME")
 		fs.PrintDefaults()
 	}
-	// Flags may come before or after the action and its argument.
-	if err := fs.Parse(args); err != nil {
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() == 0 {
+	if len(rest) == 0 {
 		fs.Usage()
 		return errors.New("want an action: list or delete NAME")
 	}
-	action := fs.Arg(0)
-	if action != "list" && action != "delete" {
-		return fmt.Errorf("unknown schedules action %q: want list or delete", action)
-	}
-	if err := fs.Parse(fs.Args()[1:]); err != nil {
-		return err
-	}
+	action, rest := rest[0], rest[1:]
 	var name string
-	if action == "delete" {
-		if fs.NArg() == 0 || fs.Arg(0) == "" {
+	switch action {
+	case "list":
+	case "delete":
+		if len(rest) == 0 || rest[0] == "" {
 			fs.Usage()
 			return errors.New("delete wants the schedule's name")
 		}
-		name = fs.Arg(0)
-		if err := fs.Parse(fs.Args()[1:]); err != nil {
-			return err
-		}
+		name, rest = rest[0], rest[1:]
+	default:
+		return fmt.Errorf("unknown schedules action %q: want list or delete", action)
 	}
-	if fs.NArg() != 0 {
+	if len(rest) != 0 {
 		fs.Usage()
-		return fmt.Errorf("unexpected arguments after %s: %q", action, fs.Args())
+		return fmt.Errorf("unexpected arguments after %s: %q", action, rest)
 	}
 	if *dbURL == "" {
 		return errors.New("no database: pass --database-url or set DATABASE_URL")
