@@ -1,9 +1,11 @@
 package pgqueue
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,12 +53,24 @@ FROM n
 WHERE j.id = n.id AND j.state = 'running'
 RETURNING j.id, j.fence`
 
-// Finish implements queue.Backend. Completions and other outcomes go in one
-// round trip; a job absent from the update was fenced out and its lease is
-// returned as stale.
+// Finish implements queue.Backend in one statement: completeSQL when every
+// outcome is a completion (the hot path), finishSQL otherwise. A job absent
+// from the update was fenced out and its lease is returned as stale.
 func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, error) {
 	if len(fs) == 0 {
 		return nil, nil
+	}
+	// Rows are locked in ascending ID order, in one statement: Heartbeat
+	// locks in the same order, so a worker's heartbeat and completers never
+	// deadlock on the jobs they share.
+	sorted := slices.Clone(fs)
+	slices.SortFunc(sorted, func(a, b queue.Finish) int { return cmp.Compare(a.ID, b.ID) })
+	onlyCompletions := true
+	for _, f := range sorted {
+		if f.Outcome < queue.OutcomeComplete || f.Outcome > queue.OutcomeCancel {
+			return nil, fmt.Errorf("pgqueue: finish job %d: invalid outcome %d", f.ID, f.Outcome)
+		}
+		onlyCompletions = onlyCompletions && f.Outcome == queue.OutcomeComplete
 	}
 	var (
 		cIDs, cFences []int64
@@ -66,11 +80,8 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 		errs          [][]byte
 		now           = time.Now()
 	)
-	for _, f := range fs {
-		if f.Outcome < queue.OutcomeComplete || f.Outcome > queue.OutcomeCancel {
-			return nil, fmt.Errorf("pgqueue: finish job %d: invalid outcome %d", f.ID, f.Outcome)
-		}
-		if f.Outcome == queue.OutcomeComplete {
+	for _, f := range sorted {
+		if onlyCompletions {
 			cIDs = append(cIDs, f.ID)
 			cFences = append(cFences, f.Fence)
 			continue
@@ -197,9 +208,12 @@ func (c *Client) Heartbeat(ctx context.Context, leases []queue.Lease, d time.Dur
 	if len(leases) == 0 {
 		return nil, nil
 	}
-	ids := make([]int64, len(leases))
-	fences := make([]int64, len(leases))
-	for i, l := range leases {
+	// Ascending ID order, as Finish locks them: see Finish.
+	sorted := slices.Clone(leases)
+	slices.SortFunc(sorted, func(a, b queue.Lease) int { return cmp.Compare(a.ID, b.ID) })
+	ids := make([]int64, len(sorted))
+	fences := make([]int64, len(sorted))
+	for i, l := range sorted {
 		ids[i], fences[i] = l.ID, l.Fence
 	}
 	rows, err := c.pool.Query(ctx, heartbeatSQL, ids, fences, d.Microseconds())
