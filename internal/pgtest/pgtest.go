@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/internal/devenv"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/migrations"
 )
 
@@ -60,10 +61,20 @@ type Options struct {
 	MaxConns int32
 }
 
+// HangLimit bounds each test that calls New. The slowest test takes about a
+// minute on two busy cores.
+const HangLimit = 10 * time.Minute
+
 // New creates a schema for t, migrates it and returns a pool whose
 // search_path is that schema. The schema is dropped when the test ends.
+//
+// A test (not a benchmark) that takes a schema is bounded by HangLimit, its
+// cleanups included: see testwatch.Bound.
 func New(t testing.TB, opts ...Options) *DB {
 	t.Helper()
+	if _, ok := t.(*testing.T); ok {
+		testwatch.Bound(t, HangLimit)
+	}
 	var o Options
 	if len(opts) > 0 {
 		o = opts[0]

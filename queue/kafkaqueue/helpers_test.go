@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/jobfence/jobfence/internal/devenv"
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -37,7 +37,7 @@ type testCluster struct {
 // and dead-letter topics of every one) on a broker for t.
 func newCluster(t testing.TB, partitions int, topics ...string) *testCluster {
 	t.Helper()
-	watchdog(t, testHangLimit)
+	testwatch.Bound(t, testHangLimit)
 	var all []string
 	for _, tp := range topics {
 		all = append(all, tp, tp+DefaultRetryTopicSuffix, tp+DefaultDeadLetterTopicSuffix)
@@ -74,21 +74,6 @@ func newCluster(t testing.TB, partitions int, topics ...string) *testCluster {
 // TestRebalanceEveryEffectOnce, takes about 10 s alone and under 2 minutes
 // on two cores shared with four other test binaries.
 const testHangLimit = 5 * time.Minute
-
-// watchdog ends the test binary when t (with its cleanups) runs past limit:
-// it prints every goroutine's stack and then, as the last line, the test's
-// name, so a hang reads as a named failure at the end of the log rather than
-// as the whole package's timeout.
-func watchdog(t testing.TB, limit time.Duration) {
-	timer := time.AfterFunc(limit, func() {
-		buf := make([]byte, 64<<20)
-		n := runtime.Stack(buf, true)
-		os.Stderr.Write(buf[:n])
-		fmt.Fprintf(os.Stderr, "\nFAIL %s: still running after %v (stacks above)\n", t.Name(), limit)
-		os.Exit(3)
-	})
-	t.Cleanup(func() { timer.Stop() })
-}
 
 func uniqueName(prefix string) string {
 	b := make([]byte, 4)
