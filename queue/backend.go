@@ -55,6 +55,9 @@ type Maintainer interface {
 // Canceller is implemented by backends that can tell a worker, as it
 // happens, that a running job was cancelled elsewhere.
 type Canceller interface {
-	// Cancelled returns a channel of the IDs of jobs cancelled while running.
-	Cancelled(ctx context.Context) (<-chan int64, error)
+	// Cancelled returns a channel of the leases of jobs cancelled while
+	// running. A lease names the claim that was cancelled: a notification
+	// that arrives after the job was retried and claimed again carries the
+	// old fence, and a worker ignores it for the new claim.
+	Cancelled(ctx context.Context) (<-chan Lease, error)
 }

@@ -74,15 +74,17 @@ func (w *Worker) heartbeat(ctx context.Context) {
 }
 
 // cancelLoop cancels the handlers of jobs cancelled while they ran.
-func (w *Worker) cancelLoop(ctx context.Context, ids <-chan int64) {
+func (w *Worker) cancelLoop(ctx context.Context, leases <-chan queue.Lease) {
 	defer w.bgWG.Done()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case id := <-ids:
+		case l := <-leases:
 			w.mu.Lock()
-			if r := w.inflight[id]; r != nil {
+			// Only the claim that was cancelled: a late notification must
+			// not cancel the job's next claim after a retry.
+			if r := w.inflight[l.ID]; r != nil && r.lease.Fence == l.Fence {
 				w.stats.lost.Add(1)
 				r.cancel(ErrJobCancelled)
 			}

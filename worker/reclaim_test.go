@@ -114,3 +114,65 @@ func TestFreeSlotsBelowThresholdAreUsed(t *testing.T) {
 		t.Fatal("a ready job did not start in one of the 5 free slots")
 	}
 }
+
+type cancelArgs struct{}
+
+func (cancelArgs) Kind() string { return "cancel" }
+
+// lateCancels is a real pgqueue backend whose cancel notifications come from
+// the test, so that one can arrive late.
+type lateCancels struct {
+	*pgqueue.Client
+	ch chan queue.Lease
+}
+
+func (l *lateCancels) Cancelled(context.Context) (<-chan queue.Lease, error) { return l.ch, nil }
+
+// TestLateCancelNotificationSparesTheNextClaim: a cancel notification names
+// the claim it cancelled. One that arrives after the job was retried and
+// claimed again (it carries the old fence) leaves the new claim's handler
+// running; the notification of the current claim cancels it.
+func TestLateCancelNotificationSparesTheNextClaim(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
+	if _, err := c.Insert(ctx, cancelArgs{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	type start struct {
+		lease queue.Lease
+		ctx   context.Context
+	}
+	started := make(chan start, 1)
+	cause := make(chan error, 1)
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[cancelArgs]) error {
+		started <- start{job.Lease(), ctx}
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return ctx.Err()
+	}, worker.HandlerOptions{Timeout: -1})
+	lc := &lateCancels{Client: c, ch: make(chan queue.Lease)}
+	startWorker(t, lc, reg, worker.Config{PollInterval: 50 * time.Millisecond, Queues: map[string]int{"default": 1}})
+	var st start
+	select {
+	case st = <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job did not start")
+	}
+	old := queue.Lease{ID: st.lease.ID, Fence: st.lease.Fence - 1}
+	lc.ch <- old
+	lc.ch <- old // taken only once the first was handled, cancel included
+	if err := context.Cause(st.ctx); err != nil {
+		t.Fatalf("a notification for an earlier claim (fence %d) cancelled the claim under fence %d: %v", old.Fence, st.lease.Fence, err)
+	}
+	lc.ch <- st.lease
+	select {
+	case err := <-cause:
+		if !errors.Is(err, worker.ErrJobCancelled) {
+			t.Fatalf("cause = %v, want ErrJobCancelled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the current claim's cancel notification did not reach its handler")
+	}
+}

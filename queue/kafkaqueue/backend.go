@@ -20,13 +20,20 @@ import (
 // Config.Topics.
 var ErrUnknownQueue = errors.New("kafkaqueue: unknown queue")
 
+// The interfaces a worker finds by assertion: a Backend must keep them all.
+var (
+	_ queue.Backend   = (*Backend)(nil)
+	_ queue.Waker     = (*Backend)(nil)
+	_ queue.Canceller = (*Backend)(nil)
+)
+
 // Backend runs jobs from Kafka partitions owned by this member of a consumer
 // group. It implements queue.Backend, queue.Waker and queue.Canceller, so a
 // worker drives it like any other backend. It is safe for concurrent use.
 //
 // A job's Fence is the group generation it was claimed in. When the
 // generation ends (a member joins, leaves or is evicted) every running job is
-// lost: Heartbeat reports it, Cancelled sends its ID, Finish returns it as
+// lost: Heartbeat reports it, Cancelled sends its lease, Finish returns it as
 // stale and commits nothing for it. Its message is delivered again to the
 // partition's next owner under a higher fence.
 type Backend struct {
@@ -42,7 +49,7 @@ type Backend struct {
 	nextID    int64
 	rr        map[string]int
 	wakers    map[string]map[chan struct{}]struct{}
-	cancelled map[chan int64]struct{}
+	cancelled map[chan queue.Lease]struct{}
 	timers    map[string]*wakeTimer
 	closed    bool
 
@@ -93,7 +100,7 @@ func NewBackend(cfg Config) (*Backend, error) {
 		running:    make(map[int64]*entry),
 		rr:         make(map[string]int),
 		wakers:     make(map[string]map[chan struct{}]struct{}),
-		cancelled:  make(map[chan int64]struct{}),
+		cancelled:  make(map[chan queue.Lease]struct{}),
 		timers:     make(map[string]*wakeTimer),
 		done:       make(chan struct{}),
 		commitKick: make(chan struct{}, 1),
@@ -685,12 +692,12 @@ func (b *Backend) Wake(ctx context.Context, q string) (<-chan struct{}, error) {
 	return ch, nil
 }
 
-// Cancelled returns a channel that receives the IDs of running jobs whose
-// partitions were revoked, as soon as this member learns of the rebalance.
-// A receiver that falls more than 4096 IDs behind misses some; Heartbeat
-// still reports them lost.
-func (b *Backend) Cancelled(ctx context.Context) (<-chan int64, error) {
-	ch := make(chan int64, 4096)
+// Cancelled returns a channel that receives the leases of running jobs whose
+// generation ended (their partitions were revoked), as soon as this member
+// learns of it. A receiver that falls more than 4096 leases behind misses
+// some; Heartbeat still reports them lost.
+func (b *Backend) Cancelled(ctx context.Context) (<-chan queue.Lease, error) {
+	ch := make(chan queue.Lease, 4096)
 	b.mu.Lock()
 	b.cancelled[ch] = struct{}{}
 	b.mu.Unlock()
@@ -868,7 +875,7 @@ func (b *Backend) install(ctx context.Context, kg *kafka.Generation) {
 }
 
 // revoke ends g when kafka-go ends it: its running jobs are lost and their
-// IDs sent to Cancelled, and what is done is committed if the coordinator
+// leases sent to Cancelled, and what is done is committed if the coordinator
 // still takes it.
 func (b *Backend) revoke(g *generation) {
 	n := b.endGeneration(g, "rebalance")
@@ -897,17 +904,17 @@ func (b *Backend) endGeneration(g *generation, why string) int {
 	if b.gen == g {
 		b.gen = nil
 	}
-	var ids []int64
+	var lost []queue.Lease
 	for id, e := range b.running {
 		if e.part.gen == g {
-			ids = append(ids, id)
+			lost = append(lost, queue.Lease{ID: id, Fence: g.id})
 			delete(b.running, id)
 		}
 	}
 	for ch := range b.cancelled {
-		for _, id := range ids {
+		for _, l := range lost {
 			select {
-			case ch <- id:
+			case ch <- l:
 			default:
 			}
 		}
@@ -921,7 +928,7 @@ func (b *Backend) endGeneration(g *generation, why string) int {
 		default:
 		}
 	}
-	return len(ids)
+	return len(lost)
 }
 
 // fetch reads one partition into its buffer until the generation ends.

@@ -11,7 +11,7 @@
 // two workers off one job. Every job carries the group generation it was
 // claimed in as its Fence. When the group rebalances (a member joins, leaves
 // or misses its session timeout) the generation ends: the jobs running under
-// it are cancelled (Cancelled sends their IDs, Heartbeat reports them lost),
+// it are cancelled (Cancelled sends their leases, Heartbeat reports them lost),
 // their Finish is stale, and their messages run again at the partition's next
 // owner under a higher generation. Handlers that write results make the
 // writes conditional on the fence, so a paused member that wakes up after

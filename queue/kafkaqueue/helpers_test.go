@@ -189,8 +189,8 @@ func (m *member) loop(ctx context.Context, q string, conc int, h handlerFunc) {
 		case <-ctx.Done():
 			return
 		case <-wake:
-		case id := <-cancelled:
-			if c := running[id]; c != nil {
+		case l := <-cancelled:
+			if c := running[l.ID]; c != nil {
 				m.revoked.Add(1)
 				c()
 			}

@@ -39,9 +39,9 @@ func TestRevokeCancelsRunningJobs(t *testing.T) {
 	}
 	defer b.Close()
 	select {
-	case id := <-cancelled:
-		if id != held.ID {
-			t.Fatalf("Cancelled sent job %d, want %d", id, held.ID)
+	case l := <-cancelled:
+		if l != held.Lease() {
+			t.Fatalf("Cancelled sent %+v, want the held job's lease %+v", l, held.Lease())
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("the rebalance did not cancel the running job")

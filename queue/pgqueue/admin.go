@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -59,7 +58,7 @@ UPDATE jobfence_jobs
 SET state = 'cancelled', finalized_at = now(), lease_expires_at = NULL,
     errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', now(), 'error', 'cancelled by request'))
 WHERE id = $1 AND state NOT IN ('completed', 'discarded', 'cancelled')
-RETURNING id`
+RETURNING id, fence`
 
 // Cancel cancels a job that has not finished. A running job's worker is
 // told at once (NOTIFY) and cancels the handler's context; whatever that
@@ -71,7 +70,8 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 		return fmt.Errorf("pgqueue: cancel job %d: %w", id, err)
 	}
 	defer tx.Rollback(ctx)
-	err = tx.QueryRow(ctx, cancelSQL, id).Scan(&id)
+	var l queue.Lease
+	err = tx.QueryRow(ctx, cancelSQL, id).Scan(&l.ID, &l.Fence)
 	if errors.Is(err, pgx.ErrNoRows) {
 		j, gerr := c.Get(ctx, id)
 		if gerr != nil {
@@ -82,7 +82,7 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 	if err != nil {
 		return fmt.Errorf("pgqueue: cancel job %d: %w", id, err)
 	}
-	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", cancelChannel, strconv.FormatInt(id, 10)); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", cancelChannel, cancelPayload(l)); err != nil {
 		return fmt.Errorf("pgqueue: cancel job %d: notify: %w", id, err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -7,10 +7,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobfence/jobfence/queue"
 )
 
 // Channels on which pgqueue notifies workers. Payloads are a queue name for
-// insertChannel and a job ID for cancelChannel.
+// insertChannel and "<job ID>:<fence>" for cancelChannel.
 const (
 	insertChannel = "jobfence_insert"
 	cancelChannel = "jobfence_cancel"
@@ -21,6 +23,14 @@ type Config struct {
 	// Logger receives the client's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
+
+// The interfaces a worker finds by assertion: a Client must keep them all.
+var (
+	_ queue.Backend    = (*Client)(nil)
+	_ queue.Waker      = (*Client)(nil)
+	_ queue.Maintainer = (*Client)(nil)
+	_ queue.Canceller  = (*Client)(nil)
+)
 
 // Client enqueues, claims and finishes jobs in PostgreSQL. It implements
 // queue.Backend, queue.Waker, queue.Maintainer and queue.Canceller, so a

@@ -2,10 +2,14 @@ package pgqueue
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/jobfence/jobfence/queue"
 )
 
 // Wake implements queue.Waker with LISTEN on a connection of its own. The
@@ -26,21 +30,43 @@ func (c *Client) Wake(ctx context.Context, q string) (<-chan struct{}, error) {
 	return ch, nil
 }
 
-// Cancelled implements queue.Canceller: it receives the IDs of jobs that
-// Cancel cancelled while they were running.
-func (c *Client) Cancelled(ctx context.Context) (<-chan int64, error) {
-	ch := make(chan int64, 64)
+// Cancelled implements queue.Canceller: it receives the leases (ID and the
+// fence of the claim then current) of jobs that Cancel cancelled.
+func (c *Client) Cancelled(ctx context.Context) (<-chan queue.Lease, error) {
+	ch := make(chan queue.Lease, 64)
 	c.listen(ctx, cancelChannel, func(payload string) {
-		id, err := strconv.ParseInt(payload, 10, 64)
+		l, err := parseCancelPayload(payload)
 		if err != nil {
+			c.logger.Warn("pgqueue: cancel notification not understood", "payload", payload, "err", err)
 			return
 		}
 		select {
-		case ch <- id:
+		case ch <- l:
 		case <-ctx.Done():
 		}
 	})
 	return ch, nil
+}
+
+// cancelPayload is the cancel notification of lease l: "<id>:<fence>".
+func cancelPayload(l queue.Lease) string {
+	return strconv.FormatInt(l.ID, 10) + ":" + strconv.FormatInt(l.Fence, 10)
+}
+
+func parseCancelPayload(s string) (queue.Lease, error) {
+	id, fence, ok := strings.Cut(s, ":")
+	if !ok {
+		return queue.Lease{}, fmt.Errorf("want <id>:<fence>")
+	}
+	var l queue.Lease
+	var err error
+	if l.ID, err = strconv.ParseInt(id, 10, 64); err != nil {
+		return queue.Lease{}, fmt.Errorf("job ID: %w", err)
+	}
+	if l.Fence, err = strconv.ParseInt(fence, 10, 64); err != nil {
+		return queue.Lease{}, fmt.Errorf("fence: %w", err)
+	}
+	return l, nil
 }
 
 // listen delivers the payloads of channel to fn until ctx ends. The first

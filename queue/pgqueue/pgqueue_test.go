@@ -368,7 +368,7 @@ func TestCancelRetryPrune(t *testing.T) {
 }
 
 func TestWakeAndCancelNotifications(t *testing.T) {
-	c, _ := newClient(t)
+	c, db := newClient(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	wake, _ := c.Wake(ctx, "mail")
@@ -390,13 +390,28 @@ func TestWakeAndCancelNotifications(t *testing.T) {
 			t.Fatal("no wake-up")
 		}
 	}
+	var running *queue.Job
+	for _, j := range claim(t, c, "mail", 1000, time.Minute) {
+		if j.ID == id {
+			running = j
+		}
+	}
+	if running == nil {
+		t.Fatalf("job %d not claimed", id)
+	}
+	// Payloads that are not "<id>:<fence>" are logged and dropped.
+	for _, bad := range []string{fmt.Sprint(id), "x:1", fmt.Sprintf("%d:y", id)} {
+		if _, err := db.Pool.Exec(ctx, `SELECT pg_notify('jobfence_cancel', $1)`, bad); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := c.Cancel(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case got := <-cancelled:
-		if got != id {
-			t.Fatalf("cancel notification for %d, want %d", got, id)
+		if got != running.Lease() {
+			t.Fatalf("cancel notification for %+v, want the running claim %+v", got, running.Lease())
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no cancel notification")
