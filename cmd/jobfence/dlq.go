@@ -26,19 +26,14 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stderr, "usage: jobfence dlq redrive --queue Q [--brokers host:port,...] [--group G] [--max N] [--timeout D]")
 		fs.PrintDefaults()
 	}
-	rest, err := parseInterspersed(fs, args)
+	action, rest, err := parseAction(fs, args, "redrive")
 	if err != nil {
 		return err
 	}
-	if len(rest) == 0 {
-		fs.Usage()
-		return errors.New("want an action: redrive")
-	}
-	action := rest[0]
 	switch {
-	case len(rest) != 1:
+	case len(rest) != 0:
 		fs.Usage()
-		return fmt.Errorf("unexpected arguments after %s: %q", action, rest[1:])
+		return fmt.Errorf("unexpected arguments after %s: %q", action, rest)
 	case action != "redrive":
 		return fmt.Errorf("unknown dlq action %q: want redrive", action)
 	case *brokers == "":

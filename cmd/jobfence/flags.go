@@ -1,6 +1,9 @@
 package main
 
-import "flag"
+import (
+	"errors"
+	"flag"
+)
 
 // parseInterspersed parses fs's flags wherever they stand among args and
 // returns the other arguments (the action and its operands) in order, so
@@ -23,4 +26,19 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		operands = append(operands, rest[0])
 		args = rest[1:]
 	}
+}
+
+// parseAction is parseInterspersed for a command that takes an action: it
+// returns the action and its operands, or, when there is no action, prints
+// the usage and returns an error saying which actions there are (want).
+func parseAction(fs *flag.FlagSet, args []string, want string) (string, []string, error) {
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
+		return "", nil, err
+	}
+	if len(rest) == 0 {
+		fs.Usage()
+		return "", nil, errors.New("want an action: " + want)
+	}
+	return rest[0], rest[1:], nil
 }

@@ -22,15 +22,10 @@ func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "usage: jobfence schedules [--database-url URL] list | delete NAME")
 		fs.PrintDefaults()
 	}
-	rest, err := parseInterspersed(fs, args)
+	action, rest, err := parseAction(fs, args, "list or delete NAME")
 	if err != nil {
 		return err
 	}
-	if len(rest) == 0 {
-		fs.Usage()
-		return errors.New("want an action: list or delete NAME")
-	}
-	action, rest := rest[0], rest[1:]
 	var name string
 	switch action {
 	case "list":
