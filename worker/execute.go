@@ -53,7 +53,7 @@ func (w *Worker) execute(job *queue.Job, until time.Time) {
 	var stack string
 	if h.runTx != nil {
 		var done bool
-		done, stack, err = w.runTx(ctx, h, job)
+		done, stack, err = w.runTx(ctx, h, job, r)
 		if done {
 			w.untrack(r)
 			return
@@ -83,7 +83,7 @@ func (w *Worker) call(ctx context.Context, h *handler, job *queue.Job) (stack st
 // under its fence in the same transaction. done reports that the outcome is
 // settled (committed, or stale and rolled back) and nothing more is to be
 // reported.
-func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job) (done bool, stack string, err error) {
+func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *running) (done bool, stack string, err error) {
 	txb := w.backend.(TxBackend)
 	tx, err := txb.Begin(ctx)
 	if err != nil {
@@ -102,6 +102,7 @@ func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job) (done bo
 	if err != nil {
 		return false, stack, err
 	}
+	w.finishing(r)
 	if err := txb.CompleteTx(ctx, tx, job.Lease()); err != nil {
 		if errors.Is(err, queue.ErrStaleFence) {
 			w.stats.stale.Add(1)
@@ -110,7 +111,14 @@ func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job) (done bo
 		}
 		return false, "", err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	// The fenced completion holds the job's row, so no rescue can take the
+	// job before this commit: commit even if the handler's context ends now
+	// (a heartbeat that waited on that row finds the job completed and
+	// reports it lost). Cancelling the commit midway would leave its result
+	// unknown to the worker.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease)
+	defer cancel()
+	if err := tx.Commit(cctx); err != nil {
 		return false, "", fmt.Errorf("jobfence: commit: %w", err)
 	}
 	w.stats.completed.Add(1)
@@ -169,9 +177,20 @@ func (w *Worker) outcome(ctx context.Context, job *queue.Job, r *running, err er
 // report queues an outcome; r (nil for a job that never ran) is untracked
 // once the outcome is recorded.
 func (w *Worker) report(job *queue.Job, r *running, o queue.Outcome, at time.Time, err error, stack string) {
+	w.finishing(r)
 	f := queue.Finish{Lease: job.Lease(), Outcome: o, At: at}
 	if err != nil {
 		f.Error = &queue.AttemptError{Attempt: job.Attempt, At: time.Now(), Error: err.Error(), Trace: stack}
 	}
 	w.finishCh <- pending{f: f, r: r}
+}
+
+// finishing marks r (nil for a job that never ran) as past its handler.
+func (w *Worker) finishing(r *running) {
+	if r == nil {
+		return
+	}
+	w.mu.Lock()
+	r.finishing = true
+	w.mu.Unlock()
 }

@@ -50,9 +50,11 @@ func (w *Worker) heartbeat(ctx context.Context) {
 					continue
 				}
 				if lostSet[l.ID] {
-					w.stats.lost.Add(1)
-					w.log.Warn("jobfence: job lost: cancelling its handler", "job", l.ID, "fence", l.Fence)
-					r.cancel(ErrLeaseLost)
+					if !r.finishing {
+						w.stats.lost.Add(1)
+						w.log.Warn("jobfence: job lost: cancelling its handler", "job", l.ID, "fence", l.Fence)
+						r.cancel(ErrLeaseLost)
+					}
 					continue
 				}
 				r.leaseUntil = sent.Add(w.cfg.Lease)
@@ -63,7 +65,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	now := time.Now()
 	w.mu.Lock()
 	for _, r := range w.inflight {
-		if now.After(r.leaseUntil) {
+		if now.After(r.leaseUntil) && !r.finishing {
 			w.stats.lost.Add(1)
 			w.log.Warn("jobfence: lease ran out without a heartbeat: cancelling handler", "job", r.lease.ID, "fence", r.lease.Fence)
 			r.cancel(ErrLeaseLost)

@@ -148,13 +148,26 @@ func TestFourWorkersExactlyOnce(t *testing.T) {
 		}
 		return sum
 	}
-	waitFor(t, 10*time.Second, "workers to count every completion", func() bool { return completed() >= total })
+	deadline := time.Now().Add(10 * time.Second)
+	for completed() < total && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
 	if sum := completed(); sum != total {
-		t.Fatalf("workers report %d completions, want %d", sum, total)
+		var stats []worker.Stats
+		for _, w := range workers {
+			stats = append(stats, w.Stats())
+		}
+		t.Fatalf("workers report %d completions, want %d; stats %+v", sum, total, stats)
 	}
 	for i, w := range workers {
-		if s := w.Stats(); s.Completed == 0 {
+		s := w.Stats()
+		if s.Completed == 0 {
 			t.Errorf("worker %d completed nothing: %+v", i, s)
+		}
+		// A heartbeat that races a job's own completion finds the claim
+		// gone; that is not a lost job.
+		if s.Lost != 0 {
+			t.Errorf("worker %d reports %d jobs lost, though every job completed under its first claim: %+v", i, s.Lost, s)
 		}
 	}
 }
