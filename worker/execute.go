@@ -187,10 +187,7 @@ func (w *Worker) report(job *queue.Job, r *running, o queue.Outcome, at time.Tim
 
 // finishing marks r (nil for a job that never ran) as past its handler.
 func (w *Worker) finishing(r *running) {
-	if r == nil {
-		return
+	if r != nil {
+		r.finishing.Store(true)
 	}
-	w.mu.Lock()
-	r.finishing = true
-	w.mu.Unlock()
 }

@@ -50,7 +50,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 					continue
 				}
 				if lostSet[l.ID] {
-					if !r.finishing {
+					if !r.finishing.Load() {
 						w.stats.lost.Add(1)
 						w.log.Warn("jobfence: job lost: cancelling its handler", "job", l.ID, "fence", l.Fence)
 						r.cancel(ErrLeaseLost)
@@ -65,7 +65,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	now := time.Now()
 	w.mu.Lock()
 	for _, r := range w.inflight {
-		if now.After(r.leaseUntil) && !r.finishing {
+		if now.After(r.leaseUntil) && !r.finishing.Load() {
 			w.stats.lost.Add(1)
 			w.log.Warn("jobfence: lease ran out without a heartbeat: cancelling handler", "job", r.lease.ID, "fence", r.lease.Fence)
 			r.cancel(ErrLeaseLost)

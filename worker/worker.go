@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jobfence/jobfence/queue"
@@ -48,11 +49,11 @@ type running struct {
 	// leaseUntil is when the claim runs out as far as this worker knows:
 	// the claim's expiry, pushed on by each successful heartbeat.
 	leaseUntil time.Time
-	// finishing is set (under Worker.mu) once the handler has returned and
+	// finishing is set once the handler has returned and
 	// its outcome is being recorded. A heartbeat that then finds the claim
 	// gone has most likely raced that very recording; cancelling is moot,
 	// and the recording reports a stale outcome if the job was really lost.
-	finishing bool
+	finishing atomic.Bool
 }
 
 // New returns a worker for backend running reg's handlers. It checks the
