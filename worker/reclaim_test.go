@@ -44,7 +44,10 @@ func TestReclaimBySameWorkerStaysWatched(t *testing.T) {
 		return ctx.Err()
 	}, worker.HandlerOptions{Timeout: -1})
 	hb := &blockingHeartbeats{Client: c, release: make(chan struct{})}
-	w := startWorker(t, hb, reg, worker.Config{Lease: 300 * time.Millisecond, RescueInterval: 100 * time.Millisecond,
+	// The lease is short so that the first claim soon expires, yet long
+	// enough that the second claim outlives the heartbeats still blocked
+	// when it starts, on a busy machine too.
+	w := startWorker(t, hb, reg, worker.Config{Lease: 2 * time.Second, RescueInterval: 100 * time.Millisecond,
 		PollInterval: 50 * time.Millisecond, Queues: map[string]int{"default": 4}})
 	select {
 	case <-secondStarted:
