@@ -56,6 +56,17 @@ func (r *recorder) inserted(instance int) []scheduler.Fire {
 	return out
 }
 
+// insertedAfter counts the fires instance inserted that are later than t.
+func (r *recorder) insertedAfter(instance int, t time.Time) int {
+	n := 0
+	for _, f := range r.inserted(instance) {
+		if f.At.After(t) {
+			n++
+		}
+	}
+	return n
+}
+
 // saw reports whether each of n instances reported the fire at t.
 func (r *recorder) saw(n int, t time.Time) bool {
 	r.mu.Lock()
@@ -96,6 +107,39 @@ func stop(t *testing.T, s *scheduler.Scheduler) {
 	if err := s.Stop(ctx); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
+}
+
+// heldSchedule is a per-second schedule, name, on the queue of the same
+// name, started on a schema of its own, whose first fire's job the test
+// has claimed and holds.
+type heldSchedule struct {
+	db     *pgtest.DB
+	client *pgqueue.Client
+	rec    *recorder
+	s      *scheduler.Scheduler
+	first  *queue.Job
+}
+
+func startHeld(t *testing.T, name string, skip bool) heldSchedule {
+	t.Helper()
+	h := heldSchedule{db: pgtest.New(t), rec: newRecorder()}
+	h.client = pgqueue.New(h.db.Pool, pgqueue.Config{Logger: quiet})
+	h.s = scheduler.New(h.client, scheduler.Config{Logger: quiet, OnFire: h.rec.onFire(0)})
+	if err := h.s.Add(name, "* * * * * *", name, nil, scheduler.Options{Queue: name, SkipIfRunning: skip}); err != nil {
+		t.Fatal(err)
+	}
+	start(t, h.s)
+	waitFor(t, time.Minute, "the first job to be claimed", func() bool {
+		got, err := h.client.Claim(context.Background(), queue.ClaimParams{Queue: name, Limit: 1, Lease: time.Hour, WorkerID: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 1 {
+			h.first = got[0]
+		}
+		return h.first != nil
+	})
+	return h
 }
 
 // storedJob is a job row as the tests check it.
@@ -423,47 +467,18 @@ func TestSkipIfRunning(t *testing.T) {
 	for _, skip := range []bool{false, true} {
 		t.Run(fmt.Sprintf("SkipIfRunning=%v", skip), func(t *testing.T) {
 			t.Parallel()
-			db := pgtest.New(t)
-			client := pgqueue.New(db.Pool, pgqueue.Config{Logger: quiet})
-			rec := newRecorder()
-			s := scheduler.New(client, scheduler.Config{Logger: quiet, OnFire: rec.onFire(0)})
-			if err := s.Add("slow", "* * * * * *", "slow", nil, scheduler.Options{Queue: "slow", SkipIfRunning: skip}); err != nil {
-				t.Fatal(err)
-			}
-			start(t, s)
+			h := startHeld(t, "slow", skip)
+			db, client, rec, s, running := h.db, h.client, h.rec, h.s, h.first
 			ctx := context.Background()
-			var running *queue.Job
-			waitFor(t, time.Minute, "the first job to be claimed", func() bool {
-				got, err := client.Claim(ctx, queue.ClaimParams{Queue: "slow", Limit: 1, Lease: time.Hour, WorkerID: "test"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(got) == 1 {
-					running = got[0]
-				}
-				return running != nil
-			})
 			waitFor(t, time.Minute, "three fires while the first job runs", func() bool {
-				n := 0
-				for _, f := range rec.inserted(0) {
-					if f.At.After(running.ScheduledAt) {
-						n++
-					}
-				}
-				return n >= 3
+				return rec.insertedAfter(0, running.ScheduledAt) >= 3
 			})
 			if err := client.Complete(ctx, running.Lease()); err != nil {
 				t.Fatal(err)
 			}
 			completed := time.Now()
 			waitFor(t, time.Minute, "two fires after the first job completed", func() bool {
-				n := 0
-				for _, f := range rec.inserted(0) {
-					if f.At.After(completed) {
-						n++
-					}
-				}
-				return n >= 2
+				return rec.insertedAfter(0, completed) >= 2
 			})
 			stop(t, s)
 
@@ -720,26 +735,9 @@ func TestSkipIfRunningAfterRescheduled(t *testing.T) {
 	for _, outcome := range []queue.Outcome{queue.OutcomeRetry, queue.OutcomeSnooze} {
 		t.Run(outcome.String(), func(t *testing.T) {
 			t.Parallel()
-			db := pgtest.New(t)
-			client := pgqueue.New(db.Pool, pgqueue.Config{Logger: quiet})
-			rec := newRecorder()
-			s := scheduler.New(client, scheduler.Config{Logger: quiet, OnFire: rec.onFire(0)})
-			if err := s.Add("flaky", "* * * * * *", "flaky", nil, scheduler.Options{Queue: "flaky", SkipIfRunning: true}); err != nil {
-				t.Fatal(err)
-			}
-			start(t, s)
+			h := startHeld(t, "flaky", true)
+			db, client, rec, s, first := h.db, h.client, h.rec, h.s, h.first
 			ctx := context.Background()
-			var first *queue.Job
-			waitFor(t, time.Minute, "the first job to be claimed", func() bool {
-				got, err := client.Claim(ctx, queue.ClaimParams{Queue: "flaky", Limit: 1, Lease: time.Hour, WorkerID: "test"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(got) == 1 {
-					first = got[0]
-				}
-				return first != nil
-			})
 			again := time.Now().Add(time.Hour)
 			stale, err := client.Finish(ctx, []queue.Finish{{
 				Lease: first.Lease(), Outcome: outcome, At: again,
@@ -750,13 +748,7 @@ func TestSkipIfRunningAfterRescheduled(t *testing.T) {
 			}
 			finished := time.Now()
 			waitFor(t, time.Minute, "three fires after the first job was rescheduled", func() bool {
-				n := 0
-				for _, f := range rec.inserted(0) {
-					if f.At.After(finished) {
-						n++
-					}
-				}
-				return n >= 3
+				return rec.insertedAfter(0, finished) >= 3
 			})
 			stop(t, s)
 
