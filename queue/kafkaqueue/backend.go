@@ -289,8 +289,9 @@ func (b *Backend) current(e *entry, fence int64) bool {
 // meanwhile: the message will be delivered again to the partition's next
 // owner. A commit that fails for another reason (a timeout, a coordinator
 // that moved) is logged and left to the background committer: Finish
-// returns no error, since the outcomes are applied. Without it, a refused background commit ends the generation here
-// at once (its running jobs are cancelled and their Finish is stale).
+// returns no error, since the outcomes are applied. Without SyncCommit, a
+// refused background commit ends the generation here at once (its running
+// jobs are cancelled and their Finish is stale).
 func (b *Backend) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, error) {
 	for _, f := range fs {
 		if f.Outcome < queue.OutcomeComplete || f.Outcome > queue.OutcomeCancel {
@@ -362,10 +363,7 @@ func (b *Backend) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease,
 		return stale, nil
 	}
 	if !b.cfg.SyncCommit {
-		select {
-		case b.commitKick <- struct{}{}:
-		default:
-		}
+		b.kickCommit()
 		return stale, nil
 	}
 	if err := b.commit(g); err != nil {
@@ -379,12 +377,18 @@ func (b *Backend) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease,
 		// committer retries the commit now and every CommitInterval.
 		b.log.Warn("kafkaqueue: commit failed; the background committer retries it",
 			"group", b.cfg.GroupID, "generation", g.id, "err", err)
-		select {
-		case b.commitKick <- struct{}{}:
-		default:
-		}
+		b.kickCommit()
 	}
 	return stale, nil
+}
+
+// kickCommit asks the background committer to commit now; a request
+// already pending covers this one.
+func (b *Backend) kickCommit() {
+	select {
+	case b.commitKick <- struct{}{}:
+	default:
+	}
 }
 
 func attemptError(f queue.Finish, attempt int, now time.Time) queue.AttemptError {
@@ -745,9 +749,8 @@ func (b *Backend) armTimer(q string, at time.Time) {
 // Close commits what is done, leaves the group (its partitions move to the
 // other members at once), waits for its background goroutines (the
 // committer and the writers of retry and dead-letter copies) and closes the
-// producer. Jobs still running are
-// lost: their Finish is stale and their messages run again elsewhere; stop
-// the worker first to let them finish.
+// producer. Jobs still running are lost: their Finish is stale and their
+// messages run again elsewhere; stop the worker first to let them finish.
 func (b *Backend) Close() error {
 	var err error
 	b.closeOnce.Do(func() {
@@ -933,16 +936,9 @@ func (b *Backend) endGeneration(g *generation, why string) int {
 
 // fetch reads one partition into its buffer until the generation ends.
 func (b *Backend) fetch(ctx context.Context, p *partition) {
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:     b.cfg.Brokers,
-		Topic:       p.topic,
-		Partition:   p.id,
-		Dialer:      b.cfg.Dialer,
-		MinBytes:    1,
-		MaxBytes:    10 << 20,
-		MaxWait:     b.cfg.MaxWait,
-		ErrorLogger: kafkaLogger{b.log},
-	})
+	rc := b.cfg.readerConfig(p.topic)
+	rc.Partition = p.id
+	r := kafka.NewReader(rc)
 	defer r.Close()
 	if err := r.SetOffset(p.start); err != nil {
 		b.log.Error("kafkaqueue: set offset", "topic", p.topic, "partition", p.id, "offset", p.start, "err", err)

@@ -91,12 +91,12 @@ type Config struct {
 	// committed, and report its leases stale when the broker refuses the
 	// commit because the generation ended. A commit that fails for another
 	// reason is logged and retried by the background committer; Finish
-	// still returns no error, as its outcomes are applied. By default Finish returns once
-	// the outcome is applied locally and a background committer commits at
-	// once (one commit in flight, covering everything finished before it);
-	// a refused commit then ends the generation locally, cancelling its
-	// running jobs. Either way an offset is committed only after the effects
-	// of the messages before it are done.
+	// still returns no error, as its outcomes are applied. By default Finish
+	// returns once the outcome is applied locally and a background committer
+	// commits at once (one commit in flight, covering everything finished
+	// before it); a refused commit then ends the generation locally,
+	// cancelling its running jobs. Either way an offset is committed only
+	// after the effects of the messages before it are done.
 	SyncCommit bool
 	// MaxWait bounds how long one fetch waits for new messages. Default
 	// 500ms.
@@ -233,6 +233,28 @@ type kafkaLogger struct{ l *slog.Logger }
 
 func (k kafkaLogger) Printf(format string, args ...any) {
 	k.l.Debug(fmt.Sprintf(format, args...), "source", "kafka-go")
+}
+
+// adminClient returns a kafka-go Client for metadata and offset requests,
+// connecting the way c.Dialer does.
+func (c Config) adminClient() *kafka.Client {
+	return &kafka.Client{Addr: kafka.TCP(c.Brokers...), Transport: c.transport(), Timeout: 10 * time.Second}
+}
+
+// readerConfig is what the package's readers of topic share: c's brokers,
+// dialer and logger, fetches of up to 10 MiB that wait at most MaxWait, and
+// no lag polling (nothing reads it).
+func (c Config) readerConfig(topic string) kafka.ReaderConfig {
+	return kafka.ReaderConfig{
+		Brokers:         c.Brokers,
+		Topic:           topic,
+		Dialer:          c.Dialer,
+		MinBytes:        1,
+		MaxBytes:        10 << 20,
+		MaxWait:         c.MaxWait,
+		ReadLagInterval: -1,
+		ErrorLogger:     kafkaLogger{c.Logger},
+	}
 }
 
 // transport returns a kafka-go Transport that connects the way c.Dialer does.

@@ -48,35 +48,28 @@ func (c *Client) Redrive(ctx context.Context, queue string, opts RedriveOptions)
 		group = "jobfence-redrive." + queue
 	}
 	dlq := c.cfg.DeadLetterTopic(queue)
-	ends, todo, err := c.deadLetterBacklog(ctx, dlq, group)
+	ends, backlog, err := c.deadLetterBacklog(ctx, dlq, group)
 	if err != nil {
 		return 0, fmt.Errorf("kafkaqueue: redrive %s: %w", dlq, err)
 	}
-	if opts.Max > 0 && todo > int64(opts.Max) {
-		todo = int64(opts.Max)
+	if opts.Max > 0 && backlog > int64(opts.Max) {
+		backlog = int64(opts.Max)
 	}
-	if todo == 0 {
+	if backlog == 0 {
 		return 0, nil
 	}
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:           c.cfg.Brokers,
-		GroupID:           group,
-		Topic:             dlq,
-		Dialer:            c.cfg.Dialer,
-		MinBytes:          1,
-		MaxBytes:          10 << 20,
-		MaxWait:           c.cfg.MaxWait,
-		HeartbeatInterval: c.cfg.HeartbeatInterval,
-		SessionTimeout:    c.cfg.SessionTimeout,
-		RebalanceTimeout:  c.cfg.RebalanceTimeout,
-		JoinGroupBackoff:  c.cfg.JoinGroupBackoff,
-		StartOffset:       kafka.FirstOffset,
-		ReadLagInterval:   -1,
-		ErrorLogger:       kafkaLogger{c.cfg.Logger},
-	})
+	rc := c.cfg.readerConfig(dlq)
+	rc.GroupID = group
+	rc.HeartbeatInterval = c.cfg.HeartbeatInterval
+	rc.SessionTimeout = c.cfg.SessionTimeout
+	rc.RebalanceTimeout = c.cfg.RebalanceTimeout
+	rc.JoinGroupBackoff = c.cfg.JoinGroupBackoff
+	rc.StartOffset = kafka.FirstOffset
+	r := kafka.NewReader(rc)
 	defer r.Close()
+	retryTopic := c.cfg.RetryTopic(queue)
 	moved := 0
-	for int64(moved) < todo {
+	for int64(moved) < backlog {
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
 			return moved, fmt.Errorf("kafkaqueue: redrive %s: read: %w", dlq, err)
@@ -84,7 +77,7 @@ func (c *Client) Redrive(ctx context.Context, queue string, opts RedriveOptions)
 		if m.Offset >= ends[m.Partition] {
 			continue // dead after the call began: the next call's
 		}
-		if err := c.p.write(ctx, redriveCopy(m, queue, c.cfg.RetryTopic(queue), time.Now())); err != nil {
+		if err := c.p.write(ctx, redriveCopy(m, queue, retryTopic, time.Now())); err != nil {
 			return moved, fmt.Errorf("kafkaqueue: redrive %s: write %s/%d/%d: %w", dlq, m.Topic, m.Partition, m.Offset, err)
 		}
 		if err := r.CommitMessages(ctx, m); err != nil {
@@ -100,7 +93,7 @@ func (c *Client) Redrive(ctx context.Context, queue string, opts RedriveOptions)
 // how many messages lie between group's committed offsets (or the start of
 // the log) and those ends.
 func (c *Client) deadLetterBacklog(ctx context.Context, topic, group string) (map[int]int64, int64, error) {
-	cl := &kafka.Client{Addr: kafka.TCP(c.cfg.Brokers...), Transport: c.cfg.transport(), Timeout: 10 * time.Second}
+	cl := c.cfg.adminClient()
 	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		return nil, 0, fmt.Errorf("read metadata: %w", err)
@@ -149,17 +142,17 @@ func (c *Client) deadLetterBacklog(ctx context.Context, topic, group string) (ma
 			committed[p.Partition] = p.CommittedOffset
 		}
 	}
-	var todo int64
+	var backlog int64
 	for _, p := range parts {
 		start := first[p] // no commit yet, or one older than the retention kept
 		if off, ok := committed[p]; ok && off > start {
 			start = off
 		}
 		if n := ends[p] - start; n > 0 {
-			todo += n
+			backlog += n
 		}
 	}
-	return ends, todo, nil
+	return ends, backlog, nil
 }
 
 // redriveCopy is the retry-topic message of dead letter m of queue: ready

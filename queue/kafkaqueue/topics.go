@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -29,7 +28,7 @@ func (c Config) neededTopics() []string {
 // written.
 func checkTopics(ctx context.Context, c Config) error {
 	topics := c.neededTopics()
-	cl := &kafka.Client{Addr: kafka.TCP(c.Brokers...), Transport: c.transport(), Timeout: 10 * time.Second}
+	cl := c.adminClient()
 	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
 	if err != nil {
 		return fmt.Errorf("kafkaqueue: read metadata of topics %q: %w", topics, err)
