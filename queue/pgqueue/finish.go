@@ -72,69 +72,46 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 		}
 		onlyCompletions = onlyCompletions && f.Outcome == queue.OutcomeComplete
 	}
-	var (
-		cIDs, cFences []int64
-		oIDs, oFences []int64
-		outcomes      []int16
-		ats           []time.Time
-		errs          [][]byte
-		now           = time.Now()
-	)
-	for _, f := range sorted {
-		if onlyCompletions {
-			cIDs = append(cIDs, f.ID)
-			cFences = append(cFences, f.Fence)
-			continue
-		}
-		oIDs = append(oIDs, f.ID)
-		oFences = append(oFences, f.Fence)
-		outcomes = append(outcomes, int16(f.Outcome))
-		at := f.At
-		if at.IsZero() {
-			at = now
-		}
-		ats = append(ats, at)
-		var e []byte
-		if f.Error != nil {
-			b, err := json.Marshal(jsonbSafe(*f.Error))
-			if err != nil {
-				return nil, fmt.Errorf("pgqueue: finish: encode error: %w", err)
+	ids := make([]int64, len(sorted))
+	fences := make([]int64, len(sorted))
+	for i, f := range sorted {
+		ids[i], fences[i] = f.ID, f.Fence
+	}
+	sql, args := completeSQL, []any{ids, fences}
+	if !onlyCompletions {
+		outcomes := make([]int16, len(sorted))
+		ats := make([]time.Time, len(sorted))
+		errs := make([][]byte, len(sorted))
+		now := time.Now()
+		for i, f := range sorted {
+			outcomes[i], ats[i] = int16(f.Outcome), f.At
+			if f.At.IsZero() {
+				ats[i] = now
 			}
-			e = b
+			if f.Error != nil {
+				b, err := json.Marshal(jsonbSafe(*f.Error))
+				if err != nil {
+					return nil, fmt.Errorf("pgqueue: finish: encode error: %w", err)
+				}
+				errs[i] = b
+			}
 		}
-		errs = append(errs, e)
+		sql, args = finishSQL, []any{ids, fences, outcomes, ats, errs}
+	}
+	rows, err := c.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)
 	}
 	applied := make(map[queue.Lease]bool, len(fs))
-	batch := &pgx.Batch{}
-	if len(cIDs) > 0 {
-		batch.Queue(completeSQL, cIDs, cFences)
-	}
-	if len(oIDs) > 0 {
-		batch.Queue(finishSQL, oIDs, oFences, outcomes, ats, errs)
-	}
-	br := c.pool.SendBatch(ctx, batch)
-	for range batch.Len() {
-		rows, err := br.Query()
-		if err != nil {
-			br.Close()
-			return nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)
+	for rows.Next() {
+		var l queue.Lease
+		if err := rows.Scan(&l.ID, &l.Fence); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("pgqueue: finish: %w", err)
 		}
-		for rows.Next() {
-			var l queue.Lease
-			if err := rows.Scan(&l.ID, &l.Fence); err != nil {
-				rows.Close()
-				br.Close()
-				return nil, fmt.Errorf("pgqueue: finish: %w", err)
-			}
-			applied[l] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			br.Close()
-			return nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)
-		}
+		applied[l] = true
 	}
-	if err := br.Close(); err != nil {
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)
 	}
 	var stale []queue.Lease

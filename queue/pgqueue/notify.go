@@ -2,6 +2,7 @@ package pgqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -56,7 +57,7 @@ func cancelPayload(l queue.Lease) string {
 func parseCancelPayload(s string) (queue.Lease, error) {
 	id, fence, ok := strings.Cut(s, ":")
 	if !ok {
-		return queue.Lease{}, fmt.Errorf("want <id>:<fence>")
+		return queue.Lease{}, errors.New("want <id>:<fence>")
 	}
 	var l queue.Lease
 	var err error
