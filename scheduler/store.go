@@ -105,12 +105,12 @@ const beginFireSQL = `SELECT set_config('idle_in_transaction_session_timeout', '
 // the partial index jobfence_jobs_unfinished_key (migration 00002), which
 // serves it, so the scan covers only this schedule's unfinished jobs;
 // starts_with or LIKE would scan the whole table, as the index is not
-// text_pattern_ops. Under
-// the C collation the range holds exactly the keys with the prefix; under a
-// linguistic one a key with the prefix still sorts at or after the prefix,
-// and one whose suffix is digits and '-' before prefix || 'A' (digits sort
-// before letters in every collation), so no fire's key falls outside it;
-// starts_with then drops any other key the range admits.
+// text_pattern_ops. Under the C collation the range holds exactly the keys
+// with the prefix; under a linguistic one a key with the prefix still sorts
+// at or after the prefix, and one whose suffix is digits and '-' before
+// prefix || 'A' (digits sort before letters in every collation), so no
+// fire's key falls outside it; starts_with then drops any other key the
+// range admits.
 const unfinishedSQL = `
 SELECT id FROM (
     SELECT id, CASE WHEN substr(unique_key, length($1) + 1) ~ '^-?[0-9]{1,18}$'

@@ -49,10 +49,10 @@ type running struct {
 	// leaseUntil is when the claim runs out as far as this worker knows:
 	// the claim's expiry, pushed on by each successful heartbeat.
 	leaseUntil time.Time
-	// finishing is set once the handler has returned and
-	// its outcome is being recorded. A heartbeat that then finds the claim
-	// gone has most likely raced that very recording; cancelling is moot,
-	// and the recording reports a stale outcome if the job was really lost.
+	// finishing is set once the handler has returned and its outcome is
+	// being recorded. A heartbeat that then finds the claim gone has most
+	// likely raced that very recording; cancelling is moot, and the
+	// recording reports a stale outcome if the job was really lost.
 	finishing atomic.Bool
 }
 
@@ -234,16 +234,21 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan stru
 	// force claims whatever is free after a wake-up or a poll interval,
 	// so slots below the threshold do not idle while jobs are ready.
 	force := false
+	// One timer for every wait: a wait begins each time a job ends while
+	// the slots are full, thousands of times a second.
+	poll := time.NewTimer(w.cfg.PollInterval)
+	defer poll.Stop()
 	for {
 		free := n - len(slots)
 		if free == 0 || (free < threshold && !force) {
+			poll.Reset(w.cfg.PollInterval)
 			select {
 			case <-ctx.Done():
 				return
 			case <-freed:
 			case <-wake:
 				force = true
-			case <-time.After(w.cfg.PollInterval):
+			case <-poll.C:
 				force = true
 			}
 			continue
@@ -308,11 +313,12 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan stru
 		if len(jobs) == limit {
 			continue
 		}
+		poll.Reset(w.cfg.PollInterval)
 		select {
 		case <-ctx.Done():
 			return
 		case <-wake:
-		case <-time.After(w.cfg.PollInterval):
+		case <-poll.C:
 		}
 	}
 }
