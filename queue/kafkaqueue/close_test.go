@@ -24,10 +24,9 @@ func TestCloseWaitsForBackgroundGoroutines(t *testing.T) {
 	setMaxMessageBytes(t, c, topic+DefaultDeadLetterTopicSuffix, 1000)
 	cl := newTestClient(t, c)
 	ctx := context.Background()
-	big := `{"pad":"` + strings.Repeat("x", 4000) + `"}`
 	if err := cl.EnqueueMany(ctx, []EnqueueJob{
 		{Params: queue.EnqueueParams{Queue: topic, Kind: "done"}},
-		{Params: queue.EnqueueParams{Queue: topic, Kind: "dead", Args: []byte(big)}},
+		{Params: queue.EnqueueParams{Queue: topic, Kind: "dead", Args: paddedArgs(4000)}},
 	}); err != nil {
 		t.Fatal(err)
 	}

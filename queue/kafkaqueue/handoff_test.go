@@ -114,8 +114,7 @@ func TestHandOffWriteFailureRetriesTheWrite(t *testing.T) {
 			setMaxMessageBytes(t, c, topic+tt.limited, 1000)
 			cl := newTestClient(t, c)
 			ctx := context.Background()
-			args := `{"pad":"` + strings.Repeat("x", tt.args) + `"}`
-			if err := cl.Enqueue(ctx, queue.EnqueueParams{Queue: topic, Kind: "k", Args: []byte(args), MaxAttempts: 5},
+			if err := cl.Enqueue(ctx, queue.EnqueueParams{Queue: topic, Kind: "k", Args: paddedArgs(tt.args), MaxAttempts: 5},
 				EnqueueOptions{PartitionKey: "p"}); err != nil {
 				t.Fatal(err)
 			}
@@ -204,10 +203,9 @@ func TestHandOffPartialWriteRetriesOnlyTheFailed(t *testing.T) {
 	setMaxMessageBytes(t, c, topic+DefaultRetryTopicSuffix, 1000)
 	cl := newTestClient(t, c)
 	ctx := context.Background()
-	big := `{"pad":"` + strings.Repeat("x", 4000) + `"}`
 	if err := cl.EnqueueMany(ctx, []EnqueueJob{
 		{Params: queue.EnqueueParams{Queue: topic, Kind: "discarded"}, PartitionKey: "a"},
-		{Params: queue.EnqueueParams{Queue: topic, Kind: "retried", Args: []byte(big)}, PartitionKey: "b"},
+		{Params: queue.EnqueueParams{Queue: topic, Kind: "retried", Args: paddedArgs(4000)}, PartitionKey: "b"},
 	}); err != nil {
 		t.Fatal(err)
 	}

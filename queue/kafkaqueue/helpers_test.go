@@ -75,6 +75,12 @@ func newCluster(t testing.TB, partitions int, topics ...string) *testCluster {
 // on two cores shared with four other test binaries.
 const testHangLimit = 5 * time.Minute
 
+// paddedArgs is a JSON object of about n bytes: args for a job whose
+// message a topic with a small max.message.bytes refuses.
+func paddedArgs(n int) []byte {
+	return []byte(`{"pad":"` + strings.Repeat("x", n) + `"}`)
+}
+
 func uniqueName(prefix string) string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
