@@ -789,15 +789,8 @@ func TestSlowScheduleDelaysNoOther(t *testing.T) {
 	s := scheduler.New(pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quiet}), scheduler.Config{
 		Grace: grace, Logger: slog.New(slog.NewTextHandler(&logs, nil)), OnFire: rec.onFire(0),
 	})
-	// The loop handles "slow" first in each tick.
-	for _, name := range []string{"slow", "other"} {
-		if err := s.Add(name, "* * * * * *", name, nil, scheduler.Options{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	start(t, s)
+	tx := startSlowAndOther(t, db, s)
 	ctx := context.Background()
-	tx := holdScheduleRow(t, db, "slow")
 	blocked := time.Now()
 	// Several fires of "other" come due and pass their grace.
 	time.Sleep(3 * grace)
@@ -837,15 +830,8 @@ func TestStopDuringSlowEnqueue(t *testing.T) {
 	s := scheduler.New(pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quiet}), scheduler.Config{
 		Logger: quiet, OnFire: rec.onFire(0),
 	})
-	// The loop handles "slow" first in each tick.
-	for _, name := range []string{"slow", "other"} {
-		if err := s.Add(name, "* * * * * *", name, nil, scheduler.Options{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	start(t, s)
+	tx := startSlowAndOther(t, db, s)
 	ctx := context.Background()
-	tx := holdScheduleRow(t, db, "slow")
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- s.Stop(ctx) }()
@@ -910,6 +896,20 @@ func later(a, b time.Time) time.Time {
 // returns once an enqueue of that schedule waits for it (recording a fire
 // updates the row). The transaction is rolled back when the test ends, if
 // the test has not done so.
+// startSlowAndOther adds two per-second schedules to s, "slow" (which the
+// loop handles first in each tick) and "other", starts s, and holds slow's
+// row so that its enqueues wait until the returned transaction ends.
+func startSlowAndOther(t *testing.T, db *pgtest.DB, s *scheduler.Scheduler) pgx.Tx {
+	t.Helper()
+	for _, name := range []string{"slow", "other"} {
+		if err := s.Add(name, "* * * * * *", name, nil, scheduler.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start(t, s)
+	return holdScheduleRow(t, db, "slow")
+}
+
 func holdScheduleRow(t *testing.T, db *pgtest.DB, name string) pgx.Tx {
 	t.Helper()
 	ctx := context.Background()
