@@ -1,0 +1,67 @@
+package migrations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNotMigrated is wrapped by the error Check returns when jobfence's
+// tables are missing: the database was never migrated, or the connection's
+// search_path names another schema.
+var ErrNotMigrated = errors.New("jobfence's tables are missing")
+
+// NotMigratedError names the schema that lacks jobfence's tables and the
+// tables it lacks. errors.Is(err, ErrNotMigrated) reports true for it.
+type NotMigratedError struct {
+	// Schema is the schema the connection looked in: the first schema of
+	// its search_path.
+	Schema string
+	// Missing are the relations that are not there.
+	Missing []string
+}
+
+func (e *NotMigratedError) Error() string {
+	return fmt.Sprintf("jobfence's tables are missing in schema %q (%s): run `jobfence migrate up` (or migrations.Up) against this database and search_path",
+		e.Schema, strings.Join(e.Missing, ", "))
+}
+
+// Is reports whether target is ErrNotMigrated.
+func (e *NotMigratedError) Is(target error) bool { return target == ErrNotMigrated }
+
+// Relations are the tables and sequences the migrations create, all of
+// which a worker, a scheduler and the idempotency store need.
+var relations = []string{
+	"jobfence_jobs", "jobfence_fence_seq", "jobfence_schedules",
+	"jobfence_idempotency_keys", "jobfence_results",
+}
+
+// Querier is what Check needs of a connection: a *pgxpool.Pool, a *pgx.Conn
+// and a pgx.Tx all have it.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// checkSQL looks each relation up the way an unqualified query would (the
+// search_path), and names the schema such a query would create it in.
+const checkSQL = `
+SELECT coalesce(current_schema(), current_setting('search_path')),
+       array(SELECT r FROM unnest($1::text[]) AS r WHERE to_regclass(quote_ident(r)) IS NULL)`
+
+// Check reports whether jobfence's tables are reachable through db's
+// search_path. It returns a *NotMigratedError when any is missing, and a
+// wrapped connection error when db cannot be asked.
+func Check(ctx context.Context, db Querier) error {
+	var schema string
+	var missing []string
+	if err := db.QueryRow(ctx, checkSQL, relations).Scan(&schema, &missing); err != nil {
+		return fmt.Errorf("migrations: check: %w", err)
+	}
+	if len(missing) > 0 {
+		return &NotMigratedError{Schema: schema, Missing: missing}
+	}
+	return nil
+}

@@ -1,0 +1,34 @@
+package migrations_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/migrations"
+)
+
+func TestCheck(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
+	err := migrations.Check(ctx, db.Pool)
+	var nm *migrations.NotMigratedError
+	if !errors.As(err, &nm) || !errors.Is(err, migrations.ErrNotMigrated) {
+		t.Fatalf("Check on an empty schema = %v, want a *NotMigratedError", err)
+	}
+	if nm.Schema != db.Schema || len(nm.Missing) != 5 {
+		t.Fatalf("Check = %+v, want schema %q and 5 missing relations", nm, db.Schema)
+	}
+	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs, jobfence_fence_seq, jobfence_schedules, jobfence_idempotency_keys, jobfence_results): run ` + "`jobfence migrate up`"
+	if !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("message:\n%s\nwant prefix:\n%s", err, want)
+	}
+	if err := migrations.Up(ctx, db.URL); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Check(ctx, db.Pool); err != nil {
+		t.Fatalf("Check after Up = %v", err)
+	}
+}
