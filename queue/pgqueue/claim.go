@@ -13,15 +13,22 @@ import (
 
 // claimSQL claims up to $2 ready jobs of queue $1. SKIP LOCKED hands each
 // row to one claimer only; the single nextval is this claim's fence.
+//
+// The fence is drawn only after every row of the claim is locked: f reads
+// all of next (count) before it calls nextval. Drawn first, a fence could
+// be older than that of an owner who claimed, lost and released one of the
+// rows while this claim was still scanning, and the new owner would then
+// hold the smaller fence, losing every fenced write to its predecessor.
+// An empty claim draws no fence.
 const claimSQL = `
-WITH next AS (
+WITH next AS MATERIALIZED (
     SELECT id FROM jobfence_jobs
     WHERE state IN ('available', 'scheduled', 'retryable') AND queue = $1 AND scheduled_at <= now()
     ORDER BY priority, scheduled_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
-), f AS (
-    SELECT nextval('jobfence_fence_seq') AS fence
+), f AS MATERIALIZED (
+    SELECT nextval('jobfence_fence_seq') AS fence FROM (SELECT count(*) AS n FROM next) c WHERE c.n > 0
 )
 UPDATE jobfence_jobs j
 SET state = 'running', attempt = j.attempt + 1, fence = f.fence,
