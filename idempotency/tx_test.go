@@ -305,7 +305,7 @@ func TestDoTxWithTransactionalJob(t *testing.T) {
 	}
 
 	jobA := claim(300 * time.Millisecond)
-	txA, err := q.Begin(ctx)
+	txA, err := q.BeginTx(ctx, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestDoTxWithTransactionalJob(t *testing.T) {
 	}
 	// A stalls here. Its lease runs out, the job is rescued and B claims it.
 	for {
-		n, err := q.Rescue(ctx, 10)
+		n, err := q.Rescue(ctx, queue.RescueParams{Limit: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -45,11 +45,22 @@ type Waker interface {
 // number of instances may run it at once; each call does a bounded amount of
 // work and reports how much.
 type Maintainer interface {
-	// Rescue returns running jobs whose lease expired to retryable (or
-	// discards those out of attempts).
-	Rescue(ctx context.Context, limit int) (int, error)
+	// Rescue returns up to p.Limit running jobs whose lease expired to
+	// retryable, after p.Backoff, or discards those out of attempts. A
+	// backend that can tell that its own outage ended the attempt (the
+	// database restarted while the job ran) gives the attempt back.
+	Rescue(ctx context.Context, p RescueParams) (int, error)
 	// Prune deletes final jobs finalized more than retention ago.
 	Prune(ctx context.Context, retention time.Duration, limit int) (int, error)
+}
+
+// RescueParams tunes one Rescue call.
+type RescueParams struct {
+	// Limit caps how many jobs one call rescues.
+	Limit int
+	// Backoff returns how long a rescued job, whose attempt Attempt was
+	// spent, waits before it runs again; nil means no wait.
+	Backoff func(job *Job) time.Duration
 }
 
 // Canceller is implemented by backends that can tell a worker, as it

@@ -9,13 +9,15 @@ type Outcome int
 const (
 	// OutcomeComplete marks the job completed.
 	OutcomeComplete Outcome = iota + 1
-	// OutcomeRetry records the error and makes the job ready again at At,
-	// or discards it when it has had MaxAttempts attempts.
+	// OutcomeRetry records the error and makes the job ready again after
+	// Delay, or discards it when it has had MaxAttempts attempts.
 	OutcomeRetry
 	// OutcomeDiscard records the error and gives up on the job.
 	OutcomeDiscard
-	// OutcomeSnooze makes the job ready again at At without spending an
-	// attempt.
+	// OutcomeSnooze makes the job ready again after Delay without spending
+	// an attempt, recording Error if it is set: a put-back for a reason that
+	// is not the job's fault (a stopping worker, an unknown kind, a broken
+	// connection).
 	OutcomeSnooze
 	// OutcomeCancel records the error and cancels the job.
 	OutcomeCancel
@@ -42,8 +44,11 @@ func (o Outcome) String() string {
 type Finish struct {
 	Lease
 	Outcome Outcome
-	// At is when a retried or snoozed job becomes ready again.
-	At time.Time
+	// Delay is how long after the outcome is applied a retried or snoozed
+	// job becomes ready again, by the backend's clock (the database's for
+	// pgqueue), so a worker whose clock is skewed neither delays nor
+	// hurries it.
+	Delay time.Duration
 	// Error is recorded on the job for retry, discard and cancel.
 	Error *AttemptError
 }

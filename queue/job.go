@@ -19,7 +19,9 @@ type Job struct {
 	State State
 	// Priority orders ready jobs of a queue: 1 runs first, 4 last.
 	Priority int
-	// Attempt counts claims of this job, this one included.
+	// Attempt counts the attempts this job has spent, this one included: a
+	// claim spends one, and a put-back that is not the job's fault (see
+	// OutcomeSnooze) gives it back.
 	Attempt int
 	// MaxAttempts is how many attempts the job gets before it is discarded.
 	MaxAttempts int

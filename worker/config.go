@@ -46,7 +46,8 @@ type Config struct {
 	// trip. Default: 1000.
 	FinishBatch int
 	// RescueInterval is how often this worker rescues jobs whose lease
-	// expired (any instance may; none leads). Default: 15s.
+	// expired (any instance may; none leads), so a lost job waits at most
+	// about Lease + RescueInterval. Default: Lease/2.
 	RescueInterval time.Duration
 	// PruneInterval is how often final jobs older than Retention are
 	// deleted. Default: 1m.
@@ -99,7 +100,7 @@ func (c Config) withDefaults() Config {
 		c.FinishBatch = 1000
 	}
 	if c.RescueInterval <= 0 {
-		c.RescueInterval = 15 * time.Second
+		c.RescueInterval = c.Lease / 2
 	}
 	if c.PruneInterval <= 0 {
 		c.PruneInterval = time.Minute

@@ -18,14 +18,26 @@ type PanicError struct {
 
 func (e *PanicError) Error() string { return fmt.Sprintf("jobfence: handler panicked: %v", e.Value) }
 
+// connError is a transactional handler's failure that was its database
+// connection's, not its own: BEGIN or COMMIT failed, or the connection
+// broke under it (a database restart). Its job is put back without
+// spending an attempt.
+type connError struct{ err error }
+
+func (e *connError) Error() string { return e.err.Error() }
+func (e *connError) Unwrap() error { return e.err }
+
 // execute runs one claimed job and queues its outcome.
 func (w *Worker) execute(job *queue.Job, until time.Time) {
 	h := w.reg.handlers[job.Kind]
 	if h == nil {
+		// Most likely a rolling deploy: an instance that knows the kind
+		// will run it. The job is put back without spending an attempt,
+		// backing off by how often it was put back.
 		err := fmt.Errorf("%w %q: no handler registered in worker %s (it handles %v)", queue.ErrUnknownKind, job.Kind, w.cfg.ID, w.reg.Kinds())
-		w.log.Error("jobfence: job of unknown kind; will retry", "job", job.ID, "kind", job.Kind, "err", err)
-		w.report(job, nil, queue.OutcomeRetry, w.cfg.RetryPolicy.NextRetry(job), err, "")
-		w.stats.retried.Add(1)
+		w.log.Error("jobfence: job of unknown kind; put back without spending an attempt", "job", job.ID, "kind", job.Kind, "err", err)
+		w.stats.snoozed.Add(1)
+		w.report(job, nil, queue.OutcomeSnooze, w.putBackDelay(job), err, "")
 		return
 	}
 	timeout := h.opts.Timeout
@@ -45,7 +57,7 @@ func (w *Worker) execute(job *queue.Job, until time.Time) {
 	r := &running{lease: job.Lease(), cancel: cancel, leaseUntil: until}
 	if !w.track(r) {
 		w.stats.snoozed.Add(1)
-		w.report(job, nil, queue.OutcomeSnooze, time.Now(), nil, "")
+		w.report(job, nil, queue.OutcomeSnooze, 0, nil, "")
 		return
 	}
 
@@ -82,12 +94,13 @@ func (w *Worker) call(ctx context.Context, h *handler, job *queue.Job) (stack st
 // runTx runs a transactional handler and, if it succeeds, completes the job
 // under its fence in the same transaction. done reports that the outcome is
 // settled (committed, or stale and rolled back) and nothing more is to be
-// reported.
+// reported. Failures of the transaction itself rather than of the handler
+// are returned as *connError.
 func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *running) (done bool, stack string, err error) {
 	txb := w.backend.(TxBackend)
-	tx, err := txb.Begin(ctx)
+	tx, err := txb.BeginTx(ctx, w.cfg.Lease)
 	if err != nil {
-		return false, "", err
+		return false, "", &connError{err}
 	}
 	defer tx.Rollback(context.Background())
 	func() {
@@ -100,6 +113,9 @@ func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *runni
 		err = h.runTx(ctx, tx, job)
 	}()
 	if err != nil {
+		if tx.Conn().IsClosed() {
+			err = &connError{err}
+		}
 		return false, stack, err
 	}
 	w.finishing(r)
@@ -109,17 +125,21 @@ func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *runni
 			w.log.Warn("jobfence: job was lost before its transaction committed; rolled back", "job", job.ID, "fence", job.Fence)
 			return true, "", nil
 		}
-		return false, "", err
+		return false, "", &connError{err}
+	}
+	if w.afterCompleteTx != nil {
+		w.afterCompleteTx(job)
 	}
 	// The fenced completion holds the job's row, so no rescue can take the
 	// job before this commit: commit even if the handler's context ends now
 	// (a heartbeat that waited on that row finds the job completed and
 	// reports it lost). Cancelling the commit midway would leave its result
-	// unknown to the worker.
+	// unknown to the worker. A holder frozen here loses the transaction
+	// when the lease ends: the backend bounds it (see TxBackend).
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease)
 	defer cancel()
 	if err := tx.Commit(cctx); err != nil {
-		return false, "", fmt.Errorf("jobfence: commit: %w", err)
+		return false, "", &connError{fmt.Errorf("jobfence: commit: %w", err)}
 	}
 	w.stats.completed.Add(1)
 	return true, "", nil
@@ -129,13 +149,14 @@ func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *runni
 // tracked until the outcome is recorded.
 func (w *Worker) outcome(ctx context.Context, job *queue.Job, r *running, err error, stack string) {
 	if err == nil {
-		w.report(job, r, queue.OutcomeComplete, time.Time{}, nil, "")
+		w.report(job, r, queue.OutcomeComplete, 0, nil, "")
 		return
 	}
 	cause := context.Cause(ctx)
 	var snooze *snoozeError
 	var cancelled *cancelError
 	var panicked *PanicError
+	var conn *connError
 	switch {
 	case errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrJobCancelled):
 		// The job is no longer ours: any outcome would be stale.
@@ -144,20 +165,26 @@ func (w *Worker) outcome(ctx context.Context, job *queue.Job, r *running, err er
 		return
 	case errors.Is(cause, ErrWorkerStopping):
 		w.stats.snoozed.Add(1)
-		w.report(job, r, queue.OutcomeSnooze, time.Now(), nil, "")
+		w.report(job, r, queue.OutcomeSnooze, 0, nil, "")
 		return
 	case errors.As(err, &snooze):
 		w.stats.snoozed.Add(1)
-		w.report(job, r, queue.OutcomeSnooze, time.Now().Add(snooze.d), nil, "")
+		w.report(job, r, queue.OutcomeSnooze, snooze.d, nil, "")
 		return
 	case errors.As(err, &cancelled):
 		w.stats.cancelled.Add(1)
-		w.report(job, r, queue.OutcomeCancel, time.Time{}, err, "")
+		w.report(job, r, queue.OutcomeCancel, 0, err, "")
+		return
+	case errors.As(err, &conn):
+		// An outage is not the job's failure: it keeps its attempts.
+		w.stats.snoozed.Add(1)
+		w.log.Warn("jobfence: transactional handler's database connection failed; put back without spending an attempt", "job", job.ID, "kind", job.Kind, "err", err)
+		w.report(job, r, queue.OutcomeSnooze, w.putBackDelay(job), err, "")
 		return
 	case errors.Is(err, ErrDecodeArgs):
 		w.stats.discarded.Add(1)
 		w.log.Error("jobfence: job args do not decode; discarded", "job", job.ID, "kind", job.Kind, "err", err)
-		w.report(job, r, queue.OutcomeDiscard, time.Time{}, err, "")
+		w.report(job, r, queue.OutcomeDiscard, 0, err, "")
 		return
 	case errors.As(err, &panicked):
 		w.stats.panics.Add(1)
@@ -171,14 +198,30 @@ func (w *Worker) outcome(ctx context.Context, job *queue.Job, r *running, err er
 	} else {
 		w.stats.retried.Add(1)
 	}
-	w.report(job, r, queue.OutcomeRetry, w.cfg.RetryPolicy.NextRetry(job), err, stack)
+	w.report(job, r, queue.OutcomeRetry, w.retryDelay(job), err, stack)
+}
+
+// retryDelay is how long the retry policy has job wait. The backend adds
+// it to its own clock, so a skewed host clock does not shift it.
+func (w *Worker) retryDelay(job *queue.Job) time.Duration {
+	return max(time.Until(w.cfg.RetryPolicy.NextRetry(job)), 0)
+}
+
+// putBackDelay spaces out the put-backs of a job that is not failing but
+// cannot run here (its kind is unknown, its connection broke): the retry
+// policy's backoff for the number of errors it has recorded, which grows
+// with each put-back while its attempts stay unspent.
+func (w *Worker) putBackDelay(job *queue.Job) time.Duration {
+	backoff := *job
+	backoff.Attempt = len(job.Errors) + 1
+	return w.retryDelay(&backoff)
 }
 
 // report queues an outcome; r (nil for a job that never ran) is untracked
 // once the outcome is recorded.
-func (w *Worker) report(job *queue.Job, r *running, o queue.Outcome, at time.Time, err error, stack string) {
+func (w *Worker) report(job *queue.Job, r *running, o queue.Outcome, delay time.Duration, err error, stack string) {
 	w.finishing(r)
-	f := queue.Finish{Lease: job.Lease(), Outcome: o, At: at}
+	f := queue.Finish{Lease: job.Lease(), Outcome: o, Delay: delay}
 	if err != nil {
 		f.Error = &queue.AttemptError{Attempt: job.Attempt, At: time.Now(), Error: err.Error(), Trace: stack}
 	}

@@ -8,8 +8,8 @@ import (
 )
 
 // heartbeatLoop extends the leases of running jobs and cancels the handlers
-// of jobs that are lost: reported lost by the backend, or whose lease ran
-// out while heartbeats failed (the worker cannot prove it still holds them).
+// of jobs the backend reports lost. A job whose lease runs out while
+// heartbeats fail is cancelled by its own timer (leaseRanOut).
 func (w *Worker) heartbeatLoop(ctx context.Context) {
 	defer w.bgWG.Done()
 	t := time.NewTicker(w.cfg.HeartbeatInterval)
@@ -62,17 +62,26 @@ func (w *Worker) heartbeat(ctx context.Context) {
 			w.mu.Unlock()
 		}
 	}
-	now := time.Now()
+}
+
+// leaseRanOut runs when r's lease, less the margin, has passed by this
+// worker's clock. Unless a heartbeat pushed the lease on meanwhile (then
+// it waits for the new end), the worker cannot prove it still holds the
+// job: the handler is cancelled before another worker can claim the job,
+// not at the next heartbeat tick.
+func (w *Worker) leaseRanOut(r *running) {
 	w.mu.Lock()
-	for _, r := range w.inflight {
-		if now.After(r.leaseUntil) && !r.finishing.Load() {
-			w.stats.lost.Add(1)
-			w.log.Warn("jobfence: lease ran out without a heartbeat: cancelling handler", "job", r.lease.ID, "fence", r.lease.Fence)
-			r.cancel(ErrLeaseLost)
-			r.leaseUntil = now.Add(24 * time.Hour) // count once
-		}
+	defer w.mu.Unlock()
+	if w.inflight[r.lease.ID] != r || r.finishing.Load() {
+		return
 	}
-	w.mu.Unlock()
+	if left := time.Until(r.leaseUntil) - w.leaseMargin; left > 0 {
+		r.leaseTimer.Reset(left)
+		return
+	}
+	w.stats.lost.Add(1)
+	w.log.Warn("jobfence: lease ran out without a heartbeat: cancelling handler", "job", r.lease.ID, "fence", r.lease.Fence)
+	r.cancel(ErrLeaseLost)
 }
 
 // cancelLoop cancels the handlers of jobs cancelled while they ran.

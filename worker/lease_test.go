@@ -55,6 +55,44 @@ func TestLeaseRunsOutWithoutHeartbeats(t *testing.T) {
 	waitFor(t, 10*time.Second, "lost counted", func() bool { return w.Stats().Lost == 1 })
 }
 
+// TestHandlerCancelledBeforeLeaseEnds: without heartbeats, a handler is
+// cancelled before its lease ends by the database's clock (when another
+// worker may claim the job), not at the next heartbeat tick after it.
+func TestHandlerCancelledBeforeLeaseEnds(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
+	type cancelled struct {
+		at    time.Time
+		lease time.Time
+	}
+	got := make(chan cancelled, 1)
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[effectArgs]) error {
+		<-ctx.Done()
+		got <- cancelled{time.Now(), job.LeaseExpiresAt}
+		return ctx.Err()
+	})
+	// A heartbeat tick just short of the lease: a check made only on ticks
+	// comes almost a whole interval late.
+	lease := 2 * time.Second
+	startWorker(t, failingHeartbeats{c}, reg, worker.Config{Lease: lease, HeartbeatInterval: lease - 100*time.Millisecond, DisableMaintenance: true})
+	if _, err := c.Insert(ctx, effectArgs{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case g := <-got:
+		if !g.at.Before(g.lease) {
+			t.Fatalf("handler cancelled at %v, %s after its lease ended at %v", g.at, g.at.Sub(g.lease), g.lease)
+		}
+		if early := g.lease.Sub(g.at); early > lease/2 {
+			t.Fatalf("handler cancelled %s before its lease ended", early)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("handler not cancelled")
+	}
+}
+
 func TestMiddleware(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()

@@ -30,7 +30,7 @@ func (w *Worker) maintenanceLoop(ctx context.Context, m queue.Maintainer) {
 			return
 		case <-rescue.C:
 			w.drain(ctx, "rescue", rescueBatch, &w.stats.rescued, func(ctx context.Context) (int, error) {
-				return m.Rescue(ctx, rescueBatch)
+				return m.Rescue(ctx, queue.RescueParams{Limit: rescueBatch, Backoff: w.retryDelay})
 			})
 			rescue.Reset(jitter(w.cfg.RescueInterval))
 		case <-prune.C:

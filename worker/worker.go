@@ -40,6 +40,14 @@ type Worker struct {
 	bgCancel    context.CancelFunc
 
 	fetchWG, jobsWG, finishWG, bgWG sync.WaitGroup
+
+	// leaseMargin is how long before its lease runs out, by this worker's
+	// clock, a handler is cancelled: the rescuer judges the lease by the
+	// database's clock, and the handler needs a moment to stop.
+	leaseMargin time.Duration
+	// afterCompleteTx, when set by a test, runs between a transactional
+	// handler's fenced completion and its commit.
+	afterCompleteTx func(*queue.Job)
 }
 
 // running is one job whose handler is running.
@@ -49,6 +57,9 @@ type running struct {
 	// leaseUntil is when the claim runs out as far as this worker knows:
 	// the claim's expiry, pushed on by each successful heartbeat.
 	leaseUntil time.Time
+	// leaseTimer cancels the handler when leaseUntil (less the worker's
+	// lease margin) passes without a heartbeat having pushed it on.
+	leaseTimer *time.Timer
 	// finishing is set once the handler has returned and its outcome is
 	// being recorded. A heartbeat that then finds the claim gone has most
 	// likely raced that very recording; cancelling is moot, and the
@@ -69,22 +80,56 @@ func New(backend queue.Backend, reg *Registry, cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if _, ok := backend.(TxBackend); !ok {
-		for _, h := range reg.handlers {
-			if h.runTx != nil {
-				return nil, fmt.Errorf("jobfence: worker: kind %q has a transactional handler but the backend %T cannot complete jobs in a transaction", h.kind, backend)
-			}
-		}
+	log := cfg.Logger.With("worker", cfg.ID)
+	if err := checkTx(backend, reg, cfg, log); err != nil {
+		return nil, err
 	}
 	return &Worker{
-		backend:  backend,
-		reg:      reg,
-		cfg:      cfg,
-		log:      cfg.Logger.With("worker", cfg.ID),
-		inflight: map[int64]*running{},
-		finishCh: make(chan pending, 4*cfg.FinishBatch),
-		giveUp:   make(chan struct{}),
+		backend:     backend,
+		reg:         reg,
+		cfg:         cfg,
+		log:         log,
+		inflight:    map[int64]*running{},
+		finishCh:    make(chan pending, 4*cfg.FinishBatch),
+		giveUp:      make(chan struct{}),
+		leaseMargin: min(cfg.Lease/10, time.Second),
 	}, nil
+}
+
+// checkTx refuses transactional handlers on a backend that cannot run
+// them, and warns when fewer of them can hold a connection at once than
+// the worker's concurrency: the rest wait for one.
+func checkTx(backend queue.Backend, reg *Registry, cfg Config, log *slog.Logger) error {
+	var kind string
+	for _, h := range reg.handlers {
+		if h.runTx != nil {
+			kind = h.kind
+			break
+		}
+	}
+	if kind == "" {
+		return nil
+	}
+	if _, ok := backend.(TxBackend); !ok {
+		return fmt.Errorf("jobfence: worker: kind %q has a transactional handler but the backend %T cannot complete jobs in a transaction", kind, backend)
+	}
+	s, ok := backend.(interface{ TxSlots() int })
+	if !ok {
+		return nil
+	}
+	slots, want := s.TxSlots(), 0
+	for _, n := range cfg.Queues {
+		want += n
+	}
+	if slots == 0 {
+		return fmt.Errorf("jobfence: worker: kind %q has a transactional handler, but the backend's pool has no connection to spare for it "+
+			"beyond those reserved for heartbeats and claims: raise the pool's MaxConns (see pgqueue.Config.TxReserve)", kind)
+	}
+	if slots < want {
+		log.Warn("jobfence: worker: fewer pool connections than concurrency: transactional handlers beyond the first few wait for a connection",
+			"tx_slots", slots, "concurrency", want, "raise_max_conns_by", want-slots)
+	}
+	return nil
 }
 
 // ID returns the worker's ID.
@@ -360,6 +405,7 @@ func (w *Worker) track(r *running) bool {
 		old.cancel(ErrLeaseLost)
 	}
 	w.inflight[r.lease.ID] = r
+	r.leaseTimer = time.AfterFunc(time.Until(r.leaseUntil)-w.leaseMargin, func() { w.leaseRanOut(r) })
 	return true
 }
 
@@ -368,6 +414,9 @@ func (w *Worker) untrack(r *running) {
 	w.mu.Lock()
 	if w.inflight[r.lease.ID] == r {
 		delete(w.inflight, r.lease.ID)
+	}
+	if r.leaseTimer != nil {
+		r.leaseTimer.Stop()
 	}
 	w.mu.Unlock()
 }

@@ -186,8 +186,9 @@ func (b *blockingHeartbeats) Heartbeat(ctx context.Context, leases []queue.Lease
 }
 
 // TestOutlivedLeaseIsFencedOut: worker A's handler outlives its lease with
-// heartbeats blocked; the job is rescued and finished by B; A's writes are
-// rolled back by the fence and the effect is applied once.
+// heartbeats blocked; the job is rescued and finished by B. A's handler is
+// told its lease is lost, PostgreSQL ended its idle transaction, and the
+// effect is applied once, by B.
 func TestOutlivedLeaseIsFencedOut(t *testing.T) {
 	db := pgtest.New(t)
 	makeEffects(t, db.Pool)
@@ -198,12 +199,13 @@ func TestOutlivedLeaseIsFencedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	aStarted, aWake := make(chan struct{}), make(chan struct{})
+	aStarted, aWake, aDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	regA := worker.NewRegistry()
 	worker.AddTx(regA, func(ctx context.Context, tx pgx.Tx, job *worker.Job[effectArgs]) error {
 		close(aStarted)
 		<-aWake // paused past its lease, blind to its context
 		_, err := tx.Exec(context.Background(), "INSERT INTO effects (job_id, n, fence) VALUES ($1, $2, $3)", job.ID, job.Args.N, job.Fence)
+		aDone <- err
 		return err
 	})
 	backendA := &blockingHeartbeats{Client: pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quietLogger()}), release: make(chan struct{})}
@@ -220,8 +222,16 @@ func TestOutlivedLeaseIsFencedOut(t *testing.T) {
 	waitFor(t, 30*time.Second, "B to complete the rescued job", func() bool { return b.Stats().Completed == 1 })
 
 	close(aWake)
-	waitFor(t, 30*time.Second, "A's stale completion", func() bool { return a.Stats().Stale == 1 })
+	select {
+	case err := <-aDone:
+		if err == nil {
+			t.Fatal("A's write in a transaction idle past its lease succeeded")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("A's handler did not return")
+	}
 	close(backendA.release)
+	waitFor(t, 30*time.Second, "A counts the job lost", func() bool { return a.Stats().Lost == 1 })
 
 	rows, distinct := countEffects(t, db.Pool)
 	if rows != 1 || distinct != 1 {
@@ -257,22 +267,25 @@ func TestBadInput(t *testing.T) {
 	unknown, _ := c.Enqueue(ctx, queue.EnqueueParams{Kind: "nobody-handles-this"})
 	undecodable, _ := c.Enqueue(ctx, queue.EnqueueParams{Kind: "typed", Args: []byte(`{"n":"not a number"}`)})
 	waitFor(t, 20*time.Second, "both bad jobs attempted", func() bool {
-		return stateOf(t, c, unknown.ID).State == queue.StateRetryable && stateOf(t, c, undecodable.ID).State == queue.StateDiscarded
+		return stateOf(t, c, unknown.ID).State == queue.StateScheduled && stateOf(t, c, undecodable.ID).State == queue.StateDiscarded
 	})
 	tests := []struct {
 		name    string
 		id      int64
 		state   queue.State
+		attempt int
 		wantErr string
 	}{
-		{"unknown kind is kept for retry", unknown.ID, queue.StateRetryable, `jobfence: unknown job kind "nobody-handles-this": no handler registered in worker`},
-		{"undecodable args are discarded with the reason", undecodable.ID, queue.StateDiscarded, `jobfence: job args do not decode into worker_test.badArgs: json: cannot unmarshal string`},
+		// A rolling deploy: an instance that knows the kind will run it, so
+		// this one puts it back without spending one of its attempts.
+		{"unknown kind is put back", unknown.ID, queue.StateScheduled, 0, `jobfence: unknown job kind "nobody-handles-this": no handler registered in worker`},
+		{"undecodable args are discarded with the reason", undecodable.ID, queue.StateDiscarded, 1, `jobfence: job args do not decode into worker_test.badArgs: json: cannot unmarshal string`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			j := stateOf(t, c, tt.id)
-			if j.State != tt.state || len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, tt.wantErr) {
-				t.Fatalf("job: state=%s errors=%+v; want %s with %q", j.State, j.Errors, tt.state, tt.wantErr)
+			if j.State != tt.state || j.Attempt != tt.attempt || len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, tt.wantErr) {
+				t.Fatalf("job: state=%s attempt=%d errors=%+v; want %s, attempt %d, with %q", j.State, j.Attempt, j.Errors, tt.state, tt.attempt, tt.wantErr)
 			}
 			t.Logf("the error a user sees on the job: %s", j.Errors[0].Error)
 		})
@@ -280,7 +293,7 @@ func TestBadInput(t *testing.T) {
 	if ran.Load() != 0 {
 		t.Fatal("handler ran for undecodable args")
 	}
-	if !strings.Contains(logs.String(), "job args do not decode; discarded") || !strings.Contains(logs.String(), "job of unknown kind; will retry") {
+	if !strings.Contains(logs.String(), "job args do not decode; discarded") || !strings.Contains(logs.String(), "job of unknown kind; put back without spending an attempt") {
 		t.Fatalf("logs lack the errors:\n%s", logs.String())
 	}
 	// Nothing is lost: the discarded job comes back once the args are fixed.
@@ -442,7 +455,9 @@ func TestStopWithJobsInFlight(t *testing.T) {
 	}
 	regA := worker.NewRegistry()
 	worker.AddTx(regA, handler(true))
-	a, err := worker.New(c, regA, worker.Config{Logger: quietLogger(), Queues: map[string]int{"default": n}})
+	// Each running transactional handler holds a connection.
+	ca := pgqueue.New(db.NewPool(t, n+pgqueue.DefaultTxReserve), pgqueue.Config{Logger: quietLogger()})
+	a, err := worker.New(ca, regA, worker.Config{Logger: quietLogger(), Queues: map[string]int{"default": n}})
 	if err != nil {
 		t.Fatal(err)
 	}

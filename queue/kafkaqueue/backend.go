@@ -276,13 +276,13 @@ func (b *Backend) current(e *entry, fence int64) bool {
 // the partition's offset is committed up to the first unfinished message, so
 // a commit never passes a message whose effect is not done; the commit is
 // made at once in the background, or before Finish returns with
-// Config.SyncCommit. OutcomeRetry runs the job again in place after f.At up
+// Config.SyncCommit. OutcomeRetry runs the job again in place after f.Delay up
 // to Config.InPlaceRetries times, then writes it to the retry topic, and
 // writes it to the dead-letter topic once it has had MaxAttempts attempts.
 // OutcomeDiscard and OutcomeCancel write it to the dead-letter topic. A
 // retry or dead-letter copy that cannot be written is written again in the
 // background until it is; the job does not run again meanwhile.
-// OutcomeSnooze runs it again after f.At without spending an attempt.
+// OutcomeSnooze runs it again after f.Delay without spending an attempt.
 //
 // With Config.SyncCommit, a lease whose outcome was applied is still returned
 // as stale when the broker refuses the commit because the generation ended
@@ -323,7 +323,7 @@ func (b *Backend) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease,
 			p.done(e)
 		case queue.OutcomeSnooze:
 			e.state = statePending
-			e.notBefore = f.At
+			e.notBefore = now.Add(f.Delay)
 		case queue.OutcomeRetry:
 			e.attempt++
 			e.errs = append(e.errs, attemptError(f, e.attempt, now))
@@ -334,13 +334,9 @@ func (b *Backend) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease,
 			case e.inPlace < b.cfg.InPlaceRetries:
 				e.inPlace++
 				e.state = statePending
-				e.notBefore = f.At
+				e.notBefore = now.Add(f.Delay)
 			default:
-				at := now.Add(b.cfg.RetryDelay)
-				if f.At.After(at) {
-					at = f.At
-				}
-				e.out = b.retry(e, at)
+				e.out = b.retry(e, now.Add(max(b.cfg.RetryDelay, f.Delay)))
 				outE = append(outE, e)
 			}
 		case queue.OutcomeDiscard, queue.OutcomeCancel:

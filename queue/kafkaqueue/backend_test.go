@@ -178,7 +178,7 @@ func TestSameKeyRunsInOrder(t *testing.T) {
 		}
 		mu.Unlock()
 		if fail {
-			return queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeRetry, At: time.Now().Add(5 * time.Millisecond),
+			return queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeRetry, Delay: 5 * time.Millisecond,
 				Error: &queue.AttemptError{Error: "transient"}}
 		}
 		return queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeComplete}
@@ -242,7 +242,7 @@ func TestPoisonJobGoesToDeadLetterTopic(t *testing.T) {
 		keys[j.Kind][j.Key] = true
 		switch j.Kind {
 		case "poison":
-			return queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeRetry, At: time.Now().Add(10 * time.Millisecond),
+			return queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeRetry, Delay: 10 * time.Millisecond,
 				Error: &queue.AttemptError{Attempt: j.Attempt, At: time.Now(), Error: "boom " + strconv.Itoa(j.Attempt)}}
 		case "bad-input":
 			return queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeDiscard,

@@ -22,7 +22,18 @@ const (
 type Config struct {
 	// Logger receives the client's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// TxReserve is how many of the pool's connections transactional
+	// handlers (worker.AddTx) leave to the worker's heartbeats, claims and
+	// outcomes: each such handler holds a connection for as long as it
+	// runs, and a worker whose heartbeats wait behind them loses every
+	// lease. BeginTx waits for a connection once the pool's MaxConns less
+	// TxReserve transactions are open. Zero means DefaultTxReserve.
+	TxReserve int
 }
+
+// DefaultTxReserve is the default of Config.TxReserve: one connection for
+// heartbeats and one for claims and outcomes.
+const DefaultTxReserve = 2
 
 // The interfaces a worker finds by assertion: a Client must keep them all.
 var (
@@ -38,6 +49,9 @@ var (
 type Client struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
+	// txSlots holds a token for each open BeginTx transaction; nil (a pool
+	// too small to reserve anything) refuses BeginTx.
+	txSlots chan struct{}
 }
 
 // New returns a Client on pool. The pool's search_path decides the schema
@@ -46,8 +60,23 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Client{pool: pool, logger: cfg.Logger}
+	if cfg.TxReserve <= 0 {
+		cfg.TxReserve = DefaultTxReserve
+	}
+	c := &Client{pool: pool, logger: cfg.Logger}
+	if pool != nil {
+		if n := int(pool.Config().MaxConns) - cfg.TxReserve; n > 0 {
+			c.txSlots = make(chan struct{}, n)
+		}
+	}
+	return c
 }
+
+// TxSlots reports how many transactional handlers may hold a connection
+// at once: the pool's MaxConns less Config.TxReserve. A worker warns when
+// its concurrency is larger, and refuses transactional handlers when it is
+// zero.
+func (c *Client) TxSlots() int { return cap(c.txSlots) }
 
 // Pool returns the client's pool.
 func (c *Client) Pool() *pgxpool.Pool { return c.pool }

@@ -16,7 +16,7 @@ INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max
 VALUES ($1, $2, $3, CASE WHEN $4::timestamptz > now() THEN 'scheduled' ELSE 'available' END,
         $5, COALESCE($4::timestamptz, now()), $6, NULLIF($7, ''))
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-RETURNING id`
+RETURNING id, state = 'available'`
 
 const existingSQL = `SELECT id FROM jobfence_jobs WHERE unique_key = $1`
 
@@ -79,9 +79,10 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams) (queue.EnqueueRe
 	// then the next insert succeeds.
 	for range 3 {
 		var id int64
-		err := db.QueryRow(ctx, insertSQL, p.Queue, p.Kind, p.Args, at, p.Priority, p.MaxAttempts, p.UniqueKey).Scan(&id)
+		var ready bool
+		err := db.QueryRow(ctx, insertSQL, p.Queue, p.Kind, p.Args, at, p.Priority, p.MaxAttempts, p.UniqueKey).Scan(&id, &ready)
 		if err == nil {
-			if at == nil || !at.After(time.Now()) {
+			if ready {
 				if _, err := db.Exec(ctx, notifySQL, insertChannel, []string{p.Queue}); err != nil {
 					return queue.EnqueueResult{}, fmt.Errorf("pgqueue: enqueue: notify: %w", err)
 				}
@@ -102,20 +103,22 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams) (queue.EnqueueRe
 	return queue.EnqueueResult{}, fmt.Errorf("pgqueue: enqueue %s: unique key %q kept changing hands", p.Kind, p.UniqueKey)
 }
 
-// copyColumns are the columns EnqueueMany writes through COPY.
-var copyColumns = []string{"queue", "kind", "args", "state", "priority", "scheduled_at", "max_attempts"}
+// copyColumns are the columns EnqueueMany writes through COPY. The state
+// and scheduled_at take their defaults ('available', the database's now()):
+// a host clock that runs ahead must not delay the jobs.
+var copyColumns = []string{"queue", "kind", "args", "priority", "max_attempts"}
 
-const insertManyUniqueSQL = `
+const insertManySQL = `
 INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key)
-SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' ELSE 'available' END, p, COALESCE(s, now()), m, u
+SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' ELSE 'available' END, p, COALESCE(s, now()), m, NULLIF(u, '')
 FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[])
      AS t(q, k, a, p, s, m, u)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING`
 
 // EnqueueMany inserts many jobs in one round trip and returns how many were
-// inserted. Jobs without unique keys go through COPY, the fastest path;
-// jobs with unique keys are inserted with ON CONFLICT DO NOTHING and are not
-// counted when their key was taken.
+// inserted. Jobs to run now without unique keys go through COPY, the
+// fastest path; jobs with unique keys or a ScheduledAt are inserted with
+// ON CONFLICT DO NOTHING and are not counted when their key was taken.
 func (c *Client) EnqueueMany(ctx context.Context, ps []queue.EnqueueParams) (int64, error) {
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
@@ -149,28 +152,24 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []queue.Enqueu
 		if err := p.Validate(); err != nil {
 			return 0, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
 		}
-		at := p.ScheduledAt
-		state := queue.StateAvailable
-		if at.IsZero() {
-			at = now
-		} else if at.After(now) {
-			state = queue.StateScheduled
-		}
-		if state == queue.StateAvailable {
+		// A wake-up is only a hint (workers poll too), so the host's clock
+		// may decide it; the job's own times come from the database's.
+		if !p.ScheduledAt.After(now) {
 			queues[p.Queue] = true
 		}
-		if p.UniqueKey == "" {
-			plain = append(plain, []any{p.Queue, p.Kind, p.Args, string(state), int16(p.Priority), at, int32(p.MaxAttempts)})
+		if p.UniqueKey == "" && p.ScheduledAt.IsZero() {
+			plain = append(plain, []any{p.Queue, p.Kind, p.Args, int16(p.Priority), int32(p.MaxAttempts)})
 			continue
 		}
 		uq.q = append(uq.q, p.Queue)
 		uq.k = append(uq.k, p.Kind)
 		uq.a = append(uq.a, p.Args)
 		uq.p = append(uq.p, int16(p.Priority))
-		if state == queue.StateScheduled {
-			uq.s = append(uq.s, &at)
-		} else {
+		if p.ScheduledAt.IsZero() {
 			uq.s = append(uq.s, nil) // the database's now(), as for single inserts
+		} else {
+			at := p.ScheduledAt
+			uq.s = append(uq.s, &at)
 		}
 		uq.m = append(uq.m, int32(p.MaxAttempts))
 		uq.u = append(uq.u, p.UniqueKey)
@@ -184,9 +183,9 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []queue.Enqueu
 		n += copied
 	}
 	if len(uq.q) > 0 {
-		tag, err := tx.Exec(ctx, insertManyUniqueSQL, uq.q, uq.k, uq.a, uq.p, uq.s, uq.m, uq.u)
+		tag, err := tx.Exec(ctx, insertManySQL, uq.q, uq.k, uq.a, uq.p, uq.s, uq.m, uq.u)
 		if err != nil {
-			return 0, fmt.Errorf("pgqueue: enqueue many: insert unique: %w", err)
+			return 0, fmt.Errorf("pgqueue: enqueue many: insert: %w", err)
 		}
 		n += tag.RowsAffected()
 	}

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -27,10 +25,10 @@ RETURNING j.id, j.fence`
 // becomes a discard; a snooze gives its attempt back.
 const finishSQL = `
 WITH f AS (
-    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::smallint[], $4::timestamptz[], $5::jsonb[])
-        AS f(id, fence, outcome, at, err)
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::smallint[], $4::bigint[], $5::jsonb[])
+        AS f(id, fence, outcome, delay, err)
 ), n AS (
-    SELECT j.id, f.at, f.err, f.outcome,
+    SELECT j.id, f.delay, f.err, f.outcome,
         CASE f.outcome
             WHEN 1 THEN 'completed'
             WHEN 2 THEN CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END
@@ -44,7 +42,7 @@ WITH f AS (
 )
 UPDATE jobfence_jobs j
 SET state = n.state,
-    scheduled_at = CASE WHEN n.state IN ('retryable', 'scheduled') THEN n.at ELSE j.scheduled_at END,
+    scheduled_at = CASE WHEN n.state IN ('retryable', 'scheduled') THEN now() + n.delay * interval '1 microsecond' ELSE j.scheduled_at END,
     attempt = CASE WHEN n.outcome = 4 THEN j.attempt - 1 ELSE j.attempt END,
     errors = CASE WHEN n.err IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(n.err) END,
     finalized_at = CASE WHEN n.state IN ('completed', 'discarded', 'cancelled') THEN now() END,
@@ -80,14 +78,10 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 	sql, args := completeSQL, []any{ids, fences}
 	if !onlyCompletions {
 		outcomes := make([]int16, len(sorted))
-		ats := make([]time.Time, len(sorted))
+		delays := make([]int64, len(sorted))
 		errs := make([][]byte, len(sorted))
-		now := time.Now()
 		for i, f := range sorted {
-			outcomes[i], ats[i] = int16(f.Outcome), f.At
-			if f.At.IsZero() {
-				ats[i] = now
-			}
+			outcomes[i], delays[i] = int16(f.Outcome), max(f.Delay, 0).Microseconds()
 			if f.Error != nil {
 				b, err := json.Marshal(jsonbSafe(*f.Error))
 				if err != nil {
@@ -96,7 +90,7 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 				errs[i] = b
 			}
 		}
-		sql, args = finishSQL, []any{ids, fences, outcomes, ats, errs}
+		sql, args = finishSQL, []any{ids, fences, outcomes, delays, errs}
 	}
 	rows, err := c.pool.Query(ctx, sql, args...)
 	if err != nil {
@@ -140,34 +134,6 @@ func (c *Client) Complete(ctx context.Context, l queue.Lease) error {
 		return err
 	}
 	if len(stale) > 0 {
-		return &queue.StaleFenceError{Lease: l}
-	}
-	return nil
-}
-
-// Begin starts a transaction for a transactional handler.
-func (c *Client) Begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := c.pool.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("pgqueue: begin: %w", err)
-	}
-	return tx, nil
-}
-
-const completeOneSQL = `
-UPDATE jobfence_jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL
-WHERE id = $1 AND fence = $2 AND state = 'running'`
-
-// CompleteTx completes a job under its fence inside tx, so the job's
-// completion commits with the handler's own writes. It returns a
-// *queue.StaleFenceError when the fence is stale: the caller must then roll
-// tx back, and none of its writes take effect.
-func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, l queue.Lease) error {
-	tag, err := tx.Exec(ctx, completeOneSQL, l.ID, l.Fence)
-	if err != nil {
-		return fmt.Errorf("pgqueue: complete job %d in tx: %w", l.ID, err)
-	}
-	if tag.RowsAffected() == 0 {
 		return &queue.StaleFenceError{Lease: l}
 	}
 	return nil

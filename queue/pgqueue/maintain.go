@@ -4,41 +4,94 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jobfence/jobfence/queue"
 )
 
-// rescueSQL returns running jobs whose lease expired to retryable, backing
-// off attempt^4 seconds (capped at an hour), or discards them when out of
-// attempts. The expired owner's fence stays on the row, but the state is no
-// longer 'running', so its late outcomes are stale.
+// rescueLockSQL takes the running jobs whose lease expired, in a
+// transaction that rescueSQL then ends. SKIP LOCKED keeps two rescuers off
+// the same rows, and off a row whose holder is still committing.
+const rescueLockSQL = `
+SELECT ` + jobColumns + `, j.attempted_at < pg_postmaster_start_time()
+FROM jobfence_jobs j
+WHERE j.state = 'running' AND j.lease_expires_at < now()
+ORDER BY j.lease_expires_at
+LIMIT $1
+FOR UPDATE SKIP LOCKED`
+
+// rescueSQL makes the locked jobs retryable after their delay, or discards
+// those out of attempts. A job claimed before the server last started gives
+// its attempt back: the restart, not the job, ended it. The expired owner's
+// fence stays on the row, but the state is no longer 'running', so its late
+// outcomes are stale.
 const rescueSQL = `
-WITH expired AS (
-    SELECT id FROM jobfence_jobs
-    WHERE state = 'running' AND lease_expires_at < now()
-    ORDER BY lease_expires_at
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-)
 UPDATE jobfence_jobs j
-SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END,
-    scheduled_at = now() + least(power(j.attempt, 4), 3600) * interval '1 second',
-    errors = j.errors || jsonb_build_array(jsonb_build_object(
-        'attempt', j.attempt, 'at', now(),
-        'error', 'lease expired: the worker stopped heartbeating (crashed, paused or cut off)')),
-    finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+SET state = CASE WHEN NOT r.restarted AND j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END,
+    attempt = CASE WHEN r.restarted THEN j.attempt - 1 ELSE j.attempt END,
+    scheduled_at = now() + r.delay * interval '1 microsecond',
+    errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error',
+        CASE WHEN r.restarted THEN 'lease expired: the database restarted while the job ran; the attempt is given back'
+             ELSE 'lease expired: the worker stopped heartbeating (crashed, paused or cut off)' END)),
+    finalized_at = CASE WHEN NOT r.restarted AND j.attempt >= j.max_attempts THEN now() END,
     lease_expires_at = NULL
-FROM expired
-WHERE j.id = expired.id
-RETURNING j.id`
+FROM unnest($1::bigint[], $2::bigint[], $3::boolean[]) AS r(id, delay, restarted)
+WHERE j.id = r.id AND j.state = 'running'`
 
 // Rescue implements queue.Maintainer. Every instance may run it; SKIP LOCKED
-// keeps two rescuers off the same rows.
-func (c *Client) Rescue(ctx context.Context, limit int) (int, error) {
-	tag, err := c.pool.Exec(ctx, rescueSQL, limit)
+// keeps two rescuers off the same rows. A job whose attempt is spent waits
+// p.Backoff (the worker's retry policy); one given back runs again at once.
+func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) {
+	tx, err := c.pool.Begin(ctx)
 	if err != nil {
+		return 0, fmt.Errorf("pgqueue: rescue: %w", err)
+	}
+	defer tx.Rollback(context.Background())
+	rows, err := tx.Query(ctx, rescueLockSQL, p.Limit)
+	if err != nil {
+		return 0, fmt.Errorf("pgqueue: rescue: %w", err)
+	}
+	var ids, delays []int64
+	var restarted []bool
+	for rows.Next() {
+		var j *queue.Job
+		var r bool
+		j, err = scanJob(scanWith{rows, &r})
+		if err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("pgqueue: rescue: %w", err)
+		}
+		var d time.Duration
+		if !r && p.Backoff != nil {
+			d = p.Backoff(j)
+		}
+		ids, delays, restarted = append(ids, j.ID), append(delays, d.Microseconds()), append(restarted, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("pgqueue: rescue: %w", err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	tag, err := tx.Exec(ctx, rescueSQL, ids, delays, restarted)
+	if err != nil {
+		return 0, fmt.Errorf("pgqueue: rescue: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("pgqueue: rescue: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
 }
+
+// scanWith scans a row of jobColumns followed by extra columns.
+type scanWith struct {
+	row   pgx.Row
+	extra any
+}
+
+func (s scanWith) Scan(dest ...any) error { return s.row.Scan(append(dest, s.extra)...) }
 
 const pruneSQL = `
 DELETE FROM jobfence_jobs WHERE id IN (

@@ -243,7 +243,7 @@ func TestStaleCompletion(t *testing.T) {
 	}
 	a := claim(t, c, "default", 1, 50*time.Millisecond)[0]
 	time.Sleep(100 * time.Millisecond)
-	if n, err := c.Rescue(ctx, 10); err != nil || n != 1 {
+	if n, err := c.Rescue(ctx, queue.RescueParams{Limit: 10}); err != nil || n != 1 {
 		t.Fatalf("rescue = %d, %v", n, err)
 	}
 	if lost, err := c.Heartbeat(ctx, []queue.Lease{a.Lease()}, time.Minute); err != nil || len(lost) != 1 {
@@ -279,7 +279,6 @@ func TestStaleCompletion(t *testing.T) {
 }
 
 func TestFinishOutcomes(t *testing.T) {
-	later := time.Now().Add(time.Hour).Truncate(time.Microsecond)
 	tests := []struct {
 		name        string
 		maxAttempts int
@@ -296,7 +295,7 @@ func TestFinishOutcomes(t *testing.T) {
 		{"snooze gives the attempt back", 5, queue.OutcomeSnooze, queue.StateScheduled, 0, 0, true},
 		{"cancel", 5, queue.OutcomeCancel, queue.StateCancelled, 1, 1, false},
 	}
-	c, _ := newClient(t)
+	c, db := newClient(t)
 	ctx := context.Background()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -305,7 +304,7 @@ func TestFinishOutcomes(t *testing.T) {
 				t.Fatal(err)
 			}
 			j := claim(t, c, q, 1, time.Minute)[0]
-			f := queue.Finish{Lease: j.Lease(), Outcome: tt.outcome, At: later}
+			f := queue.Finish{Lease: j.Lease(), Outcome: tt.outcome, Delay: time.Hour}
 			if tt.wantErrors > 0 {
 				f.Error = &queue.AttemptError{Attempt: j.Attempt, At: time.Now(), Error: "boom"}
 			}
@@ -317,8 +316,15 @@ func TestFinishOutcomes(t *testing.T) {
 			if got.State != tt.wantState || got.Attempt != tt.wantAttempt || len(got.Errors) != tt.wantErrors {
 				t.Fatalf("got state=%s attempt=%d errors=%v", got.State, got.Attempt, got.Errors)
 			}
-			if tt.wantAt && !got.ScheduledAt.Equal(later) {
-				t.Fatalf("scheduled_at = %v, want %v", got.ScheduledAt, later)
+			if tt.wantAt {
+				// The delay runs from the database's clock, not the worker's.
+				var secs float64
+				if err := db.Pool.QueryRow(ctx, "SELECT extract(epoch FROM scheduled_at - now()) FROM jobfence_jobs WHERE id = $1", j.ID).Scan(&secs); err != nil {
+					t.Fatal(err)
+				}
+				if secs < 3500 || secs > 3600 {
+					t.Fatalf("scheduled_at is %.0fs after the database's now(), want an hour", secs)
+				}
 			}
 			if tt.wantErrors > 0 && got.Errors[0].Error != "boom" {
 				t.Fatalf("errors = %+v", got.Errors)
@@ -436,7 +442,7 @@ func TestFinishBatchSurvivesBadInput(t *testing.T) {
 	}
 	stale, err := c.Finish(ctx, []queue.Finish{
 		{Lease: jobs[0].Lease(), Outcome: queue.OutcomeComplete},
-		{Lease: jobs[1].Lease(), Outcome: queue.OutcomeRetry, At: time.Now().Add(time.Hour),
+		{Lease: jobs[1].Lease(), Outcome: queue.OutcomeRetry, Delay: time.Hour,
 			Error: &queue.AttemptError{Attempt: 1, At: time.Now(), Error: "bad input \x00 from upstream"}},
 	})
 	if err != nil || len(stale) != 0 {
@@ -447,5 +453,46 @@ func TestFinishBatchSurvivesBadInput(t *testing.T) {
 	if done.State != queue.StateCompleted || retried.State != queue.StateRetryable ||
 		retried.Errors[0].Error != "bad input \uFFFD from upstream" {
 		t.Fatalf("after finish: %s, %s %+v", done.State, retried.State, retried.Errors)
+	}
+}
+
+// TestEnqueueManyTakesTheDatabasesClock: jobs to run now are ready from the
+// database's now(), not the host's: a host clock running ahead would
+// otherwise delay them by its skew. Inside a transaction now() stands still
+// at its start, so a host time written instead shows up as later.
+func TestEnqueueManyTakesTheDatabasesClock(t *testing.T) {
+	c, db := newClient(t)
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var dbNow time.Time
+	if err := tx.QueryRow(ctx, "SELECT now()").Scan(&dbNow); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	ps := []queue.EnqueueParams{{Kind: "plain"}, {Kind: "unique", UniqueKey: "u"}}
+	if _, err := c.EnqueueManyTx(ctx, tx, ps); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.Pool.Query(ctx, "SELECT kind, state, scheduled_at FROM jobfence_jobs ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind, state string
+		var at time.Time
+		if err := rows.Scan(&kind, &state, &at); err != nil {
+			t.Fatal(err)
+		}
+		if state != "available" || !at.Equal(dbNow) {
+			t.Errorf("%s job: %s at %v, want available at the database's now() %v", kind, state, at, dbNow)
+		}
 	}
 }

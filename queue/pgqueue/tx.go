@@ -1,0 +1,108 @@
+package pgqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jobfence/jobfence/queue"
+)
+
+// ErrNoTxSlots is returned by BeginTx on a pool too small to leave
+// Config.TxReserve connections to the worker.
+var ErrNoTxSlots = errors.New("pgqueue: the pool has no connection for transactional handlers beyond Config.TxReserve")
+
+// minIdleBound floors the idle-in-transaction timeout set at completion:
+// a lease that has just run out still leaves its holder time to send
+// COMMIT, instead of a session killed on the spot.
+const minIdleBound = 100 * time.Millisecond
+
+// BeginTx starts a transaction for a transactional handler whose claim
+// holds a lease of lease, once fewer than TxSlots such transactions are
+// open. PostgreSQL ends the transaction (and its session) if it sits idle
+// longer than lease, and any lock wait in it fails after lease: a holder
+// frozen mid-handler (SIGSTOP, a paused VM) cannot keep its locks past its
+// lease. CompleteTx tightens the idle bound to the lease the job has left.
+func (c *Client) BeginTx(ctx context.Context, lease time.Duration) (pgx.Tx, error) {
+	if c.txSlots == nil {
+		return nil, fmt.Errorf("%w (%d connections)", ErrNoTxSlots, c.pool.Config().MaxConns)
+	}
+	select {
+	case c.txSlots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("pgqueue: begin: waiting for a connection: %w", context.Cause(ctx))
+	}
+	ms := max(lease, minIdleBound).Milliseconds()
+	// One round trip: the settings ride with BEGIN.
+	begin := fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d; SET LOCAL lock_timeout = %d", ms, ms)
+	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
+	if err != nil {
+		<-c.txSlots
+		return nil, fmt.Errorf("pgqueue: begin: %w", err)
+	}
+	return &slotTx{Tx: tx, release: func() { <-c.txSlots }}, nil
+}
+
+// slotTx gives its slot back when it ends.
+type slotTx struct {
+	pgx.Tx
+	once    sync.Once
+	release func()
+}
+
+func (t *slotTx) Commit(ctx context.Context) error {
+	defer t.once.Do(t.release)
+	return t.Tx.Commit(ctx)
+}
+
+func (t *slotTx) Rollback(ctx context.Context) error {
+	defer t.once.Do(t.release)
+	return t.Tx.Rollback(ctx)
+}
+
+// completeOneSQL completes one job under its fence and bounds the rest of
+// the transaction by the lease the row still has, by the database's clock:
+// from here until COMMIT the transaction holds the job's row, which the
+// rescuer skips, so a holder frozen before its COMMIT would otherwise pin
+// the job as running, its lease long gone, until it woke.
+const completeOneSQL = `
+WITH old AS (
+    SELECT lease_expires_at FROM jobfence_jobs WHERE id = $1
+), done AS (
+    UPDATE jobfence_jobs j SET state = 'completed', finalized_at = now(), lease_expires_at = NULL
+    FROM old
+    WHERE j.id = $1 AND j.fence = $2 AND j.state = 'running'
+    RETURNING old.lease_expires_at
+)
+SELECT set_config('idle_in_transaction_session_timeout',
+    greatest($3::bigint, ceil(extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)::bigint)::text, true)
+FROM done`
+
+// CompleteTx completes a job under its fence inside tx, so the job's
+// completion commits with the handler's own writes. It returns a
+// *queue.StaleFenceError when the fence is stale: the caller must then roll
+// tx back, and none of its writes take effect. From then until COMMIT, the
+// transaction may sit idle only for the lease the job has left: a holder
+// frozen before its COMMIT loses its transaction when its lease ends.
+func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, l queue.Lease) error {
+	rows, err := tx.Query(ctx, completeOneSQL, l.ID, l.Fence, minIdleBound.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("pgqueue: complete job %d in tx: %w", l.ID, err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("pgqueue: complete job %d in tx: %w", l.ID, err)
+	}
+	if n == 0 {
+		return &queue.StaleFenceError{Lease: l}
+	}
+	return nil
+}

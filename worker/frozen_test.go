@@ -1,0 +1,161 @@
+package worker_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+	"github.com/jobfence/jobfence/worker"
+)
+
+// frozenChildEnv makes the test binary run TestFrozenTxChild for real.
+const frozenChildEnv = "JOBFENCE_FROZEN_TX_CHILD"
+
+// addEffectTx registers a transactional handler that writes the job's
+// effect in its transaction.
+func addEffectTx(reg *worker.Registry) {
+	worker.AddTx(reg, func(ctx context.Context, tx pgx.Tx, job *worker.Job[effectArgs]) error {
+		_, err := tx.Exec(ctx, "INSERT INTO effects (job_id, n, fence) VALUES ($1, $2, $3)", job.ID, job.Args.N, job.Fence)
+		return err
+	})
+}
+
+// TestFrozenTxHolderLosesTheJob: a worker frozen between a transactional
+// job's fenced completion and its COMMIT holds the job's row. PostgreSQL
+// ends that transaction when the lease runs out, so another worker rescues
+// and completes the job within about lease + rescue interval; the frozen
+// worker's commit fails when it wakes, and the effect happened once.
+func TestFrozenTxHolderLosesTheJob(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	makeEffects(t, db.Pool)
+	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
+	res, err := c.Insert(ctx, effectArgs{N: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lease = 2 * time.Second
+	child := exec.Command(os.Args[0], "-test.run=^TestFrozenTxChild$", "-test.count=1")
+	child.Env = append(os.Environ(), "DATABASE_URL="+db.URL, frozenChildEnv+"=1")
+	child.Stderr = os.Stderr
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = child.Process.Signal(syscall.SIGCONT)
+		_ = child.Process.Kill()
+		_ = child.Wait()
+	})
+	lines := make(chan string, 16)
+	go func() {
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			lines <- s.Text()
+		}
+		close(lines)
+	}()
+	var childFence int64
+	frozen := expectLine(t, lines, "FENCED ", 60*time.Second)
+	fmt.Sscan(strings.TrimPrefix(frozen, "FENCED "), &childFence)
+	froze := time.Now()
+
+	reg := worker.NewRegistry()
+	addEffectTx(reg)
+	rescueEvery := lease / 2
+	startWorker(t, pgqueue.New(db.NewPool(t, 8), pgqueue.Config{Logger: quietLogger()}), reg, worker.Config{
+		Lease: lease, PollInterval: 100 * time.Millisecond, RetryPolicy: worker.ExponentialRetry{Max: time.Millisecond},
+	})
+	waitFor(t, 30*time.Second, "the frozen worker's job completed by another", func() bool {
+		j := stateOf(t, c, res.ID)
+		return j.State == queue.StateCompleted && j.Fence != childFence
+	})
+	// The rescuer's first pass comes up to 1.5 intervals in (jittered).
+	if took, bound := time.Since(froze), lease+3*rescueEvery/2+2*time.Second; took > bound {
+		t.Fatalf("job completed %s after its holder froze, want within lease + rescue interval (%s)", took, bound)
+	}
+	if err := child.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stats := expectLine(t, lines, "STATS ", 60*time.Second)
+	if stats != "STATS completed=0 stale=1" {
+		t.Fatalf("the frozen worker reports %q, want its commit failed and its outcome stale", stats)
+	}
+	rows, distinct := countEffects(t, db.Pool)
+	var fence int64
+	if err := db.Pool.QueryRow(ctx, "SELECT fence FROM effects").Scan(&fence); err != nil || rows != 1 || distinct != 1 || fence == childFence {
+		t.Fatalf("effects: %d rows (fence %d, frozen holder's %d, %v), want one, by the rescuer", rows, fence, childFence, err)
+	}
+}
+
+// TestFrozenTxChild is the frozen worker of TestFrozenTxHolderLosesTheJob,
+// run in a child process: it stops itself (SIGSTOP) right after a job's
+// fenced completion, and when continued reports what became of the job.
+func TestFrozenTxChild(t *testing.T) {
+	if os.Getenv(frozenChildEnv) == "" {
+		t.Skip("run by TestFrozenTxHolderLosesTheJob")
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	reg := worker.NewRegistry()
+	addEffectTx(reg)
+	w, err := worker.New(pgqueue.New(pool, pgqueue.Config{Logger: quietLogger()}), reg, worker.Config{
+		Lease: 2 * time.Second, DisableMaintenance: true, PollInterval: 100 * time.Millisecond, Logger: quietLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker.SetAfterCompleteTx(w, func(job *queue.Job) {
+		fmt.Printf("FENCED %d\n", job.Fence)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for w.Stats().Completed+w.Stats().Stale == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	w.Stop(stopCtx)
+	fmt.Printf("STATS completed=%d stale=%d\n", w.Stats().Completed, w.Stats().Stale)
+}
+
+// expectLine returns the first line from lines with prefix, skipping others.
+func expectLine(t *testing.T, lines <-chan string, prefix string, d time.Duration) string {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("child exited before printing %q", prefix)
+			}
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		case <-timeout:
+			t.Fatalf("no %q line from the child within %s", prefix, d)
+		}
+	}
+}
