@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -20,11 +21,17 @@ import (
 //
 // fn runs with the key held under a fence, which FenceFrom(ctx) returns;
 // fence fn's own database writes with it (see Fenced). While fn runs Do
-// extends the key's lease; if the lease is lost anyway (the process was
-// paused past it and another caller took the key over under a greater
-// fence), fn's ctx is cancelled and Do returns a *StaleFenceError
+// extends the key's lease, each extension waiting no longer than the lease
+// has left. If the lease is lost anyway (the process was paused past it and
+// another caller took the key over under a greater fence) or runs out
+// before an extension succeeds (the database is unreachable, so another
+// caller may take the key over), fn's ctx is cancelled, with the
+// *StaleFenceError as its cause, and Do returns that *StaleFenceError
 // (ErrStaleFence; joined with fn's error if fn failed) without storing fn's
-// response: the newer holder's response is the one retries get.
+// response: the newer holder's response is the one retries get. The lease
+// is counted from when the claim was sent, so by this host's clock it ends
+// no later than the database's record of it: fn is cancelled before
+// another caller can take the key over, however slow the network.
 //
 // When fn returns an error Do deletes the key, so the next call runs fn
 // again, and returns that error unchanged. To remember a failure, return it
@@ -43,15 +50,16 @@ func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx con
 	if c.replayed {
 		return c.response, nil
 	}
-	return s.run(ctx, key, c.fence, fn)
+	return s.run(ctx, key, c, fn)
 }
 
-// run calls fn while holding key under fence and stores its response.
-func (s *Store) run(ctx context.Context, key string, fence int64, fn func(ctx context.Context) ([]byte, error)) ([]byte, error) {
+// run calls fn while holding key under c's fence and stores its response.
+func (s *Store) run(ctx context.Context, key string, c claim, fn func(ctx context.Context) ([]byte, error)) ([]byte, error) {
+	fence := c.fence
 	stale := &StaleFenceError{Scope: s.opts.Scope, Key: key, Fence: fence}
 	fnCtx, cancel := context.WithCancelCause(withFence(ctx, fence))
 	defer cancel(nil)
-	stopHeartbeat := s.heartbeat(ctx, key, fence, func() { cancel(stale) })
+	stopHeartbeat := s.heartbeat(ctx, key, fence, c.held, func() { cancel(stale) })
 
 	// The cleanup statements run even when the caller's ctx is done: the
 	// key must be completed or released either way.
@@ -105,51 +113,68 @@ func (s *Store) release(ctx context.Context, key string, fence int64) {
 	}
 }
 
-// heartbeat extends key's lease every Options.Heartbeat until the returned
-// stop is called; stop reports whether the lease was found lost, in which
-// case lost was called as soon as that was seen.
-func (s *Store) heartbeat(ctx context.Context, key string, fence int64, lost func()) (stop func() bool) {
-	if s.opts.Heartbeat < 0 {
-		return func() bool { return false }
-	}
+// heartbeat extends key's lease every Options.Heartbeat, from the claim's
+// lease that holds until held, until the returned stop is called. It calls
+// lost, at once, when an extension finds the key taken over or when the
+// lease runs out before an extension succeeded; stop reports whether it
+// did.
+//
+// Each extension waits at most until the lease ends: a holder cut off from
+// the database (a partition leaves the query hanging until TCP gives up,
+// many minutes later) cannot prove it still holds the key once the lease
+// has run out, and another caller may then take the key over, so fn is told
+// to stop when the lease ends, not when the network finally says so.
+func (s *Store) heartbeat(ctx context.Context, key string, fence int64, held time.Time, lost func()) (stop func() bool) {
 	hbCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	exited := make(chan struct{})
 	var isLost bool
+	loseKey := func(msg string, err error) {
+		attrs := []slog.Attr{attrScope(s.opts.Scope), attrKey(key), attrFence(fence)}
+		if err != nil {
+			attrs = append(attrs, attrErr(err))
+		}
+		s.opts.Logger.LogAttrs(ctx, slogWarn, msg, attrs...)
+		isLost = true
+		lost()
+	}
 	go func() {
 		defer close(exited)
-		t := time.NewTicker(s.opts.Heartbeat)
-		defer t.Stop()
-		// held is how long the lease surely holds: the claim's lease, then
-		// each successful extension's. A holder that cannot reach the
-		// database cannot prove it still holds the key once that passes,
-		// and another caller may take it over, so fn is told to stop.
-		held := time.Now().Add(s.opts.Lease)
+		expiry := time.NewTimer(time.Until(held))
+		defer expiry.Stop()
+		var tick <-chan time.Time // nil, never ready, without heartbeats
+		if s.opts.Heartbeat > 0 {
+			t := time.NewTicker(s.opts.Heartbeat)
+			defer t.Stop()
+			tick = t.C
+		}
 		for {
 			select {
 			case <-hbCtx.Done():
 				return
-			case <-t.C:
+			case <-expiry.C:
+				loseKey(msgLeaseRanOut, nil)
+				return
+			case <-tick:
 			}
 			sent := time.Now()
-			tag, err := s.pool.Exec(hbCtx, extendLeaseSQL, s.opts.Scope, key, fence, s.opts.Lease.Microseconds())
-			if err != nil {
-				if hbCtx.Err() != nil {
-					return
-				}
-				s.opts.Logger.LogAttrs(ctx, slogWarn, "idempotency: extend lease failed",
-					attrScope(s.opts.Scope), attrKey(key), attrFence(fence), attrErr(err))
-				if time.Now().After(held) {
-					isLost = true
-					lost()
-					return
-				}
-				continue
-			}
-			held = sent.Add(s.opts.Lease)
-			if tag.RowsAffected() == 0 {
-				isLost = true
-				lost()
+			xCtx, xCancel := context.WithDeadline(hbCtx, held)
+			tag, err := s.pool.Exec(xCtx, extendLeaseSQL, s.opts.Scope, key, fence, s.opts.Lease.Microseconds())
+			xCancel()
+			switch {
+			case err != nil && hbCtx.Err() != nil:
 				return
+			case err != nil && !time.Now().Before(held):
+				loseKey(msgLeaseRanOut, err)
+				return
+			case err != nil:
+				s.opts.Logger.LogAttrs(ctx, slogWarn, "idempotency: extend lease failed; retrying while the lease lasts",
+					attrScope(s.opts.Scope), attrKey(key), attrFence(fence), attrErr(err))
+			case tag.RowsAffected() == 0:
+				loseKey("idempotency: lease lost: the key was taken over", nil)
+				return
+			default:
+				held = sent.Add(s.opts.Lease)
+				expiry.Reset(time.Until(held))
 			}
 		}
 	}()
@@ -159,3 +184,6 @@ func (s *Store) heartbeat(ctx context.Context, key string, fence int64, lost fun
 		return isLost
 	}
 }
+
+// msgLeaseRanOut is logged when a holder could not extend its lease in time.
+const msgLeaseRanOut = "idempotency: lease ran out before it could be extended; fn's context is cancelled"

@@ -182,6 +182,11 @@ type claim struct {
 	fence    int64
 	replayed bool
 	response []byte
+	// held is how long the lease surely holds by this host's clock: Lease
+	// after the statement that set it was sent. The database computed the
+	// lease's end after it received that statement, so this is never later
+	// than the end it stored, however slow the reply was.
+	held time.Time
 }
 
 // claimKey takes key for the caller or finds its stored response. It returns
@@ -203,9 +208,11 @@ func (s *Store) claimKey(ctx context.Context, q querier, key, fingerprint string
 		if attempt {
 			var c claim
 			var tookOver, short bool
+			sent := time.Now()
 			err := q.QueryRow(ctx, claimKeySQL, s.opts.Scope, key, fingerprint,
 				s.opts.Lease.Microseconds(), s.opts.Retention.Microseconds()).Scan(&c.fence, &tookOver, &short)
 			if err == nil && short {
+				sent = time.Now()
 				tag, xerr := q.Exec(ctx, extendLeaseSQL, s.opts.Scope, key, c.fence, s.opts.Lease.Microseconds())
 				if xerr != nil {
 					return claim{}, fmt.Errorf("idempotency: claim key %q: extend lease: %w", key, xerr)
@@ -218,6 +225,7 @@ func (s *Store) claimKey(ctx context.Context, q querier, key, fingerprint string
 				}
 			}
 			if err == nil {
+				c.held = sent.Add(s.opts.Lease)
 				if tookOver {
 					s.opts.Logger.LogAttrs(ctx, slogInfo, "idempotency: took over a key whose holder's lease ran out, or that had expired",
 						attrScope(s.opts.Scope), attrKey(key), attrFence(c.fence))
