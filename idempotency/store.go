@@ -32,6 +32,10 @@ const (
 type Store struct {
 	pool *pgxpool.Pool
 	opts Options
+
+	// afterComplete, when set by a test, runs in DoTx right after the key
+	// was completed, before the caller can commit.
+	afterComplete func()
 }
 
 // New returns a Store on pool. The pool's database must have jobfence's
@@ -197,23 +201,32 @@ type claim struct {
 // the key taken, so a waiting caller reads the key and attempts the claim
 // only once the key looks free.
 //
-// With readFirst (inside a caller's transaction) it reads the key before
-// trying to claim it: the claim's upsert locks an existing row even when it
+// With inTx (inside a caller's transaction) it reads the key before trying
+// to claim it: the claim's upsert locks an existing row even when it
 // changes nothing, and in a transaction that lock would last until the
 // caller commits, blocking every other caller of a key that is only being
-// replayed.
-func (s *Store) claimKey(ctx context.Context, q querier, key, fingerprint string, readFirst bool) (claim, error) {
-	attempt, waiting := !readFirst, false
+// replayed. With inTx the statement that takes the key also bounds the
+// caller's transaction by the lease (see boundTxSQL).
+func (s *Store) claimKey(ctx context.Context, q querier, key, fingerprint string, inTx bool) (claim, error) {
+	claimSQL, extendSQL := claimKeySQL, extendLeaseSQL
+	if inTx {
+		claimSQL, extendSQL = claimKeyTxSQL, extendLeaseTxSQL
+	}
+	attempt, waiting := !inTx, false
 	for {
 		if attempt {
 			var c claim
 			var tookOver, short bool
 			sent := time.Now()
-			err := q.QueryRow(ctx, claimKeySQL, s.opts.Scope, key, fingerprint,
-				s.opts.Lease.Microseconds(), s.opts.Retention.Microseconds()).Scan(&c.fence, &tookOver, &short)
+			dest := []any{&c.fence, &tookOver, &short}
+			if inTx {
+				dest = append(dest, nil, nil) // the bounds set_config returns
+			}
+			err := q.QueryRow(ctx, claimSQL, s.opts.Scope, key, fingerprint,
+				s.opts.Lease.Microseconds(), s.opts.Retention.Microseconds()).Scan(dest...)
 			if err == nil && short {
 				sent = time.Now()
-				tag, xerr := q.Exec(ctx, extendLeaseSQL, s.opts.Scope, key, c.fence, s.opts.Lease.Microseconds())
+				tag, xerr := q.Exec(ctx, extendSQL, s.opts.Scope, key, c.fence, s.opts.Lease.Microseconds())
 				if xerr != nil {
 					return claim{}, fmt.Errorf("idempotency: claim key %q: extend lease: %w", key, xerr)
 				}
