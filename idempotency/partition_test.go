@@ -3,37 +3,14 @@ package idempotency_test
 import (
 	"context"
 	"errors"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/idempotency"
 	"github.com/jobfence/jobfence/internal/netfault"
 	"github.com/jobfence/jobfence/internal/pgtest"
 )
-
-// poolVia opens a pool on db's schema whose connections go through p; it is
-// closed when the test ends, before p is.
-func poolVia(t *testing.T, db *pgtest.DB, p *netfault.Proxy) *pgxpool.Pool {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(p.URL(t, db.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := pool.Ping(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	return pool
-}
 
 // TestDoPartitionedHolderIsCancelled: the holder A of a key is cut off from
 // the database (its network black-holed, nothing closed) while fn runs,
@@ -47,10 +24,14 @@ func poolVia(t *testing.T, db *pgtest.DB, p *netfault.Proxy) *pgxpool.Pool {
 func TestDoPartitionedHolderIsCancelled(t *testing.T) {
 	ctx := testCtx(t)
 	db := pgtest.New(t)
-	proxy := netfault.New(t, netfault.TargetOf(t, os.Getenv("DATABASE_URL")), netfault.Forward)
+	proxy := netfault.New(t, netfault.TargetOf(t, db.URL), netfault.Forward)
 	const lease = 2 * time.Second
 	const latency = 700 * time.Millisecond
-	a := idempotency.New(poolVia(t, db, proxy), idempotency.Options{Scope: "cut", Lease: lease, Heartbeat: 500 * time.Millisecond})
+	aPool := db.NewPoolVia(t, proxy.Addr(), 2)
+	if err := aPool.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := idempotency.New(aPool, idempotency.Options{Scope: "cut", Lease: lease, Heartbeat: 500 * time.Millisecond})
 	b := idempotency.New(db.Pool, idempotency.Options{Scope: "cut", WaitForInProgress: true, PollInterval: 20 * time.Millisecond})
 
 	proxy.SetLatency(latency)

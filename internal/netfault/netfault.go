@@ -60,19 +60,8 @@ func New(t testing.TB, target string, mode Mode) *Proxy {
 // Addr is the proxy's host:port.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// URL returns rawURL (for example a postgres:// or redis:// URL) with its
-// host:port replaced by the proxy's.
-func (p *Proxy) URL(t testing.TB, rawURL string) string {
-	t.Helper()
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		t.Fatalf("netfault: parse %q: %v", rawURL, err)
-	}
-	u.Host = p.Addr()
-	return u.String()
-}
-
-// TargetOf returns the host:port of rawURL, for New.
+// TargetOf returns the host:port of rawURL (a postgres:// or redis:// URL,
+// say), for New.
 func TargetOf(t testing.TB, rawURL string) string {
 	t.Helper()
 	u, err := url.Parse(rawURL)
