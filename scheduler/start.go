@@ -33,7 +33,7 @@ const (
 // Each statement is bounded by Config.EnqueueTimeout. Any other error is
 // returned at once, and nothing runs: jobfence's tables missing (a
 // *migrations.NotMigratedError, errors.Is ErrNotMigrated), an SQL error,
-// or ctx's end.
+// or ctx's end. While Start retries, Add and Stop wait for it.
 func (s *Scheduler) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
