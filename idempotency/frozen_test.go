@@ -1,12 +1,9 @@
 package idempotency_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -133,37 +130,9 @@ func TestDoTxFrozenHolderReleasesKey(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, chargesSQL); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), frozenTxHolderEnv+"=1", "DATABASE_URL="+db.URL)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Signal(syscall.SIGCONT)
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	lines := make(chan string, 8)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	if l := nextLine(t, lines); l != "completed" {
-		t.Fatalf("child said %q (stderr %s)", l, stderr.String())
+	c := startChild(t, frozenTxHolderEnv, db.URL)
+	if l := c.next(t); l != "completed" {
+		t.Fatalf("child said %q (stderr %s)", l, c.stderr.String())
 	}
 	frozen := time.Now()
 
@@ -171,7 +140,7 @@ func TestDoTxFrozenHolderReleasesKey(t *testing.T) {
 	bound, cancel := context.WithTimeout(ctx, frozenTxLease+3*time.Second)
 	defer cancel()
 	var got []byte
-	err = inTx(t, bound, db.Pool, func(tx pgx.Tx) error {
+	err := inTx(t, bound, db.Pool, func(tx pgx.Tx) error {
 		var err error
 		got, err = s.DoTx(bound, tx, "charge-1", "fp", charge("charge-1", "parent"))
 		return err
@@ -180,14 +149,10 @@ func TestDoTxFrozenHolderReleasesKey(t *testing.T) {
 		t.Fatalf("the next caller, %v after the holder froze with a %v lease: %q, %v", time.Since(frozen), frozenTxLease, got, err)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	l := nextLine(t, lines)
-	waitErr := cmd.Wait()
-	close(exited)
-	if !strings.HasPrefix(l, "commit: failed") || waitErr != nil {
-		t.Fatalf("woken child said %q and exited with %v, want a failed commit (stderr %s)", l, waitErr, stderr.String())
+	c.signal(t, syscall.SIGCONT)
+	l := c.next(t)
+	if waitErr := c.wait(); !strings.HasPrefix(l, "commit: failed") || waitErr != nil {
+		t.Fatalf("woken child said %q and exited with %v, want a failed commit (stderr %s)", l, waitErr, c.stderr.String())
 	}
 	r, err := s.Lookup(ctx, "charge-1")
 	if err != nil || string(r.Response) != "parent" {
