@@ -71,40 +71,49 @@ func TestStalledEnqueueIsBounded(t *testing.T) {
 	})
 }
 
-// TestStartWaitsForDatabase: Start against a database whose host refuses
-// connections for a while (a database starting up, a network coming up)
-// retries, logging each retry, and succeeds once it is reachable. Before
-// the fix, Start failed at once.
+// TestStartWaitsForDatabase: Start against a database that cannot be
+// reached for a while (its host refusing connections, as while it starts
+// up, or silent, as behind a partition) retries, logging each retry, and
+// succeeds once it is reachable. Before the fix, Start failed at once, or
+// hung on the silent network.
 func TestStartWaitsForDatabase(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	proxy := netfault.New(t, netfault.TargetOf(t, db.URL), netfault.Refuse)
-	var logs lockedBuffer
-	s := scheduler.New(pgqueue.New(db.NewPoolVia(t, proxy.Addr(), 4), pgqueue.Config{Logger: quiet}), scheduler.Config{
-		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-	})
-	if err := s.Add("hourly", "@hourly", "report", nil, scheduler.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	const down = 1500 * time.Millisecond
-	up := time.AfterFunc(down, func() { proxy.SetMode(netfault.Forward) })
-	defer up.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	begun := time.Now()
-	if err := s.Start(ctx); err != nil {
-		t.Fatalf("Start: %v (logs: %s)", err, logs.String())
-	}
-	stopWithin(t, s)
-	if took := time.Since(begun); took < down {
-		t.Fatalf("Start returned after %v, before the database was reachable (%v)", took, down)
-	}
-	if n := strings.Count(logs.String(), msgStartRetry); n == 0 {
-		t.Fatalf("no retry logged: %s", logs.String())
-	}
-	infos, err := scheduler.List(ctx, db.Pool)
-	if err != nil || len(infos) != 1 || infos[0].Name != "hourly" {
-		t.Fatalf("schedules %+v, %v; want hourly registered", infos, err)
+	for _, mode := range []struct {
+		name string
+		mode netfault.Mode
+	}{{"refused", netfault.Refuse}, {"silent", netfault.Stall}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.New(t)
+			proxy := netfault.New(t, netfault.TargetOf(t, db.URL), mode.mode)
+			var logs lockedBuffer
+			s := scheduler.New(pgqueue.New(db.NewPoolVia(t, proxy.Addr(), 4), pgqueue.Config{Logger: quiet}), scheduler.Config{
+				EnqueueTimeout: 500 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			})
+			if err := s.Add("hourly", "@hourly", "report", nil, scheduler.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			const down = 1500 * time.Millisecond
+			up := time.AfterFunc(down, func() { proxy.SetMode(netfault.Forward) })
+			defer up.Stop()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			begun := time.Now()
+			if err := s.Start(ctx); err != nil {
+				t.Fatalf("Start: %v (logs: %s)", err, logs.String())
+			}
+			stopWithin(t, s)
+			if took := time.Since(begun); took < down {
+				t.Fatalf("Start returned after %v, before the database was reachable (%v)", took, down)
+			}
+			if n := strings.Count(logs.String(), msgStartRetry); n == 0 {
+				t.Fatalf("no retry logged: %s", logs.String())
+			}
+			infos, err := scheduler.List(ctx, db.Pool)
+			if err != nil || len(infos) != 1 || infos[0].Name != "hourly" {
+				t.Fatalf("schedules %+v, %v; want hourly registered", infos, err)
+			}
+		})
 	}
 }
 
