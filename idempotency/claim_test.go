@@ -40,8 +40,10 @@ func TestClaimAfterLockWaitHasFullLease(t *testing.T) {
 		}
 		defer tx.Rollback(ctx)
 		s.DoTx(ctx, tx, "k", "fp", func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-			time.Sleep(3 * time.Second) // longer than the lease, then roll back
-			return []byte("tx"), nil
+			// Busy longer than the lease, then roll back. (A transaction
+			// idle that long would be ended by PostgreSQL at the lease.)
+			_, err := tx.Exec(ctx, "SELECT pg_sleep(3)")
+			return []byte("tx"), err
 		})
 	}()
 	time.Sleep(200 * time.Millisecond)

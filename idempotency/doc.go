@@ -22,11 +22,15 @@
 // is paused past the lease), the next call takes the key over under a
 // greater fence; the stopped caller's completion is then refused with
 // ErrStaleFence. Inside the operation, FenceFrom(ctx) returns the fence so
-// the operation can fence its own writes.
+// the operation can fence its own writes. The lease bounds a caller that
+// cannot reach the database too: Do cancels the operation's ctx when the
+// lease runs out unextended, before another caller can take the key over.
 //
 // DoTx runs the operation inside the caller's transaction: the key, the
 // operation's writes and the stored response commit together, which makes
-// the operation's database effects exactly-once. Do cannot promise that for
+// the operation's database effects exactly-once. The lease bounds that
+// transaction: PostgreSQL ends it if it sits idle past the lease, so a
+// frozen caller cannot hold the key. Do cannot promise that for
 // effects outside the database; see the README's section on guarantees.
 //
 // # Fenced writes

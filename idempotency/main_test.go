@@ -17,6 +17,10 @@ func TestMain(m *testing.M) {
 		// Re-executed by TestPauseTwoProcesses as the owner that gets paused.
 		os.Exit(pausedOwnerMain())
 	}
+	if os.Getenv(frozenTxHolderEnv) != "" {
+		// Re-executed by TestDoTxFrozenHolderReleasesKey as the holder that freezes.
+		os.Exit(frozenTxHolderMain())
+	}
 	pgtest.Main(m)
 }
 

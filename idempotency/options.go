@@ -34,8 +34,8 @@ type Options struct {
 	Lease time.Duration
 	// Heartbeat is how often Do extends the lease while fn runs; keep it
 	// well under Lease. Zero means Lease/3; a negative value never extends
-	// it: a slower fn may then be taken over by the next caller, after which
-	// its completion fails with ErrStaleFence.
+	// it: fn's ctx is then cancelled when the lease runs out, the next
+	// caller may take the key over, and Do returns ErrStaleFence.
 	Heartbeat time.Duration
 	// Retention is how long a completed key is kept: retries within it get
 	// the stored response; after it the key is free to use again and Prune

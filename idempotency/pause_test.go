@@ -2,12 +2,10 @@ package idempotency_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -217,47 +215,13 @@ func TestPauseTwoProcesses(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, ledgerSQL); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), pausedOwnerEnv+"=1", "DATABASE_URL="+db.URL)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Signal(syscall.SIGCONT)
-			_ = cmd.Process.Kill()
-		}
-	})
-
-	lines := make(chan string, 8)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	first := nextLine(t, lines)
+	c := startChild(t, pausedOwnerEnv, db.URL)
+	first := c.next(t)
 	childFence, err := strconv.ParseInt(strings.TrimPrefix(first, "claimed "), 10, 64)
 	if err != nil {
-		t.Fatalf("child said %q (stderr %s)", first, stderr.String())
+		t.Fatalf("child said %q (stderr %s)", first, c.stderr.String())
 	}
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	c.signal(t, syscall.SIGSTOP)
 
 	rec := newLogRecorder()
 	s := idempotency.New(db.Pool, idempotency.Options{
@@ -278,18 +242,15 @@ func TestPauseTwoProcesses(t *testing.T) {
 		t.Fatal("the parent did not take the key over")
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	c.signal(t, syscall.SIGCONT)
+	if _, err := c.stdin.Write([]byte("wake\n")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stdin.Write([]byte("wake\n")); err != nil {
-		t.Fatal(err)
-	}
-	stdin.Close()
-	report := []string{nextLine(t, lines), nextLine(t, lines)}
-	waitErr := cmd.Wait()
-	close(exited)
+	c.stdin.Close()
+	report := []string{c.next(t), c.next(t)}
+	waitErr := c.wait()
 	if want := []string{"ledger: stale", "do: stale"}; strings.Join(report, "|") != strings.Join(want, "|") || waitErr != nil {
-		t.Fatalf("child reported %q and exited with %v, want %q and 0 (stderr %s)", report, waitErr, want, stderr.String())
+		t.Fatalf("child reported %q and exited with %v, want %q and 0 (stderr %s)", report, waitErr, want, c.stderr.String())
 	}
 
 	if owner, f := readLedger(t, ctx, db.Pool); owner != "parent" || f != fence {
@@ -299,20 +260,6 @@ func TestPauseTwoProcesses(t *testing.T) {
 	if err != nil || string(r.Response) != "parent" || r.Fence != fence {
 		t.Fatalf("key %+v, %v", r, err)
 	}
-}
-
-func nextLine(t *testing.T, lines <-chan string) string {
-	t.Helper()
-	select {
-	case l, ok := <-lines:
-		if !ok {
-			t.Fatal("child closed its stdout early")
-		}
-		return l
-	case <-time.After(time.Minute):
-		t.Fatal("no line from the child within a minute")
-	}
-	return ""
 }
 
 // TestDoLostLeaseCancelsFn: when a heartbeat finds that the key was taken

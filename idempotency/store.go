@@ -32,6 +32,10 @@ const (
 type Store struct {
 	pool *pgxpool.Pool
 	opts Options
+
+	// afterComplete, when set by a test, runs in DoTx right after the key
+	// was completed, before the caller can commit.
+	afterComplete func()
 }
 
 // New returns a Store on pool. The pool's database must have jobfence's
@@ -182,6 +186,11 @@ type claim struct {
 	fence    int64
 	replayed bool
 	response []byte
+	// held is how long the lease surely holds by this host's clock: Lease
+	// after the statement that set it was sent. The database computed the
+	// lease's end after it received that statement, so this is never later
+	// than the end it stored, however slow the reply was.
+	held time.Time
 }
 
 // claimKey takes key for the caller or finds its stored response. It returns
@@ -192,21 +201,32 @@ type claim struct {
 // the key taken, so a waiting caller reads the key and attempts the claim
 // only once the key looks free.
 //
-// With readFirst (inside a caller's transaction) it reads the key before
-// trying to claim it: the claim's upsert locks an existing row even when it
+// With inTx (inside a caller's transaction) it reads the key before trying
+// to claim it: the claim's upsert locks an existing row even when it
 // changes nothing, and in a transaction that lock would last until the
 // caller commits, blocking every other caller of a key that is only being
-// replayed.
-func (s *Store) claimKey(ctx context.Context, q querier, key, fingerprint string, readFirst bool) (claim, error) {
-	attempt, waiting := !readFirst, false
+// replayed. With inTx the statement that takes the key also bounds the
+// caller's transaction by the lease (see boundTxSQL).
+func (s *Store) claimKey(ctx context.Context, q querier, key, fingerprint string, inTx bool) (claim, error) {
+	claimSQL, extendSQL := claimKeySQL, extendLeaseSQL
+	if inTx {
+		claimSQL, extendSQL = claimKeyTxSQL, extendLeaseTxSQL
+	}
+	attempt, waiting := !inTx, false
 	for {
 		if attempt {
 			var c claim
 			var tookOver, short bool
-			err := q.QueryRow(ctx, claimKeySQL, s.opts.Scope, key, fingerprint,
-				s.opts.Lease.Microseconds(), s.opts.Retention.Microseconds()).Scan(&c.fence, &tookOver, &short)
+			sent := time.Now()
+			dest := []any{&c.fence, &tookOver, &short}
+			if inTx {
+				dest = append(dest, nil, nil) // the bounds set_config returns
+			}
+			err := q.QueryRow(ctx, claimSQL, s.opts.Scope, key, fingerprint,
+				s.opts.Lease.Microseconds(), s.opts.Retention.Microseconds()).Scan(dest...)
 			if err == nil && short {
-				tag, xerr := q.Exec(ctx, extendLeaseSQL, s.opts.Scope, key, c.fence, s.opts.Lease.Microseconds())
+				sent = time.Now()
+				tag, xerr := q.Exec(ctx, extendSQL, s.opts.Scope, key, c.fence, s.opts.Lease.Microseconds())
 				if xerr != nil {
 					return claim{}, fmt.Errorf("idempotency: claim key %q: extend lease: %w", key, xerr)
 				}
@@ -218,6 +238,7 @@ func (s *Store) claimKey(ctx context.Context, q querier, key, fingerprint string
 				}
 			}
 			if err == nil {
+				c.held = sent.Add(s.opts.Lease)
 				if tookOver {
 					s.opts.Logger.LogAttrs(ctx, slogInfo, "idempotency: took over a key whose holder's lease ran out, or that had expired",
 						attrScope(s.opts.Scope), attrKey(key), attrFence(c.fence))
@@ -265,222 +286,6 @@ func (s *Store) claimKey(ctx context.Context, q querier, key, fingerprint string
 		case <-t.C:
 		}
 	}
-}
-
-// Do runs fn at most once per key among the calls that agree on fingerprint
-// and returns its response; every later call with the same key, while the
-// key is retained, returns the stored response without running fn.
-//
-// fingerprint identifies the request (for example a hash of its body; see
-// Fingerprint). A call with the key of a different fingerprint returns a
-// *KeyReusedError (ErrKeyReused) and does not run fn. A call that finds the
-// key held by another live caller returns an *InProgressError
-// (ErrInProgress), or waits for that caller's response when
-// Options.WaitForInProgress is set.
-//
-// fn runs with the key held under a fence, which FenceFrom(ctx) returns;
-// fence fn's own database writes with it (see Fenced). While fn runs Do
-// extends the key's lease; if the lease is lost anyway (the process was
-// paused past it and another caller took the key over under a greater
-// fence), fn's ctx is cancelled and Do returns a *StaleFenceError
-// (ErrStaleFence; joined with fn's error if fn failed) without storing fn's
-// response: the newer holder's response is the one retries get.
-//
-// When fn returns an error Do deletes the key, so the next call runs fn
-// again, and returns that error unchanged. To remember a failure, return it
-// as a response instead.
-func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx context.Context) ([]byte, error)) ([]byte, error) {
-	if err := s.validate(key, fingerprint); err != nil {
-		return nil, err
-	}
-	if fn == nil {
-		return nil, errors.New("jobfence: idempotency: Do: fn is nil")
-	}
-	c, err := s.claimKey(ctx, s.pool, key, fingerprint, false)
-	if err != nil {
-		return nil, err
-	}
-	if c.replayed {
-		return c.response, nil
-	}
-	return s.run(ctx, key, c.fence, fn)
-}
-
-// run calls fn while holding key under fence and stores its response.
-func (s *Store) run(ctx context.Context, key string, fence int64, fn func(ctx context.Context) ([]byte, error)) ([]byte, error) {
-	stale := &StaleFenceError{Scope: s.opts.Scope, Key: key, Fence: fence}
-	fnCtx, cancel := context.WithCancelCause(withFence(ctx, fence))
-	defer cancel(nil)
-	stopHeartbeat := s.heartbeat(ctx, key, fence, func() { cancel(stale) })
-
-	// The cleanup statements run even when the caller's ctx is done: the
-	// key must be completed or released either way.
-	cleanup := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), s.opts.Lease)
-	}
-	returned := false
-	defer func() {
-		if !returned { // fn panicked: let the next call run it
-			stopHeartbeat()
-			cleanupCtx, cancel := cleanup()
-			defer cancel()
-			s.release(cleanupCtx, key, fence)
-		}
-	}()
-	resp, err := fn(fnCtx)
-	returned = true
-	lost := stopHeartbeat()
-	cleanupCtx, cleanupCancel := cleanup()
-	defer cleanupCancel()
-	if lost {
-		s.opts.Logger.LogAttrs(ctx, slogWarn, "idempotency: lease lost while running; response not stored",
-			attrScope(s.opts.Scope), attrKey(key), attrFence(fence))
-		if err != nil {
-			return nil, errors.Join(stale, err)
-		}
-		return nil, stale
-	}
-	if err != nil {
-		s.release(cleanupCtx, key, fence)
-		return nil, err
-	}
-	tag, err := s.pool.Exec(cleanupCtx, completeKeySQL, s.opts.Scope, key, fence, resp, s.opts.Retention.Microseconds())
-	if err != nil {
-		return nil, fmt.Errorf("idempotency: complete key %q: %w", key, err)
-	}
-	if tag.RowsAffected() == 0 {
-		s.opts.Logger.LogAttrs(ctx, slogWarn, "idempotency: stale completion rejected; a newer holder took the key over",
-			attrScope(s.opts.Scope), attrKey(key), attrFence(fence))
-		return nil, stale
-	}
-	return resp, nil
-}
-
-// release deletes key if fence still holds it; a failure is logged, and the
-// key then frees itself when its lease runs out.
-func (s *Store) release(ctx context.Context, key string, fence int64) {
-	if _, err := s.pool.Exec(ctx, releaseKeySQL, s.opts.Scope, key, fence); err != nil {
-		s.opts.Logger.LogAttrs(ctx, slogWarn, "idempotency: release key failed; it frees itself when its lease runs out",
-			attrScope(s.opts.Scope), attrKey(key), attrFence(fence), attrErr(err))
-	}
-}
-
-// heartbeat extends key's lease every Options.Heartbeat until the returned
-// stop is called; stop reports whether the lease was found lost, in which
-// case lost was called as soon as that was seen.
-func (s *Store) heartbeat(ctx context.Context, key string, fence int64, lost func()) (stop func() bool) {
-	if s.opts.Heartbeat < 0 {
-		return func() bool { return false }
-	}
-	hbCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	exited := make(chan struct{})
-	var isLost bool
-	go func() {
-		defer close(exited)
-		t := time.NewTicker(s.opts.Heartbeat)
-		defer t.Stop()
-		// held is how long the lease surely holds: the claim's lease, then
-		// each successful extension's. A holder that cannot reach the
-		// database cannot prove it still holds the key once that passes,
-		// and another caller may take it over, so fn is told to stop.
-		held := time.Now().Add(s.opts.Lease)
-		for {
-			select {
-			case <-hbCtx.Done():
-				return
-			case <-t.C:
-			}
-			sent := time.Now()
-			tag, err := s.pool.Exec(hbCtx, extendLeaseSQL, s.opts.Scope, key, fence, s.opts.Lease.Microseconds())
-			if err != nil {
-				if hbCtx.Err() != nil {
-					return
-				}
-				s.opts.Logger.LogAttrs(ctx, slogWarn, "idempotency: extend lease failed",
-					attrScope(s.opts.Scope), attrKey(key), attrFence(fence), attrErr(err))
-				if time.Now().After(held) {
-					isLost = true
-					lost()
-					return
-				}
-				continue
-			}
-			held = sent.Add(s.opts.Lease)
-			if tag.RowsAffected() == 0 {
-				isLost = true
-				lost()
-				return
-			}
-		}
-	}()
-	return func() bool {
-		cancel()
-		<-exited
-		return isLost
-	}
-}
-
-// DoTx is Do inside the caller's transaction: the key's row, fn's writes
-// through tx and the stored response commit or roll back together, so the
-// operation has taken effect exactly when its response is stored. fn must
-// not commit or roll back tx.
-//
-// DoTx works in a savepoint of tx. When fn fails DoTx rolls the savepoint
-// back (the key and fn's writes vanish; tx stays usable) and returns fn's
-// error unchanged. A stored response, ErrKeyReused and ErrInProgress leave
-// tx usable too.
-//
-// The key's row stays locked until tx ends, so a concurrent call with the
-// same key (in or out of a transaction) waits in Postgres until tx commits,
-// and then returns the stored response, or rolls back, and then runs fn
-// itself. Keep such transactions short. DoTx assumes the READ COMMITTED
-// isolation level (Postgres's default); under REPEATABLE READ or
-// SERIALIZABLE a concurrent first use of a key fails with a serialization
-// error (SQLSTATE 40001), and the retried transaction gets the stored
-// response. DoTx does not extend the lease: the row lock holds the key until
-// tx ends, and a dead caller's transaction is rolled back by Postgres.
-func (s *Store) DoTx(ctx context.Context, tx pgx.Tx, key, fingerprint string, fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (resp []byte, err error) {
-	if err := s.validate(key, fingerprint); err != nil {
-		return nil, err
-	}
-	if tx == nil {
-		return nil, errors.New("jobfence: idempotency: DoTx: tx is nil")
-	}
-	if fn == nil {
-		return nil, errors.New("jobfence: idempotency: DoTx: fn is nil")
-	}
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("idempotency: savepoint: %w", err)
-	}
-	released := false
-	defer func() {
-		if !released { // an error or a panic: undo the key and fn's writes
-			_ = sp.Rollback(context.WithoutCancel(ctx))
-		}
-	}()
-	c, err := s.claimKey(ctx, sp, key, fingerprint, true)
-	if err != nil {
-		return nil, err
-	}
-	if !c.replayed {
-		c.response, err = fn(withFence(ctx, c.fence), sp)
-		if err != nil {
-			return nil, err
-		}
-		tag, err := sp.Exec(ctx, completeKeySQL, s.opts.Scope, key, c.fence, c.response, s.opts.Retention.Microseconds())
-		if err != nil {
-			return nil, fmt.Errorf("idempotency: complete key %q: %w", key, err)
-		}
-		if tag.RowsAffected() == 0 {
-			return nil, &StaleFenceError{Scope: s.opts.Scope, Key: key, Fence: c.fence}
-		}
-	}
-	if err := sp.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("idempotency: release savepoint: %w", err)
-	}
-	released = true
-	return c.response, nil
 }
 
 func (s *Store) validate(key, fingerprint string) error {

@@ -20,6 +20,9 @@ const (
 	// DefaultGrace is how late a fire may be enqueued and still count as on
 	// time rather than missed.
 	DefaultGrace = 10 * time.Second
+	// DefaultEnqueueTimeout bounds each fire's transaction, and each of
+	// Start's statements.
+	DefaultEnqueueTimeout = 30 * time.Second
 )
 
 // Timing of the tick loop.
@@ -53,6 +56,15 @@ type Config struct {
 	// downtime, a stopped process or a failing enqueue misses fires. Zero or
 	// less means DefaultGrace.
 	Grace time.Duration
+	// EnqueueTimeout bounds each fire's transaction as this instance sees
+	// it, from BEGIN to COMMIT, and each of Start's statements. A fire
+	// whose transaction runs out of it (a partition, a black-holed route:
+	// the query would otherwise wait until TCP gives up, many minutes later,
+	// and every schedule of the instance with it) fails, is logged and is
+	// retried with backoff, while the other schedules go on; the server ends
+	// the transaction too once it sits idle that long. Zero or less means
+	// DefaultEnqueueTimeout.
+	EnqueueTimeout time.Duration
 	// OnFire, if set, is called from the scheduler's loop after each fire's
 	// transaction commits, for every fire this instance handled: inserted
 	// by it or found already enqueued by another instance. It must return
@@ -149,6 +161,9 @@ func New(client *pgqueue.Client, cfg Config) *Scheduler {
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultGrace
 	}
+	if cfg.EnqueueTimeout <= 0 {
+		cfg.EnqueueTimeout = DefaultEnqueueTimeout
+	}
 	return &Scheduler{client: client, cfg: cfg, logger: cfg.Logger, names: map[string]bool{}}
 }
 
@@ -216,48 +231,6 @@ func (s *Scheduler) Add(name, spec, kind string, args any, opts Options) error {
 // AddArgs is Add for typed arguments: the jobs are of kind args.Kind().
 func (s *Scheduler) AddArgs(name, spec string, args queue.Args, opts Options) error {
 	return s.Add(name, spec, args.Kind(), args, opts)
-}
-
-// Start records the schedules in the schedules table (a changed definition
-// replaces the stored one and is logged), enqueues the fires missed since
-// the last enqueued fire as each schedule's catch-up policy says, and then
-// runs the loop that enqueues each fire as it comes, until Stop is called or
-// ctx ends. It returns an error, and runs nothing, if it cannot do the first
-// two.
-func (s *Scheduler) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopping {
-		return ErrStopping
-	}
-	if s.started {
-		return ErrStarted
-	}
-	now := s.cfg.Now()
-	for _, sc := range s.schedules {
-		last, err := s.register(ctx, sc, now)
-		if err != nil {
-			return fmt.Errorf("scheduler: start: %w", err)
-		}
-		cursor := now
-		if last != nil && last.Before(now) {
-			cursor = *last
-		}
-		fires, m := sc.catchUp.due(sc.spec, cursor, time.Time{}, now)
-		if len(fires) > 0 {
-			if err := s.enqueue(ctx, sc, fires); err != nil {
-				return fmt.Errorf("scheduler: start: catch up: %w", err)
-			}
-		}
-		s.logMissed(sc, m)
-		sc.cursor = now
-		sc.failures, sc.retryAt = 0, time.Time{}
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	s.started, s.cancel = true, cancel
-	s.stop, s.done = make(chan struct{}), make(chan struct{})
-	go s.loop(runCtx, s.cfg.Now(), s.stop, s.done)
-	return nil
 }
 
 // Stop ends the loop, letting a fire being enqueued commit (but enqueuing

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/migrations"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/scheduler"
@@ -679,18 +680,26 @@ func TestStartStopMisuse(t *testing.T) {
 }
 
 // TestStartWithoutSchema shows the error a service sees when jobfence's
-// migrations were not applied.
+// migrations were not applied: a *migrations.NotMigratedError, at once.
+// Missing tables are not a reason to wait, as an unreachable database is.
 func TestStartWithoutSchema(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
-	s := scheduler.New(pgqueue.New(db.Pool, pgqueue.Config{Logger: quiet}), scheduler.Config{Logger: quiet})
+	var logs lockedBuffer
+	s := scheduler.New(pgqueue.New(db.Pool, pgqueue.Config{Logger: quiet}), scheduler.Config{
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
 	if err := s.Add("a", "@hourly", "a", nil, scheduler.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	err := s.Start(context.Background())
-	if err == nil || !strings.Contains(err.Error(), `scheduler: start: schedule "a": read:`) ||
-		!strings.Contains(err.Error(), `relation "jobfence_schedules" does not exist`) {
-		t.Fatalf("Start without migrations: %v", err)
+	var nm *migrations.NotMigratedError
+	if !errors.As(err, &nm) || !errors.Is(err, migrations.ErrNotMigrated) || nm.Schema != db.Schema ||
+		!strings.Contains(err.Error(), "run `jobfence migrate up`") {
+		t.Fatalf("Start without migrations: %v, want a *migrations.NotMigratedError naming %s", err, db.Schema)
+	}
+	if strings.Contains(logs.String(), msgStartRetry) {
+		t.Fatalf("Start retried a missing table: %s", logs.String())
 	}
 	if err := s.Stop(context.Background()); !errors.Is(err, scheduler.ErrNotStarted) {
 		t.Fatalf("Stop after a failed Start: %v, want ErrNotStarted", err)

@@ -85,10 +85,10 @@ func (s *Scheduler) register(ctx context.Context, sc *schedule, now time.Time) (
 	return last, nil
 }
 
-// beginFireSQL bounds how long the fire transaction may sit idle (a paused
-// process's transaction is ended by the server, so it commits nothing) and
-// reads the database's clock.
-const beginFireSQL = `SELECT set_config('idle_in_transaction_session_timeout', '30s', true), now()`
+// beginFireSQL bounds how long the fire transaction may sit idle, to $1
+// milliseconds (a paused process's transaction is ended by the server, so
+// it commits nothing), and reads the database's clock.
+const beginFireSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1, true), now()`
 
 // unfinishedSQL finds a job that is not final of a fire of the schedule
 // whose key prefix is $1 earlier than the Unix time $2: the earliest such
@@ -142,8 +142,10 @@ ON CONFLICT (name) DO UPDATE SET
 WHERE s.last_fire IS NULL OR s.last_fire < EXCLUDED.last_fire`
 
 // enqueue inserts the jobs of fires (oldest first) in one transaction,
-// together with the schedule's last enqueued fire.
+// together with the schedule's last enqueued fire, within EnqueueTimeout.
 func (s *Scheduler) enqueue(ctx context.Context, sc *schedule, fires []time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.EnqueueTimeout)
+	defer cancel()
 	tx, err := s.client.Pool().Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("schedule %q: begin: %w", sc.name, err)
@@ -151,7 +153,7 @@ func (s *Scheduler) enqueue(ctx context.Context, sc *schedule, fires []time.Time
 	defer tx.Rollback(ctx)
 	var setting string
 	var dbNow time.Time
-	if err := tx.QueryRow(ctx, beginFireSQL).Scan(&setting, &dbNow); err != nil {
+	if err := tx.QueryRow(ctx, beginFireSQL, strconv.FormatInt(s.cfg.EnqueueTimeout.Milliseconds(), 10)).Scan(&setting, &dbNow); err != nil {
 		return fmt.Errorf("schedule %q: begin: %w", sc.name, err)
 	}
 	oldest := dbNow.Add(-s.cfg.Retention)

@@ -24,6 +24,10 @@ var ErrCodec = errors.New("stampede: codec")
 // ErrComputePanicked is wrapped by the error Get returns when compute panics.
 var ErrComputePanicked = errors.New("stampede: compute panicked")
 
+// ErrComputeTimeout is wrapped by the error Get returns when compute ran
+// longer than Options.ComputeTimeout.
+var ErrComputeTimeout = errors.New("stampede: compute timed out")
+
 // A Guard stands in front of an expensive computation whose result a fleet
 // of processes shares through Redis: for each key, it lets one caller in the
 // fleet compute while the others wait for the stored value.
@@ -80,7 +84,10 @@ func (g *Guard[V]) Stats() Stats { return g.stats.snapshot() }
 // compute runs with a context that carries ctx's values but is not cancelled
 // when callers give up, so that one impatient caller does not fail the
 // others sharing the computation; Get itself returns ctx.Err() when ctx ends
-// first. An error from compute is returned as is and nothing is stored.
+// first. compute's context ends after Options.ComputeTimeout, and a compute
+// still running then is given up: Get returns an error wrapping
+// ErrComputeTimeout, and the key's lock is released. An error from compute
+// is returned as is and nothing is stored.
 func (g *Guard[V]) Get(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (V, error)) (V, error) {
 	var zero V
 	switch {
@@ -269,8 +276,40 @@ func (g *Guard[V]) computeAndStore(ctx context.Context, key string, ttl time.Dur
 	return v, nil
 }
 
-func (g *Guard[V]) run(ctx context.Context, key string, compute func(context.Context) (V, error)) (v V, err error) {
+// run calls compute, within ComputeTimeout. compute runs in a goroutine of
+// its own so that one that ignores its ctx cannot hold the flight, and with
+// it the lock's watchdog, past the bound.
+func (g *Guard[V]) run(ctx context.Context, key string, compute func(context.Context) (V, error)) (V, error) {
 	g.stats.computations.Add(1)
+	if g.opts.ComputeTimeout < 0 {
+		return g.call(ctx, key, compute)
+	}
+	timeout := fmt.Errorf("%w: key %q: after %v", ErrComputeTimeout, key, g.opts.ComputeTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, g.opts.ComputeTimeout, timeout)
+	defer cancel()
+	type result struct {
+		v   V
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := g.call(ctx, key, compute)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		g.stats.computeTimeouts.Add(1)
+		g.opts.Logger.Warn("stampede: compute timed out; giving up its lock and its callers",
+			"key", key, "compute_timeout", g.opts.ComputeTimeout)
+		var zero V
+		return zero, timeout
+	}
+}
+
+// call calls compute, turning a panic into an error.
+func (g *Guard[V]) call(ctx context.Context, key string, compute func(context.Context) (V, error)) (v V, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: key %q: %v\n%s", ErrComputePanicked, key, p, debug.Stack())

@@ -15,6 +15,8 @@ const (
 	DefaultWaitTimeout  = 5 * time.Second
 	DefaultPollInterval = 50 * time.Millisecond
 	DefaultBeta         = 1.0
+	// DefaultComputeTimeout bounds one computation.
+	DefaultComputeTimeout = time.Minute
 )
 
 // ErrInvalidOptions is wrapped by the error New returns for Options it cannot
@@ -53,6 +55,16 @@ type Options struct {
 	// off.
 	Beta float64
 
+	// ComputeTimeout bounds one computation. compute's ctx ends when it
+	// passes, and the flight stops waiting for compute then: Get returns
+	// an error wrapping ErrComputeTimeout to the callers sharing the
+	// flight, the lock is no longer extended and is released, and callers
+	// waiting in other processes take the lock or fail open as after any
+	// failed computation. A compute that ignores its ctx runs on in its
+	// goroutine, but holds neither the key's flight nor its lock. Default
+	// DefaultComputeTimeout (1m); a negative value means no bound.
+	ComputeTimeout time.Duration
+
 	// Codec serializes values. Default JSONCodec.
 	Codec Codec
 
@@ -86,6 +98,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.PollInterval == 0 {
 		o.PollInterval = DefaultPollInterval
+	}
+	if o.ComputeTimeout == 0 {
+		o.ComputeTimeout = DefaultComputeTimeout
 	}
 	if o.Beta == 0 {
 		o.Beta = DefaultBeta

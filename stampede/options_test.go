@@ -52,7 +52,7 @@ func TestNewDefaults(t *testing.T) {
 	}
 	o := g.opts
 	if o.Prefix != DefaultPrefix || o.LockTTL != DefaultLockTTL || o.WaitTimeout != DefaultWaitTimeout ||
-		o.PollInterval != DefaultPollInterval || o.Beta != DefaultBeta || o.Codec != (JSONCodec{}) || o.Logger == nil {
+		o.PollInterval != DefaultPollInterval || o.Beta != DefaultBeta || o.ComputeTimeout != DefaultComputeTimeout || o.Codec != (JSONCodec{}) || o.Logger == nil {
 		t.Fatalf("defaults = %+v", o)
 	}
 	if got, want := g.lockKey("k"), "stampede:lock:k"; got != want {

@@ -25,6 +25,8 @@ type Stats struct {
 	// FailOpens counts waits that ran out (WaitTimeout) and computed
 	// without the lock.
 	FailOpens uint64
+	// ComputeTimeouts counts computations given up after ComputeTimeout.
+	ComputeTimeouts uint64
 	// LockLost counts locks that expired or were taken by another caller
 	// while their computation ran.
 	LockLost uint64
@@ -38,21 +40,22 @@ type Stats struct {
 
 type counters struct {
 	calls, shared, hits, misses, computations, earlyRefreshes,
-	waits, failOpens, lockLost, redisErrors, decodeErrors atomic.Uint64
+	waits, failOpens, computeTimeouts, lockLost, redisErrors, decodeErrors atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{
-		Calls:          c.calls.Load(),
-		Shared:         c.shared.Load(),
-		Hits:           c.hits.Load(),
-		Misses:         c.misses.Load(),
-		Computations:   c.computations.Load(),
-		EarlyRefreshes: c.earlyRefreshes.Load(),
-		Waits:          c.waits.Load(),
-		FailOpens:      c.failOpens.Load(),
-		LockLost:       c.lockLost.Load(),
-		RedisErrors:    c.redisErrors.Load(),
-		DecodeErrors:   c.decodeErrors.Load(),
+		Calls:           c.calls.Load(),
+		Shared:          c.shared.Load(),
+		Hits:            c.hits.Load(),
+		Misses:          c.misses.Load(),
+		Computations:    c.computations.Load(),
+		EarlyRefreshes:  c.earlyRefreshes.Load(),
+		Waits:           c.waits.Load(),
+		FailOpens:       c.failOpens.Load(),
+		ComputeTimeouts: c.computeTimeouts.Load(),
+		LockLost:        c.lockLost.Load(),
+		RedisErrors:     c.redisErrors.Load(),
+		DecodeErrors:    c.decodeErrors.Load(),
 	}
 }

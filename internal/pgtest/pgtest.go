@@ -131,7 +131,25 @@ func New(t testing.TB, opts ...Options) *DB {
 // instance would; it is closed when the test ends.
 func (db *DB) NewPool(t testing.TB, maxConns int32) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(db.URL)
+	return db.newPool(t, db.URL, maxConns)
+}
+
+// NewPoolVia opens a pool on the test's schema whose connections go to
+// addr (host:port) instead of the server, for example through a
+// netfault.Proxy; it is closed when the test ends. It connects lazily.
+func (db *DB) NewPoolVia(t testing.TB, addr string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatalf("pgtest: parse: %v", err)
+	}
+	u.Host = addr
+	return db.newPool(t, u.String(), maxConns)
+}
+
+func (db *DB) newPool(t testing.TB, u string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(u)
 	if err != nil {
 		t.Fatalf("pgtest: parse: %v", err)
 	}

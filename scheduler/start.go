@@ -1,0 +1,128 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/jobfence/jobfence/migrations"
+)
+
+// Backoff of Start while the database is unreachable.
+const (
+	startBackoffMin = 100 * time.Millisecond
+	startBackoffMax = 5 * time.Second
+)
+
+// Start records the schedules in the schedules table (a changed definition
+// replaces the stored one and is logged), enqueues the fires missed since
+// the last enqueued fire as each schedule's catch-up policy says, and then
+// runs the loop that enqueues each fire as it comes, until Stop is called or
+// ctx ends.
+//
+// While the database cannot be reached (connections refused or timing out,
+// the server starting up or shutting down), Start retries, with backoff
+// from 100ms to 5s and a Warn log line per retry, until it succeeds or ctx
+// ends: an instance that starts before its database is up still starts.
+// Each statement is bounded by Config.EnqueueTimeout. Any other error is
+// returned at once, and nothing runs: jobfence's tables missing (a
+// *migrations.NotMigratedError, errors.Is ErrNotMigrated), an SQL error,
+// or ctx's end. While Start retries, Add and Stop wait for it.
+func (s *Scheduler) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return ErrStopping
+	}
+	if s.started {
+		return ErrStarted
+	}
+	backoff := startBackoffMin
+	for attempt := 1; ; attempt++ {
+		err := s.prepare(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || !unreachable(err) {
+			return fmt.Errorf("scheduler: start: %w", err)
+		}
+		s.logger.Warn("scheduler: start: database unreachable; retrying",
+			"attempt", attempt, "retry_in", backoff, "error", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("scheduler: start: %w (the database was unreachable: %v)", context.Cause(ctx), err)
+		case <-t.C:
+		}
+		backoff = min(backoff*2, startBackoffMax)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	s.started, s.cancel = true, cancel
+	s.stop, s.done = make(chan struct{}), make(chan struct{})
+	go s.loop(runCtx, s.cfg.Now(), s.stop, s.done)
+	return nil
+}
+
+// prepare checks that jobfence's tables are there, registers every schedule
+// and enqueues its missed fires. Each step may be repeated: registering is
+// an upsert, and a fire is one job however often it is enqueued.
+func (s *Scheduler) prepare(ctx context.Context) error {
+	checkCtx, cancel := context.WithTimeout(ctx, s.cfg.EnqueueTimeout)
+	err := migrations.Check(checkCtx, s.client.Pool())
+	cancel()
+	if err != nil {
+		return err
+	}
+	now := s.cfg.Now()
+	for _, sc := range s.schedules {
+		regCtx, cancel := context.WithTimeout(ctx, s.cfg.EnqueueTimeout)
+		last, err := s.register(regCtx, sc, now)
+		cancel()
+		if err != nil {
+			return err
+		}
+		cursor := now
+		if last != nil && last.Before(now) {
+			cursor = *last
+		}
+		fires, m := sc.catchUp.due(sc.spec, cursor, time.Time{}, now)
+		if len(fires) > 0 {
+			if err := s.enqueue(ctx, sc, fires); err != nil {
+				return fmt.Errorf("catch up: %w", err)
+			}
+		}
+		s.logMissed(sc, m)
+		sc.cursor = now
+		sc.failures, sc.retryAt = 0, time.Time{}
+	}
+	return nil
+}
+
+// unreachable reports whether err says that the database could not be
+// reached, or cannot serve yet, rather than that it refused the request:
+// only the former is worth retrying. A deadline counts (a statement that
+// ran out of EnqueueTimeout on a silent network); the caller checks that
+// its own ctx has not ended.
+func unreachable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03", // shutting down, crashed, starting up
+			"53300": // too many connections
+			return true
+		}
+		return strings.HasPrefix(pgErr.Code, "08") // connection exception
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connectErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err)
+}
