@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -223,7 +224,9 @@ func (s *Scheduler) AddArgs(name, spec string, args queue.Args, opts Options) er
 // the last enqueued fire as each schedule's catch-up policy says, and then
 // runs the loop that enqueues each fire as it comes, until Stop is called or
 // ctx ends. It returns an error, and runs nothing, if it cannot do the first
-// two.
+// two; when jobfence's tables are missing, the error wraps
+// queue.ErrNotSetUp and migrations.ErrNotMigrated and says to run `jobfence
+// migrate up`.
 func (s *Scheduler) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -232,6 +235,11 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	if s.started {
 		return ErrStarted
+	}
+	// Missing tables are told at once, as what to do; other errors of the
+	// check are left to the registration below, which meets them too.
+	if err := s.client.Check(ctx); errors.Is(err, queue.ErrNotSetUp) {
+		return fmt.Errorf("scheduler: start: %w", err)
 	}
 	now := s.cfg.Now()
 	for _, sc := range s.schedules {
