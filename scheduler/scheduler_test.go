@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/migrations"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/scheduler"
@@ -679,7 +680,8 @@ func TestStartStopMisuse(t *testing.T) {
 }
 
 // TestStartWithoutSchema shows the error a service sees when jobfence's
-// migrations were not applied.
+// migrations were not applied: which schema lacks the tables, and what to
+// run.
 func TestStartWithoutSchema(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
@@ -688,9 +690,10 @@ func TestStartWithoutSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := s.Start(context.Background())
-	if err == nil || !strings.Contains(err.Error(), `scheduler: start: schedule "a": read:`) ||
-		!strings.Contains(err.Error(), `relation "jobfence_schedules" does not exist`) {
-		t.Fatalf("Start without migrations: %v", err)
+	want := fmt.Sprintf("scheduler: start: jobfence's tables are missing in schema %q", db.Schema)
+	if !errors.Is(err, queue.ErrNotSetUp) || !errors.Is(err, migrations.ErrNotMigrated) ||
+		!strings.HasPrefix(fmt.Sprint(err), want) || !strings.Contains(err.Error(), "run `jobfence migrate up`") {
+		t.Fatalf("Start without migrations = %v\nwant an ErrNotMigrated starting %q and naming jobfence migrate up", err, want)
 	}
 	if err := s.Stop(context.Background()); !errors.Is(err, scheduler.ErrNotStarted) {
 		t.Fatalf("Stop after a failed Start: %v, want ErrNotStarted", err)

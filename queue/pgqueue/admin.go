@@ -102,7 +102,7 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 // ErrJobCompleted reports a Retry of a completed job: it ran successfully
 // already, and running it again would repeat its effects (a payment, an
 // email). RetryForce runs it again anyway.
-var ErrJobCompleted = errors.New("pgqueue: the job completed already; retrying it would run it again")
+var ErrJobCompleted = errors.New("jobfence: the job completed already; retrying it would run it again")
 
 // retrySQL makes job $1 ready now unless it is running, or completed and $2
 // (force) is false.

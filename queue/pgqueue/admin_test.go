@@ -25,8 +25,9 @@ func TestRetryCompleted(t *testing.T) {
 	if err := c.Complete(ctx, claim(t, c, "default", 1, time.Minute)[0].Lease()); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Retry(ctx, res.ID); !errors.Is(err, pgqueue.ErrJobCompleted) {
-		t.Fatalf("Retry of a completed job = %v, want ErrJobCompleted", err)
+	want := fmt.Sprintf("pgqueue: retry job %d: jobfence: the job completed already; retrying it would run it again", res.ID)
+	if err := c.Retry(ctx, res.ID); !errors.Is(err, pgqueue.ErrJobCompleted) || err.Error() != want {
+		t.Fatalf("Retry of a completed job = %v, want %q", err, want)
 	}
 	if j, err := c.Get(ctx, res.ID); err != nil || j.State != queue.StateCompleted {
 		t.Fatalf("after a refused Retry: %+v, %v; want it completed", j, err)
