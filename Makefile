@@ -4,7 +4,17 @@
 GO ?= go
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: test setup vet demo bench build
+# The fuzz targets, as package:Fuzz; `make fuzz` runs each for FUZZTIME.
+FUZZTIME ?= 3s
+FUZZ_TARGETS = \
+	./cmd/jobfence:FuzzParseInterspersed \
+	./queue/pgqueue:FuzzCancelPayload \
+	./queue/pgqueue:FuzzRedactText \
+	./scheduler:FuzzParseSpec \
+	./worker:FuzzDecodeArgs \
+	./idempotency:FuzzFingerprint
+
+.PHONY: test setup vet fuzz demo bench build
 
 build:
 	$(GO) build ./...
@@ -18,6 +28,15 @@ vet:
 
 test: setup vet
 	$(GO) test $(TESTFLAGS) ./...
+	$(MAKE) --no-print-directory fuzz
+
+# Go fuzzes one target per invocation. A failure leaves its input under the
+# package's testdata/fuzz, where it becomes a seed that go test always runs.
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t##*:} ($(FUZZTIME))"; \
+		$(GO) test -run='^$$' -fuzz="^$${t##*:}\$$" -fuzztime=$(FUZZTIME) $${t%%:*} || exit 1; \
+	done
 
 demo:
 	$(GO) run ./cmd/jobfence demo

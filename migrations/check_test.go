@@ -32,3 +32,13 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("Check after Up = %v", err)
 	}
 }
+
+// TestDownNothingToRollBack: Down on a schema with no migration applied
+// says there is nothing to roll back, not goose's "no next version found".
+func TestDownNothingToRollBack(t *testing.T) {
+	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
+	err := migrations.Down(context.Background(), db.URL)
+	if want := "migrations: down: nothing to roll back: no jobfence migration is applied"; !errors.Is(err, migrations.ErrNothingToRollBack) || err.Error() != want {
+		t.Fatalf("Down on a fresh schema = %v, want %q", err, want)
+	}
+}

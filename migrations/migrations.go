@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 
 	// pgx's database/sql driver, registered as "pgx".
@@ -63,14 +64,20 @@ func Up(ctx context.Context, databaseURL string) error {
 	return nil
 }
 
-// Down rolls back the most recent migration.
+// ErrNothingToRollBack reports a Down when no migration is applied.
+var ErrNothingToRollBack = errors.New("nothing to roll back: no jobfence migration is applied")
+
+// Down rolls back the most recent migration. When none is applied it
+// returns an error wrapping ErrNothingToRollBack.
 func Down(ctx context.Context, databaseURL string) error {
 	db, p, err := open(databaseURL)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	if _, err := p.Down(ctx); err != nil {
+	if _, err := p.Down(ctx); errors.Is(err, goose.ErrNoNextVersion) {
+		return fmt.Errorf("migrations: down: %w", ErrNothingToRollBack)
+	} else if err != nil {
 		return fmt.Errorf("migrations: down: %w", err)
 	}
 	return nil

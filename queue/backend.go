@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -71,4 +72,20 @@ type Canceller interface {
 	// that arrives after the job was retried and claimed again carries the
 	// old fence, and a worker ignores it for the new claim.
 	Cancelled(ctx context.Context) (<-chan Lease, error)
+}
+
+// ErrNotSetUp reports a backend that cannot run jobs until someone sets it
+// up: for PostgreSQL, jobfence's tables are missing (run `jobfence migrate
+// up`). Waiting does not help, unlike with an unreachable server.
+var ErrNotSetUp = errors.New("jobfence: the backend is not set up")
+
+// Checker is implemented by backends that can tell, before a worker starts,
+// whether they can run jobs at all. A worker's Start calls it so that a
+// missing setup fails at once instead of as a claim error retried forever.
+type Checker interface {
+	// Check returns an error wrapping ErrNotSetUp, and naming what to do,
+	// when the backend is not set up; any other error means it could not
+	// tell (for example the server is unreachable), which a caller may
+	// retry.
+	Check(ctx context.Context) error
 }

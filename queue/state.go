@@ -1,5 +1,11 @@
 package queue
 
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
 // State is where a job is in its life.
 type State string
 
@@ -19,4 +25,25 @@ const (
 // Final reports whether s is a final state.
 func (s State) Final() bool {
 	return s == StateCompleted || s == StateDiscarded || s == StateCancelled
+}
+
+// ErrUnknownState reports a name that is not one of the states.
+var ErrUnknownState = errors.New("jobfence: unknown job state")
+
+// States returns every state, in the order a job passes through them.
+func States() []State {
+	return []State{StateAvailable, StateScheduled, StateRunning, StateRetryable, StateCompleted, StateDiscarded, StateCancelled}
+}
+
+// ParseState returns the state named s, or an error wrapping
+// ErrUnknownState that lists the states, for input from users.
+func ParseState(s string) (State, error) {
+	names := make([]string, 0, len(States()))
+	for _, st := range States() {
+		if string(st) == s {
+			return st, nil
+		}
+		names = append(names, string(st))
+	}
+	return "", fmt.Errorf("%w %q: want one of %s", ErrUnknownState, s, strings.Join(names, ", "))
 }

@@ -680,8 +680,9 @@ func TestStartStopMisuse(t *testing.T) {
 }
 
 // TestStartWithoutSchema shows the error a service sees when jobfence's
-// migrations were not applied: a *migrations.NotMigratedError, at once.
-// Missing tables are not a reason to wait, as an unreachable database is.
+// migrations were not applied: which schema lacks the tables and what to
+// run, at once. Missing tables are not a reason to wait, as an unreachable
+// database is.
 func TestStartWithoutSchema(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
@@ -694,9 +695,10 @@ func TestStartWithoutSchema(t *testing.T) {
 	}
 	err := s.Start(context.Background())
 	var nm *migrations.NotMigratedError
-	if !errors.As(err, &nm) || !errors.Is(err, migrations.ErrNotMigrated) || nm.Schema != db.Schema ||
-		!strings.Contains(err.Error(), "run `jobfence migrate up`") {
-		t.Fatalf("Start without migrations: %v, want a *migrations.NotMigratedError naming %s", err, db.Schema)
+	want := fmt.Sprintf("scheduler: start: jobfence's tables are missing in schema %q", db.Schema)
+	if !errors.As(err, &nm) || !errors.Is(err, migrations.ErrNotMigrated) || !errors.Is(err, queue.ErrNotSetUp) || nm.Schema != db.Schema ||
+		!strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "run `jobfence migrate up`") {
+		t.Fatalf("Start without migrations = %v\nwant a *migrations.NotMigratedError starting %q and naming jobfence migrate up", err, want)
 	}
 	if strings.Contains(logs.String(), msgStartRetry) {
 		t.Fatalf("Start retried a missing table: %s", logs.String())

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/jobfence/jobfence/migrations"
 )
 
 // Backoff of Start while the database is unreachable.
@@ -75,7 +73,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 // an upsert, and a fire is one job however often it is enqueued.
 func (s *Scheduler) prepare(ctx context.Context) error {
 	checkCtx, cancel := context.WithTimeout(ctx, s.cfg.EnqueueTimeout)
-	err := migrations.Check(checkCtx, s.client.Pool())
+	err := s.client.Check(checkCtx)
 	cancel()
 	if err != nil {
 		return err

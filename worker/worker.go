@@ -140,8 +140,10 @@ func (w *Worker) Stats() Stats { return w.stats.snapshot() }
 
 // Start starts fetching and running jobs and returns at once. An
 // unreachable backend is not an error here: the fetch loops log it and
-// retry with backoff until it is back. The worker runs until Stop; ctx
-// bounds only the start itself.
+// retry with backoff until it is back. A backend that is not set up (see
+// queue.Checker: jobfence's tables are missing) is: Start returns an error
+// wrapping queue.ErrNotSetUp that says what to do. The worker runs until
+// Stop; ctx bounds only the start itself.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -149,6 +151,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		return errors.New("jobfence: worker: already started")
 	}
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := w.checkBackend(ctx); err != nil {
 		return err
 	}
 	w.started = true

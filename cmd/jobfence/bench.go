@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/internal/devenv"
@@ -47,7 +48,7 @@ type benchConfig struct {
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dbURL := fs.String("database-url", "", "PostgreSQL URL (default: $DATABASE_URL, else a throwaway local server)")
+	databaseURL := databaseURLFlag(fs)
 	mode := fs.String("mode", "both", "burndown, continuous or both")
 	var cfg benchConfig
 	fs.IntVar(&cfg.jobs, "jobs", 1_000_000, "burn-down: jobs inserted before working")
@@ -61,8 +62,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.completers, "completers", 0, "outcome batches in flight (0: the worker's default)")
 	runs := fs.Int("runs", 1, "runs of each mode; the median is reported")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the runs to this file")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: jobfence bench [flags]   (without --database-url or $DATABASE_URL, on a throwaway PostgreSQL)")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -78,14 +87,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *mode != "burndown" && *mode != "continuous" && *mode != "both" {
 		return fmt.Errorf("unknown --mode %q: want burndown, continuous or both", *mode)
 	}
-	if *dbURL == "" {
-		env, err := devenv.Start(ctx, devenv.Options{Postgres: true})
+	dbURL := databaseURL()
+	if dbURL == "" {
+		pg, err := devenv.StartPostgres(ctx)
 		if err != nil {
 			return err
 		}
-		defer env.Close()
-		*dbURL = env.DatabaseURL
-		fmt.Fprintln(stdout, "bench: using a throwaway PostgreSQL (fsync off) at", *dbURL)
+		defer pg.Stop()
+		dbURL = pg.URL
+		fmt.Fprintf(stdout, "bench: using a throwaway PostgreSQL (fsync off) on 127.0.0.1:%d\n", pg.Port)
+	} else {
+		pgCfg, err := pgconn.ParseConfig(dbURL)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "bench: using your PostgreSQL at %s, in a new schema per run, dropped afterwards\n", address(pgCfg))
 	}
 	modes := []string{*mode}
 	if *mode == "both" {
@@ -94,7 +110,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, m := range modes {
 		var rates []float64
 		for r := range *runs {
-			res, err := benchOnce(ctx, *dbURL, m, cfg)
+			res, err := benchOnce(ctx, dbURL, m, cfg)
 			if err != nil {
 				return fmt.Errorf("%s run %d: %w", m, r+1, err)
 			}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -46,6 +47,10 @@ const (
 // waits for the worker's verdict on its job and prints "outcome completed=N
 // stale=N lost=N".
 func runDemoChild(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		fmt.Fprintln(stderr, "usage: demo-child paused|killed (it is run by jobfence demo, with DATABASE_URL set)")
+		return flag.ErrHelp
+	}
 	if len(args) != 1 || (args[0] != "paused" && args[0] != "killed") {
 		return fmt.Errorf("usage: demo-child paused|killed (it is run by jobfence demo, with DATABASE_URL set)")
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"flag"
+	"strings"
 )
 
 // parseInterspersed parses fs's flags wherever they stand among args and
@@ -20,12 +21,35 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		if len(rest) == 0 {
 			return operands, nil
 		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+		if endsWithTerminator(fs, args[:len(args)-len(rest)]) {
 			return append(operands, rest...), nil
 		}
 		operands = append(operands, rest[0])
 		args = rest[1:]
 	}
+}
+
+// endsWithTerminator reports whether the flags fs.Parse consumed, parsed,
+// end with the "--" that ends the flags. A "--" that is a flag's value
+// (--database-url --) is not one: it is found by walking the flags as
+// Parse did, a flag without "=" that is not boolean taking the next
+// argument as its value.
+func endsWithTerminator(fs *flag.FlagSet, parsed []string) bool {
+	for i := 0; i < len(parsed); i++ {
+		if parsed[i] == "--" {
+			return true
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(parsed[i], "-"), "=")
+		isBool := false
+		if f := fs.Lookup(name); f != nil {
+			b, ok := f.Value.(interface{ IsBoolFlag() bool })
+			isBool = ok && b.IsBoolFlag()
+		}
+		if !hasValue && !isBool {
+			i++
+		}
+	}
+	return false
 }
 
 // parseAction is parseInterspersed for a command that takes an action: it

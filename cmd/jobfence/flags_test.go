@@ -18,6 +18,7 @@ func TestParseInterspersed(t *testing.T) {
 		{[]string{"show", "--database-url", "U", "7"}, []string{"show", "7"}, "U"},
 		{[]string{"show", "7", "--database-url=U"}, []string{"show", "7"}, "U"},
 		{[]string{"delete", "--", "--odd-name"}, []string{"delete", "--odd-name"}, ""},
+		{[]string{"--database-url", "--", "list", "--database-url=U"}, []string{"list"}, "U"},
 		{nil, nil, ""},
 	}
 	for _, tt := range tests {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -19,32 +20,42 @@ import (
 func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("jobs", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dbURL := databaseURLFlag(fs)
+	databaseURL := databaseURLFlag(fs)
 	q := fs.String("queue", "", "list: only this queue")
 	kind := fs.String("kind", "", "list: only this kind")
 	state := fs.String("state", "", "list: only this state (available, scheduled, running, retryable, completed, discarded, cancelled)")
 	limit := fs.Int("limit", 50, "list: at most this many jobs, newest first")
+	force := fs.Bool("force", false, "retry: also run a completed job again, repeating its effects")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: jobfence jobs [flags] list | show ID | retry ID | cancel ID")
+		fmt.Fprintln(stderr, "usage: jobfence jobs [flags] list | show ID | retry [--force] ID | cancel ID")
 		fs.PrintDefaults()
 	}
 	rest, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	if *dbURL == "" {
+	dbURL := databaseURL()
+	if dbURL == "" {
 		return errors.New("no database: pass --database-url or set DATABASE_URL")
 	}
 	if len(rest) == 0 {
 		fs.Usage()
 		return errors.New("want one of list, show, retry, cancel")
 	}
-	pool, err := pgxpool.New(ctx, *dbURL)
+	if *state != "" {
+		if _, err := queue.ParseState(*state); err != nil {
+			return fmt.Errorf("--state: %w", err)
+		}
+	}
+	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	c := pgqueue.New(pool, pgqueue.Config{})
+	if err := c.Check(ctx); err != nil {
+		return err
+	}
 
 	action := rest[0]
 	if action == "list" {
@@ -86,14 +97,13 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "  args %s\n  attempted by %v\n", j.EncodedArgs, j.AttemptedBy)
 		for _, e := range j.Errors {
 			fmt.Fprintf(stdout, "  attempt %d at %s: %s\n", e.Attempt, e.At.UTC().Format(time.RFC3339), e.Error)
+			if e.Trace != "" {
+				fmt.Fprintf(stdout, "    panic stack:\n%s\n", indent(strings.TrimRight(e.Trace, "\n"), "      "))
+			}
 		}
 		return nil
 	case "retry":
-		if err := c.Retry(ctx, id); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "job %d will run again now\n", id)
-		return nil
+		return retryJob(ctx, c, id, *force, stdout)
 	case "cancel":
 		if err := c.Cancel(ctx, id); err != nil {
 			return err
@@ -102,6 +112,32 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return nil
 	}
 	return fmt.Errorf("unknown jobs action %q: want list, show, retry or cancel", action)
+}
+
+// retryJob runs job id again. A completed job is refused unless force is
+// set, because a mistaken retry would repeat what it did (a payment).
+func retryJob(ctx context.Context, c *pgqueue.Client, id int64, force bool, stdout io.Writer) error {
+	err := c.Retry(ctx, id)
+	switch {
+	case errors.Is(err, pgqueue.ErrJobCompleted) && !force:
+		return fmt.Errorf("job %d completed already: it ran successfully, and retrying would run it again, repeating its effects; "+
+			"pass --force to run it again anyway", id)
+	case errors.Is(err, pgqueue.ErrJobCompleted):
+		if err := c.RetryForce(ctx, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "job %d had completed; running it again now, as --force asks: its effects will happen again\n", id)
+		return nil
+	case err != nil:
+		return err
+	}
+	fmt.Fprintf(stdout, "job %d will run again now\n", id)
+	return nil
+}
+
+// indent puts prefix before every line of s.
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
 }
 
 func oneLine(s string, n int) string {

@@ -10,6 +10,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -45,7 +47,18 @@ func main() {
 	os.Exit(code)
 }
 
+// run runs the command args name and returns the exit status. Everything it
+// prints passes through a redactingWriter that knows the connection strings
+// of the environment and of args, so no password is ever printed.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	secrets := append([]string{os.Getenv("DATABASE_URL"), os.Getenv("REDIS_URL")}, args...)
+	out, errOut := newRedactingWriter(stdout, secrets), newRedactingWriter(stderr, secrets)
+	defer errOut.Flush()
+	defer out.Flush()
+	return runCommand(ctx, args, out, errOut)
+}
+
+func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmds := commands()
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(stdout, cmds)
@@ -57,8 +70,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		usage(stderr, cmds)
 		return 2
 	}
-	if err := c.run(ctx, args[1:], stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, "jobfence %s: %v\n", args[0], err)
+	err := c.run(ctx, args[1:], stdout, stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		// -h and --help print the command's usage; asking for help is no failure.
+		return 0
+	case err != nil:
+		fmt.Fprintf(stderr, "jobfence %s: %v\n", args[0], explainDBError(err))
 		return 1
 	}
 	return 0

@@ -11,15 +11,27 @@ import (
 	"github.com/jobfence/jobfence/migrations"
 )
 
-// databaseURLFlag adds --database-url to fs, defaulting to $DATABASE_URL.
-func databaseURLFlag(fs *flag.FlagSet) *string {
-	return fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
+// databaseURLFlag adds --database-url to fs and returns a function that,
+// after parsing, gives the flag's value, or $DATABASE_URL when the flag is
+// absent. The flag's own default stays empty: usage prints defaults, and a
+// URL's password must never be printed.
+func databaseURLFlag(fs *flag.FlagSet) func() string {
+	const name = "database-url"
+	u := fs.String(name, "", "PostgreSQL URL (default $DATABASE_URL)")
+	return func() string {
+		set := false
+		fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+		if set {
+			return *u
+		}
+		return os.Getenv("DATABASE_URL")
+	}
 }
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dbURL := databaseURLFlag(fs)
+	databaseURL := databaseURLFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: jobfence migrate [--database-url URL] up|down|reset|status|version")
 		fs.PrintDefaults()
@@ -28,7 +40,8 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	if *dbURL == "" {
+	dbURL := databaseURL()
+	if dbURL == "" {
 		return errors.New("no database: pass --database-url or set DATABASE_URL")
 	}
 	if len(rest) != 1 {
@@ -37,19 +50,19 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	switch rest[0] {
 	case "up":
-		if err := migrations.Up(ctx, *dbURL); err != nil {
+		if err := migrations.Up(ctx, dbURL); err != nil {
 			return err
 		}
 	case "down":
-		if err := migrations.Down(ctx, *dbURL); err != nil {
+		if err := migrations.Down(ctx, dbURL); err != nil {
 			return err
 		}
 	case "reset":
-		if err := migrations.Reset(ctx, *dbURL); err != nil {
+		if err := migrations.Reset(ctx, dbURL); err != nil {
 			return err
 		}
 	case "status":
-		st, err := migrations.Status(ctx, *dbURL)
+		st, err := migrations.Status(ctx, dbURL)
 		if err != nil {
 			return err
 		}
@@ -65,7 +78,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	default:
 		return fmt.Errorf("unknown migrate action %q: want up, down, reset, status or version", rest[0])
 	}
-	v, err := migrations.Version(ctx, *dbURL)
+	v, err := migrations.Version(ctx, dbURL)
 	if err != nil {
 		return err
 	}

@@ -11,13 +11,14 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jobfence/jobfence/migrations"
 	"github.com/jobfence/jobfence/scheduler"
 )
 
 func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("schedules", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dbURL := databaseURLFlag(fs)
+	databaseURL := databaseURLFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: jobfence schedules [--database-url URL] list | delete NAME")
 		fs.PrintDefaults()
@@ -42,14 +43,18 @@ func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fs.Usage()
 		return fmt.Errorf("unexpected arguments after %s: %q", action, rest)
 	}
-	if *dbURL == "" {
+	dbURL := databaseURL()
+	if dbURL == "" {
 		return errors.New("no database: pass --database-url or set DATABASE_URL")
 	}
-	pool, err := pgxpool.New(ctx, *dbURL)
+	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if err := migrations.Check(ctx, pool); err != nil {
+		return err
+	}
 	if action == "delete" {
 		found, err := scheduler.Delete(ctx, pool, name)
 		if err != nil {

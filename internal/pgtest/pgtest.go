@@ -19,6 +19,7 @@ import (
 	"github.com/jobfence/jobfence/internal/devenv"
 	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/migrations"
+	"github.com/jobfence/jobfence/queue/pgqueue"
 )
 
 // Main runs the tests of a package. When DATABASE_URL is unset it starts a
@@ -88,7 +89,7 @@ func New(t testing.TB, opts ...Options) *DB {
 	schema := "t_" + randomHex(6)
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
-		t.Fatalf("pgtest: connect %s: %v", base, err)
+		t.Fatalf("pgtest: connect %s: %v", pgqueue.RedactConnString(base), pgqueue.RedactError(err, base))
 	}
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
 		admin.Close(ctx)
@@ -103,7 +104,7 @@ func New(t testing.TB, opts ...Options) *DB {
 	}
 	cfg, err := pgxpool.ParseConfig(u)
 	if err != nil {
-		t.Fatalf("pgtest: parse %s: %v", u, err)
+		t.Fatalf("pgtest: parse %s: %v", pgqueue.RedactConnString(u), pgqueue.RedactError(err, u))
 	}
 	cfg.MaxConns = 20
 	if o.MaxConns > 0 {

@@ -28,6 +28,8 @@ func (c *Client) Get(ctx context.Context, id int64) (*queue.Job, error) {
 type ListParams struct {
 	Queue string
 	Kind  string
+	// State must be one of queue.States(): List refuses an unknown state
+	// rather than find no job in it.
 	State queue.State
 	// Limit defaults to 100.
 	Limit int
@@ -37,8 +39,14 @@ const listSQL = `SELECT ` + jobColumns + ` FROM jobfence_jobs j
 WHERE ($1 = '' OR j.queue = $1) AND ($2 = '' OR j.kind = $2) AND ($3 = '' OR j.state = $3)
 ORDER BY j.id DESC LIMIT $4`
 
-// List returns stored jobs, newest first.
+// List returns stored jobs, newest first. An unknown p.State is an error
+// wrapping queue.ErrUnknownState.
 func (c *Client) List(ctx context.Context, p ListParams) ([]*queue.Job, error) {
+	if p.State != "" {
+		if _, err := queue.ParseState(string(p.State)); err != nil {
+			return nil, fmt.Errorf("pgqueue: list: %w", err)
+		}
+	}
 	if p.Limit <= 0 {
 		p.Limit = 100
 	}
@@ -91,24 +99,47 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 	return nil
 }
 
+// ErrJobCompleted reports a Retry of a completed job: it ran successfully
+// already, and running it again would repeat its effects (a payment, an
+// email). RetryForce runs it again anyway.
+var ErrJobCompleted = errors.New("jobfence: the job completed already; retrying it would run it again")
+
+// retrySQL makes job $1 ready now unless it is running, or completed and $2
+// (force) is false.
 const retrySQL = `
 UPDATE jobfence_jobs
 SET state = 'available', scheduled_at = now(), finalized_at = NULL,
     max_attempts = greatest(max_attempts, attempt + 1)
-WHERE id = $1 AND state <> 'running'
+WHERE id = $1 AND state <> 'running' AND ($2 OR state <> 'completed')
 RETURNING queue`
 
 // Retry makes a job that is not running ready to run now, giving it one
 // more attempt if it had none left: the way back for a discarded or
-// cancelled job.
+// cancelled job. It refuses a completed job with an error wrapping
+// ErrJobCompleted, because a mistaken retry must not repeat what the job
+// did; see RetryForce.
 func (c *Client) Retry(ctx context.Context, id int64) error {
+	return c.retry(ctx, id, false)
+}
+
+// RetryForce is Retry that also runs a completed job again, for when its
+// effects must happen again (they were lost or undone).
+func (c *Client) RetryForce(ctx context.Context, id int64) error {
+	return c.retry(ctx, id, true)
+}
+
+func (c *Client) retry(ctx context.Context, id int64, force bool) error {
 	var q string
-	err := c.pool.QueryRow(ctx, retrySQL, id).Scan(&q)
+	err := c.pool.QueryRow(ctx, retrySQL, id, force).Scan(&q)
 	if errors.Is(err, pgx.ErrNoRows) {
-		if _, gerr := c.Get(ctx, id); gerr != nil {
+		j, gerr := c.Get(ctx, id)
+		if gerr != nil {
 			return gerr
 		}
-		return fmt.Errorf("pgqueue: retry job %d: it is running", id)
+		if j.State == queue.StateCompleted {
+			return fmt.Errorf("pgqueue: retry job %d: %w", id, ErrJobCompleted)
+		}
+		return fmt.Errorf("pgqueue: retry job %d: it is %s", id, j.State)
 	}
 	if err != nil {
 		return fmt.Errorf("pgqueue: retry job %d: %w", id, err)

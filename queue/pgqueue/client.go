@@ -41,10 +41,12 @@ var (
 	_ queue.Waker      = (*Client)(nil)
 	_ queue.Maintainer = (*Client)(nil)
 	_ queue.Canceller  = (*Client)(nil)
+	_ queue.Checker    = (*Client)(nil)
 )
 
 // Client enqueues, claims and finishes jobs in PostgreSQL. It implements
-// queue.Backend, queue.Waker, queue.Maintainer and queue.Canceller, so a
+// queue.Backend, queue.Waker, queue.Maintainer, queue.Canceller and
+// queue.Checker, so a
 // worker.Worker can run on it. A Client is safe for concurrent use.
 type Client struct {
 	pool   *pgxpool.Pool
