@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/idempotency"
+	"github.com/jobfence/jobfence/internal/freeze"
 	"github.com/jobfence/jobfence/internal/pgtest"
 )
 
@@ -104,7 +105,7 @@ func frozenTxHolderMain() int {
 		idempotency.New(pool, idempotency.Options{Scope: "frozen", Lease: frozenTxLease}),
 		func() {
 			fmt.Println("completed")
-			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			freeze.Self()
 		})
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		_, err := s.DoTx(ctx, tx, "charge-1", "fp", charge("charge-1", "child"))

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jobfence/jobfence/internal/freeze"
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
@@ -126,7 +127,7 @@ func TestFrozenTxChild(t *testing.T) {
 	}
 	worker.SetAfterCompleteTx(w, func(job *queue.Job) {
 		fmt.Printf("FENCED %d\n", job.Fence)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		freeze.Self()
 	})
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
