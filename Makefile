@@ -26,16 +26,17 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || (gofmt -l . && exit 1)
 	$(GO) vet ./...
 
+# Tests, then fuzzing, summarised by internal/testsummary: failing tests'
+# output, each package's result, and a closing "N passed, N failed" line.
 test: setup vet
-	$(GO) test $(TESTFLAGS) ./...
-	$(MAKE) --no-print-directory fuzz
+	@{ $(GO) test $(TESTFLAGS) -json ./... 2>&1; $(MAKE) --no-print-directory fuzz FUZZFLAGS=-json 2>&1; } | $(GO) run ./internal/testsummary
 
 # Go fuzzes one target per invocation. A failure leaves its input under the
 # package's testdata/fuzz, where it becomes a seed that go test always runs.
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		echo "fuzz $${t##*:} ($(FUZZTIME))"; \
-		$(GO) test -run='^$$' -fuzz="^$${t##*:}\$$" -fuzztime=$(FUZZTIME) $${t%%:*} || exit 1; \
+		$(GO) test $(FUZZFLAGS) -run='^$$' -fuzz="^$${t##*:}\$$" -fuzztime=$(FUZZTIME) $${t%%:*} || exit 1; \
 	done
 
 demo:
