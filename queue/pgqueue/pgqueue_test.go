@@ -496,3 +496,36 @@ func TestEnqueueManyTakesTheDatabasesClock(t *testing.T) {
 		}
 	}
 }
+
+// TestRescueFollowsBackoff: a rescued job waits what the worker's retry
+// policy says (by the database's clock), and spends its attempt: the
+// database did not restart while it ran. The backoff sees the job as it
+// was claimed.
+func TestRescueFollowsBackoff(t *testing.T) {
+	c, db := newClient(t)
+	ctx := context.Background()
+	if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "charge"}); err != nil {
+		t.Fatal(err)
+	}
+	a := claim(t, c, "default", 1, time.Millisecond)[0]
+	time.Sleep(20 * time.Millisecond)
+	var seen *queue.Job
+	n, err := c.Rescue(ctx, queue.RescueParams{Limit: 10, Backoff: func(j *queue.Job) time.Duration {
+		seen = j
+		return time.Hour
+	}})
+	if err != nil || n != 1 || seen == nil || seen.ID != a.ID || seen.Attempt != 1 || seen.Fence != a.Fence {
+		t.Fatalf("rescue = %d, %v; backoff saw %+v", n, err, seen)
+	}
+	var state string
+	var attempt int
+	var secs float64
+	var reason string
+	if err := db.Pool.QueryRow(ctx, `SELECT state, attempt, extract(epoch FROM scheduled_at - now()), errors->0->>'error' FROM jobfence_jobs WHERE id = $1`, a.ID).
+		Scan(&state, &attempt, &secs, &reason); err != nil {
+		t.Fatal(err)
+	}
+	if state != "retryable" || attempt != 1 || secs < 3500 || secs > 3600 || !strings.Contains(reason, "stopped heartbeating") {
+		t.Fatalf("rescued job: %s, attempt %d, ready in %.0fs, error %q; want retryable, attempt 1 spent, in an hour", state, attempt, secs, reason)
+	}
+}
