@@ -15,6 +15,7 @@ import (
 	"github.com/jobfence/jobfence/idempotency"
 	"github.com/jobfence/jobfence/internal/freeze"
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testchild"
 )
 
 // settingMs reads a timeout setting of tx's session in milliseconds.
@@ -131,9 +132,9 @@ func TestDoTxFrozenHolderReleasesKey(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, chargesSQL); err != nil {
 		t.Fatal(err)
 	}
-	c := startChild(t, frozenTxHolderEnv, db.URL)
-	if l := c.next(t); l != "completed" {
-		t.Fatalf("child said %q (stderr %s)", l, c.stderr.String())
+	c := testchild.Start(t, frozenTxHolderEnv, "DATABASE_URL="+db.URL)
+	if l := c.Next(t); l != "completed" {
+		t.Fatalf("child said %q (stderr %s)", l, c.Stderr())
 	}
 	frozen := time.Now()
 
@@ -150,10 +151,10 @@ func TestDoTxFrozenHolderReleasesKey(t *testing.T) {
 		t.Fatalf("the next caller, %v after the holder froze with a %v lease: %q, %v", time.Since(frozen), frozenTxLease, got, err)
 	}
 
-	c.signal(t, syscall.SIGCONT)
-	l := c.next(t)
-	if waitErr := c.wait(); !strings.HasPrefix(l, "commit: failed") || waitErr != nil {
-		t.Fatalf("woken child said %q and exited with %v, want a failed commit (stderr %s)", l, waitErr, c.stderr.String())
+	c.Signal(t, syscall.SIGCONT)
+	l := c.Next(t)
+	if waitErr := c.Wait(); !strings.HasPrefix(l, "commit: failed") || waitErr != nil {
+		t.Fatalf("woken child said %q and exited with %v, want a failed commit (stderr %s)", l, waitErr, c.Stderr())
 	}
 	r, err := s.Lookup(ctx, "charge-1")
 	if err != nil || string(r.Response) != "parent" {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jobfence/jobfence/idempotency"
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testchild"
 )
 
 // ledgerSQL is a user's own table whose row records the fence of its last
@@ -215,13 +216,13 @@ func TestPauseTwoProcesses(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, ledgerSQL); err != nil {
 		t.Fatal(err)
 	}
-	c := startChild(t, pausedOwnerEnv, db.URL)
-	first := c.next(t)
+	c := testchild.Start(t, pausedOwnerEnv, "DATABASE_URL="+db.URL)
+	first := c.Next(t)
 	childFence, err := strconv.ParseInt(strings.TrimPrefix(first, "claimed "), 10, 64)
 	if err != nil {
-		t.Fatalf("child said %q (stderr %s)", first, c.stderr.String())
+		t.Fatalf("child said %q (stderr %s)", first, c.Stderr())
 	}
-	c.signal(t, syscall.SIGSTOP)
+	c.Signal(t, syscall.SIGSTOP)
 
 	rec := newLogRecorder()
 	s := idempotency.New(db.Pool, idempotency.Options{
@@ -242,15 +243,15 @@ func TestPauseTwoProcesses(t *testing.T) {
 		t.Fatal("the parent did not take the key over")
 	}
 
-	c.signal(t, syscall.SIGCONT)
-	if _, err := c.stdin.Write([]byte("wake\n")); err != nil {
+	c.Signal(t, syscall.SIGCONT)
+	if _, err := c.Stdin.Write([]byte("wake\n")); err != nil {
 		t.Fatal(err)
 	}
-	c.stdin.Close()
-	report := []string{c.next(t), c.next(t)}
-	waitErr := c.wait()
+	c.Stdin.Close()
+	report := []string{c.Next(t), c.Next(t)}
+	waitErr := c.Wait()
 	if want := []string{"ledger: stale", "do: stale"}; strings.Join(report, "|") != strings.Join(want, "|") || waitErr != nil {
-		t.Fatalf("child reported %q and exited with %v, want %q and 0 (stderr %s)", report, waitErr, want, c.stderr.String())
+		t.Fatalf("child reported %q and exited with %v, want %q and 0 (stderr %s)", report, waitErr, want, c.Stderr())
 	}
 
 	if owner, f := readLedger(t, ctx, db.Pool); owner != "parent" || f != fence {

@@ -1,12 +1,9 @@
 package worker_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,12 +13,13 @@ import (
 
 	"github.com/jobfence/jobfence/internal/freeze"
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testchild"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
 )
 
-// frozenChildEnv makes the test binary run TestFrozenTxChild for real.
+// frozenChildEnv makes the test binary play the frozen worker.
 const frozenChildEnv = "JOBFENCE_FROZEN_TX_CHILD"
 
 // addEffectTx registers a transactional handler that writes the job's
@@ -48,32 +46,11 @@ func TestFrozenTxHolderLosesTheJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	const lease = 2 * time.Second
-	child := exec.Command(os.Args[0], "-test.run=^TestFrozenTxChild$", "-test.count=1")
-	child.Env = append(os.Environ(), "DATABASE_URL="+db.URL, frozenChildEnv+"=1")
-	child.Stderr = os.Stderr
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = child.Process.Signal(syscall.SIGCONT)
-		_ = child.Process.Kill()
-		_ = child.Wait()
-	})
-	lines := make(chan string, 16)
-	go func() {
-		s := bufio.NewScanner(out)
-		for s.Scan() {
-			lines <- s.Text()
-		}
-		close(lines)
-	}()
+	child := testchild.Start(t, frozenChildEnv, "DATABASE_URL="+db.URL)
 	var childFence int64
-	frozen := expectLine(t, lines, "FENCED ", 60*time.Second)
-	fmt.Sscan(strings.TrimPrefix(frozen, "FENCED "), &childFence)
+	if _, err := fmt.Sscanf(child.Next(t), "FENCED %d", &childFence); err != nil {
+		t.Fatalf("child: %v (stderr %s)", err, child.Stderr())
+	}
 	froze := time.Now()
 
 	reg := worker.NewRegistry()
@@ -90,12 +67,9 @@ func TestFrozenTxHolderLosesTheJob(t *testing.T) {
 	if took, bound := time.Since(froze), lease+3*rescueEvery/2+2*time.Second; took > bound {
 		t.Fatalf("job completed %s after its holder froze, want within lease + rescue interval (%s)", took, bound)
 	}
-	if err := child.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	stats := expectLine(t, lines, "STATS ", 60*time.Second)
-	if stats != "STATS completed=0 stale=1" {
-		t.Fatalf("the frozen worker reports %q, want its commit failed and its outcome stale", stats)
+	child.Signal(t, syscall.SIGCONT)
+	if stats, err := child.Next(t), child.Wait(); stats != "STATS completed=0 stale=1" || err != nil {
+		t.Fatalf("the frozen worker reports %q and exits with %v, want its commit failed and its outcome stale", stats, err)
 	}
 	rows, distinct := countEffects(t, db.Pool)
 	var fence int64
@@ -104,17 +78,16 @@ func TestFrozenTxHolderLosesTheJob(t *testing.T) {
 	}
 }
 
-// TestFrozenTxChild is the frozen worker of TestFrozenTxHolderLosesTheJob,
-// run in a child process: it stops itself (SIGSTOP) right after a job's
-// fenced completion, and when continued reports what became of the job.
-func TestFrozenTxChild(t *testing.T) {
-	if os.Getenv(frozenChildEnv) == "" {
-		t.Skip("run by TestFrozenTxHolderLosesTheJob")
-	}
+// frozenTxChild is the frozen worker of TestFrozenTxHolderLosesTheJob,
+// run in a child process (see TestMain): it stops itself right after a
+// job's fenced completion, and when continued reports what became of the
+// job.
+func frozenTxChild() int {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	defer pool.Close()
 	reg := worker.NewRegistry()
@@ -123,14 +96,16 @@ func TestFrozenTxChild(t *testing.T) {
 		Lease: 2 * time.Second, DisableMaintenance: true, PollInterval: 100 * time.Millisecond, Logger: quietLogger(),
 	})
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	worker.SetAfterCompleteTx(w, func(job *queue.Job) {
 		fmt.Printf("FENCED %d\n", job.Fence)
 		freeze.Self()
 	})
 	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	deadline := time.Now().Add(time.Minute)
 	for w.Stats().Completed+w.Stats().Stale == 0 && time.Now().Before(deadline) {
@@ -140,23 +115,5 @@ func TestFrozenTxChild(t *testing.T) {
 	defer cancel()
 	w.Stop(stopCtx)
 	fmt.Printf("STATS completed=%d stale=%d\n", w.Stats().Completed, w.Stats().Stale)
-}
-
-// expectLine returns the first line from lines with prefix, skipping others.
-func expectLine(t *testing.T, lines <-chan string, prefix string, d time.Duration) string {
-	t.Helper()
-	timeout := time.After(d)
-	for {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("child exited before printing %q", prefix)
-			}
-			if strings.HasPrefix(l, prefix) {
-				return l
-			}
-		case <-timeout:
-			t.Fatalf("no %q line from the child within %s", prefix, d)
-		}
-	}
+	return 0
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,7 +22,13 @@ import (
 	"github.com/jobfence/jobfence/worker"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(frozenChildEnv) != "" {
+		// Re-executed by TestFrozenTxHolderLosesTheJob as the worker that freezes.
+		os.Exit(frozenTxChild())
+	}
+	pgtest.Main(m)
+}
 
 type effectArgs struct {
 	N int `json:"n"`

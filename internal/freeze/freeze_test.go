@@ -1,61 +1,40 @@
 package freeze_test
 
 import (
-	"bufio"
+	"fmt"
 	"os"
-	"os/exec"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jobfence/jobfence/internal/freeze"
+	"github.com/jobfence/jobfence/internal/testchild"
 )
+
+const childEnv = "FREEZE_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		fmt.Println("frozen")
+		freeze.Self()
+		fmt.Println("after")
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 // TestSelf: the child prints "frozen", freezes, and prints "after" only
 // once continued; while stopped it prints nothing.
 func TestSelf(t *testing.T) {
-	if os.Getenv("FREEZE_CHILD") != "" {
-		os.Stdout.WriteString("frozen\n")
-		freeze.Self()
-		os.Stdout.WriteString("after\n")
-		return
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestSelf$")
-	cmd.Env = append(os.Environ(), "FREEZE_CHILD=1")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer cmd.Process.Kill()
-	lines := make(chan string, 4)
-	go func() {
-		s := bufio.NewScanner(out)
-		for s.Scan() {
-			lines <- s.Text()
-		}
-		close(lines)
-	}()
-	if l := <-lines; l != "frozen" {
+	c := testchild.Start(t, childEnv)
+	if l := c.Next(t); l != "frozen" {
 		t.Fatalf("child said %q", l)
 	}
-	select {
-	case l := <-lines:
+	if l, quiet := c.Quiet(500 * time.Millisecond); !quiet {
 		t.Fatalf("child said %q while it should be frozen", l)
-	case <-time.After(500 * time.Millisecond):
 	}
-	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case l := <-lines:
-		if l != "after" {
-			t.Fatalf("continued child said %q", l)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("child did not go on after SIGCONT")
+	c.Signal(t, syscall.SIGCONT)
+	if l, err := c.Next(t), c.Wait(); l != "after" || err != nil {
+		t.Fatalf("continued child said %q and exited with %v", l, err)
 	}
 }
