@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobfence/jobfence/internal/logbuf"
+
 	"github.com/jobfence/jobfence/internal/netfault"
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/queue/pgqueue"
@@ -40,7 +42,7 @@ func TestStalledEnqueueIsBounded(t *testing.T) {
 	db := pgtest.New(t)
 	proxy := netfault.New(t, netfault.TargetOf(t, db.URL), netfault.Forward)
 	const timeout = time.Second
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	rec := newRecorder()
 	s := scheduler.New(pgqueue.New(db.NewPoolVia(t, proxy.Addr(), 4), pgqueue.Config{Logger: quiet}), scheduler.Config{
 		EnqueueTimeout: timeout, Logger: slog.New(slog.NewTextHandler(&logs, nil)), OnFire: rec.onFire(0),
@@ -86,7 +88,7 @@ func TestStartWaitsForDatabase(t *testing.T) {
 			t.Parallel()
 			db := pgtest.New(t)
 			proxy := netfault.New(t, netfault.TargetOf(t, db.URL), mode.mode)
-			var logs lockedBuffer
+			var logs logbuf.Buffer
 			s := scheduler.New(pgqueue.New(db.NewPoolVia(t, proxy.Addr(), 4), pgqueue.Config{Logger: quiet}), scheduler.Config{
 				EnqueueTimeout: 500 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 			})

@@ -1,7 +1,6 @@
 package scheduler_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jobfence/jobfence/internal/logbuf"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -318,7 +319,7 @@ func TestCatchUpAfterDowntime(t *testing.T) {
 
 			// Five fires later, one instance starts.
 			now := last.Add(5700 * time.Millisecond)
-			var logs lockedBuffer
+			var logs logbuf.Buffer
 			after := scheduler.New(pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quiet}), scheduler.Config{
 				Now: func() time.Time { return now }, Grace: tt.grace, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
 			})
@@ -525,31 +526,13 @@ func lookup(js []storedJob, at time.Time) storedJob {
 	return storedJob{}
 }
 
-// lockedBuffer is a log destination safe for concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestChangedDefinitionLastWriterWins registers a name, then registers it
 // again with another spec and zone: the stored row shows the later one, and
 // the change is logged.
 func TestChangedDefinitionLastWriterWins(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	register := func(spec string, opts scheduler.Options) {
 		t.Helper()
@@ -686,7 +669,7 @@ func TestStartStopMisuse(t *testing.T) {
 func TestStartWithoutSchema(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	s := scheduler.New(pgqueue.New(db.Pool, pgqueue.Config{Logger: quiet}), scheduler.Config{
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
@@ -794,7 +777,7 @@ func TestSlowScheduleDelaysNoOther(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	const grace = 2 * time.Second
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	rec := newRecorder()
 	s := scheduler.New(pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quiet}), scheduler.Config{
 		Grace: grace, Logger: slog.New(slog.NewTextHandler(&logs, nil)), OnFire: rec.onFire(0),

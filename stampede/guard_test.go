@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobfence/jobfence/internal/logbuf"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/jobfence/jobfence/internal/redistest"
@@ -135,8 +137,8 @@ func TestCodecErrorIsReturned(t *testing.T) {
 
 func TestUndecodableEntryIsRecomputed(t *testing.T) {
 	client, prefix := redistest.Client(t)
-	var logs logBuffer
-	g := newGuard[int](t, client, prefix, Options{Logger: logs.logger()})
+	var logs logbuf.Buffer
+	g := newGuard[int](t, client, prefix, Options{Logger: textLogger(&logs)})
 	for _, garbage := range []string{"not an entry", string(entry{expiry: time.Now().Add(time.Hour), payload: []byte(`"a string"`)}.encode())} {
 		if err := client.Set(t.Context(), prefix+"stampede:val:k", garbage, time.Minute).Err(); err != nil {
 			t.Fatal(err)
@@ -203,8 +205,8 @@ func TestWaiterTakesOverFailedHolder(t *testing.T) {
 // other's lock is left alone.
 func TestFailOpenAfterWaitTimeout(t *testing.T) {
 	client, prefix := redistest.Client(t)
-	var logs logBuffer
-	g := newGuard[string](t, client, prefix, Options{WaitTimeout: 200 * time.Millisecond, PollInterval: 20 * time.Millisecond, Logger: logs.logger()})
+	var logs logbuf.Buffer
+	g := newGuard[string](t, client, prefix, Options{WaitTimeout: 200 * time.Millisecond, PollInterval: 20 * time.Millisecond, Logger: textLogger(&logs)})
 	lock := prefix + "stampede:lock:k"
 	if err := client.Set(t.Context(), lock, "someone else", time.Hour).Err(); err != nil {
 		t.Fatal(err)
@@ -272,8 +274,8 @@ func TestReleaseAfterExpiryKeepsNewHolder(t *testing.T) {
 func TestLockLostWhileComputing(t *testing.T) {
 	c1, prefix := redistest.Client(t)
 	c2, _ := redistest.Client(t)
-	var logs logBuffer
-	first := newGuard[string](t, c1, prefix, Options{LockTTL: 300 * time.Millisecond, Logger: logs.logger()})
+	var logs logbuf.Buffer
+	first := newGuard[string](t, c1, prefix, Options{LockTTL: 300 * time.Millisecond, Logger: textLogger(&logs)})
 	second := newGuard[string](t, c2, prefix, Options{LockTTL: time.Hour})
 	lock := prefix + "stampede:lock:k"
 
@@ -394,8 +396,8 @@ func TestRedisStopped(t *testing.T) {
 	r := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
 	t.Cleanup(func() { client.Close() })
-	var logs logBuffer
-	g := newGuard[string](t, client, "", Options{LockTTL: 300 * time.Millisecond, Logger: logs.logger()})
+	var logs logbuf.Buffer
+	g := newGuard[string](t, client, "", Options{LockTTL: 300 * time.Millisecond, Logger: textLogger(&logs)})
 
 	in, proceed := make(chan struct{}), make(chan struct{})
 	out := make(chan string, 1)

@@ -1,12 +1,12 @@
 package stampede
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/jobfence/jobfence/internal/logbuf"
 
 	"github.com/redis/go-redis/v9"
 
@@ -15,25 +15,8 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// logBuffer collects a Guard's log lines for assertions.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+// textLogger logs as text into l.
+func textLogger(l *logbuf.Buffer) *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobfence/jobfence/internal/logbuf"
+
 	"github.com/jobfence/jobfence/internal/redistest"
 )
 
@@ -21,8 +23,8 @@ func TestHungComputeIsBounded(t *testing.T) {
 	c1, prefix := redistest.Client(t)
 	c2, _ := redistest.Client(t)
 	const computeTimeout = time.Second
-	var logs logBuffer
-	holder := newGuard[string](t, c1, prefix, Options{LockTTL: 600 * time.Millisecond, ComputeTimeout: computeTimeout, Logger: logs.logger()})
+	var logs logbuf.Buffer
+	holder := newGuard[string](t, c1, prefix, Options{LockTTL: 600 * time.Millisecond, ComputeTimeout: computeTimeout, Logger: textLogger(&logs)})
 	waiter := newGuard[string](t, c2, prefix, Options{WaitTimeout: time.Minute, PollInterval: 20 * time.Millisecond})
 	lock := prefix + "stampede:lock:k"
 

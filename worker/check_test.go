@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jobfence/jobfence/internal/logbuf"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
@@ -52,7 +54,7 @@ func TestStartUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	startWorker(t, pgqueue.New(pool, pgqueue.Config{Logger: logger}), noopRegistry(), worker.Config{Logger: logger})
 	if !strings.Contains(logs.String(), "cannot check the backend; starting anyway") {

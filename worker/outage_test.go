@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobfence/jobfence/internal/logbuf"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -43,7 +45,7 @@ func TestTxHandlersDoNotStarveHeartbeats(t *testing.T) {
 		_, err := tx.Exec(ctx, "SELECT pg_sleep($1)", (lease + lease/4).Seconds())
 		return err
 	})
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	// pgxpool.New's default on a small machine: 4 connections.
 	c := pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quietLogger()})
 	w := startWorker(t, c, reg, worker.Config{

@@ -8,10 +8,11 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jobfence/jobfence/internal/logbuf"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -35,24 +36,6 @@ type effectArgs struct {
 }
 
 func (effectArgs) Kind() string { return "effect" }
-
-// syncBuffer is a log sink that tests read while workers write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(&bytes.Buffer{}, &slog.HandlerOptions{Level: slog.LevelError + 1}))
@@ -265,7 +248,7 @@ func TestBadInput(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	reg := worker.NewRegistry()
 	var ran atomic.Int64
 	worker.Add(reg, func(ctx context.Context, job *worker.Job[badArgs]) error { ran.Add(1); return nil })
@@ -540,7 +523,7 @@ func TestDatabaseDownAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	c := pgqueue.New(pool, pgqueue.Config{Logger: logger})
 	_, err = c.Insert(ctx, effectArgs{}, nil)

@@ -15,14 +15,14 @@ package testchild
 
 import (
 	"bufio"
-	"bytes"
 	"io"
 	"os"
 	"os/exec"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jobfence/jobfence/internal/logbuf"
 )
 
 // LineTimeout bounds how long Next waits for a line.
@@ -36,7 +36,7 @@ type Child struct {
 
 	cmd    *exec.Cmd
 	lines  chan string
-	stderr syncBuffer
+	stderr logbuf.Buffer
 	exited chan struct{}
 }
 
@@ -130,21 +130,3 @@ func (c *Child) Wait() error {
 
 // Stderr returns what the child wrote to its standard error so far.
 func (c *Child) Stderr() string { return c.stderr.String() }
-
-// syncBuffer is written by the exec package's copier while tests read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
