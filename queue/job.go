@@ -76,4 +76,8 @@ type AttemptError struct {
 	Error string `json:"error"`
 	// Trace is the stack of a recovered panic.
 	Trace string `json:"trace,omitempty"`
+	// PutBack marks an error that did not spend the attempt: the job was
+	// put back because of something that was not its failure (an unknown
+	// kind, a broken connection, a database restart).
+	PutBack bool `json:"put_back,omitempty"`
 }

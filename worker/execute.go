@@ -113,7 +113,11 @@ func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *runni
 		err = h.runTx(ctx, tx, job)
 	}()
 	if err != nil {
-		if tx.Conn().IsClosed() {
+		// A broken connection is the outage's doing, unless the handler's
+		// own context ended (a timeout): pgx closes a connection whose
+		// query is cancelled, and a job that always times out must spend
+		// its attempts.
+		if ctx.Err() == nil && tx.Conn().IsClosed() {
 			err = &connError{err}
 		}
 		return false, stack, err
@@ -209,11 +213,15 @@ func (w *Worker) retryDelay(job *queue.Job) time.Duration {
 
 // putBackDelay spaces out the put-backs of a job that is not failing but
 // cannot run here (its kind is unknown, its connection broke): the retry
-// policy's backoff for the number of errors it has recorded, which grows
-// with each put-back while its attempts stay unspent.
+// policy's backoff for the put-backs in a row it has had, so it grows
+// while the cause lasts though the job's attempts stay unspent.
 func (w *Worker) putBackDelay(job *queue.Job) time.Duration {
+	n := 1
+	for i := len(job.Errors) - 1; i >= 0 && job.Errors[i].PutBack; i-- {
+		n++
+	}
 	backoff := *job
-	backoff.Attempt = len(job.Errors) + 1
+	backoff.Attempt = n
 	return w.retryDelay(&backoff)
 }
 
@@ -223,7 +231,7 @@ func (w *Worker) report(job *queue.Job, r *running, o queue.Outcome, delay time.
 	w.finishing(r)
 	f := queue.Finish{Lease: job.Lease(), Outcome: o, Delay: delay}
 	if err != nil {
-		f.Error = &queue.AttemptError{Attempt: job.Attempt, At: time.Now(), Error: err.Error(), Trace: stack}
+		f.Error = &queue.AttemptError{Attempt: job.Attempt, At: time.Now(), Error: err.Error(), Trace: stack, PutBack: o == queue.OutcomeSnooze}
 	}
 	w.finishCh <- pending{f: f, r: r}
 }

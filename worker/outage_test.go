@@ -189,3 +189,29 @@ type sleepArgs struct {
 }
 
 func (sleepArgs) Kind() string { return "sleep" }
+
+// TestTxTimeoutSpendsTheAttempt: pgx closes a connection whose query is
+// cancelled, but a transactional handler that times out failed on its own:
+// it spends its attempt (here its only one), it is not put back as an
+// outage would be.
+func TestTxTimeoutSpendsTheAttempt(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
+	res, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: effectArgs{}.Kind(), MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := worker.NewRegistry()
+	worker.AddTx(reg, func(ctx context.Context, tx pgx.Tx, job *worker.Job[effectArgs]) error {
+		_, err := tx.Exec(ctx, "SELECT pg_sleep(30)")
+		return err
+	}, worker.HandlerOptions{Timeout: 200 * time.Millisecond})
+	startWorker(t, c, reg, worker.Config{PollInterval: 50 * time.Millisecond})
+	waitFor(t, 30*time.Second, "the timed-out job final", func() bool { return stateOf(t, c, res.ID).State.Final() })
+	j := stateOf(t, c, res.ID)
+	if j.State != queue.StateDiscarded || j.Attempt != 1 || len(j.Errors) != 1 || j.Errors[0].PutBack ||
+		!strings.Contains(j.Errors[0].Error, "timed out") {
+		t.Fatalf("job %s, attempt %d, errors %+v; want discarded after its one attempt timed out", j.State, j.Attempt, j.Errors)
+	}
+}

@@ -274,7 +274,8 @@ func TestBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			j := stateOf(t, c, tt.id)
-			if j.State != tt.state || j.Attempt != tt.attempt || len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, tt.wantErr) {
+			if j.State != tt.state || j.Attempt != tt.attempt || len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, tt.wantErr) ||
+				j.Errors[0].PutBack != (tt.attempt == 0) {
 				t.Fatalf("job: state=%s attempt=%d errors=%+v; want %s, attempt %d, with %q", j.State, j.Attempt, j.Errors, tt.state, tt.attempt, tt.wantErr)
 			}
 			t.Logf("the error a user sees on the job: %s", j.Errors[0].Error)

@@ -96,7 +96,11 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		fmt.Fprintf(stdout, "  args %s\n  attempted by %v\n", j.EncodedArgs, j.AttemptedBy)
 		for _, e := range j.Errors {
-			fmt.Fprintf(stdout, "  attempt %d at %s: %s\n", e.Attempt, e.At.UTC().Format(time.RFC3339), e.Error)
+			putBack := ""
+			if e.PutBack {
+				putBack = " (put back; the attempt was not spent)"
+			}
+			fmt.Fprintf(stdout, "  attempt %d at %s%s: %s\n", e.Attempt, e.At.UTC().Format(time.RFC3339), putBack, e.Error)
 			if e.Trace != "" {
 				fmt.Fprintf(stdout, "    panic stack:\n%s\n", indent(strings.TrimRight(e.Trace, "\n"), "      "))
 			}

@@ -33,7 +33,8 @@ SET state = CASE WHEN NOT r.restarted AND j.attempt >= j.max_attempts THEN 'disc
     scheduled_at = now() + r.delay * interval '1 microsecond',
     errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error',
         CASE WHEN r.restarted THEN 'lease expired: the database restarted while the job ran; the attempt is given back'
-             ELSE 'lease expired: the worker stopped heartbeating (crashed, paused or cut off)' END)),
+             ELSE 'lease expired: the worker stopped heartbeating (crashed, paused or cut off)' END)
+        || CASE WHEN r.restarted THEN '{"put_back": true}'::jsonb ELSE '{}'::jsonb END),
     finalized_at = CASE WHEN NOT r.restarted AND j.attempt >= j.max_attempts THEN now() END,
     lease_expires_at = NULL
 FROM unnest($1::bigint[], $2::bigint[], $3::boolean[]) AS r(id, delay, restarted)
