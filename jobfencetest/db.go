@@ -1,0 +1,203 @@
+package jobfencetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobfence/jobfence/jobfencetest/devserver"
+	"github.com/jobfence/jobfence/migrations"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+)
+
+// unavailableEnv carries, from Main to NewDB in the same process, why no
+// server could be had when MainOptions.SkipWithoutServer is set.
+const unavailableEnv = "JOBFENCETEST_NO_SERVER"
+
+// MainOptions tunes Main.
+type MainOptions struct {
+	// SkipWithoutServer makes the tests that call NewDB skip, naming the
+	// reason, when DATABASE_URL is unset and no throwaway server can be
+	// started. By default (false) the test binary fails at once instead,
+	// so that a CI run cannot pass by testing nothing.
+	SkipWithoutServer bool
+}
+
+// Main runs a package's tests with a PostgreSQL server: the one
+// DATABASE_URL names or, when it is unset, a throwaway server that Main
+// starts from the system's binaries, points DATABASE_URL at, and removes
+// when the tests end. Call it from TestMain:
+//
+//	func TestMain(m *testing.M) { jobfencetest.Main(m) }
+func Main(m *testing.M, opts ...MainOptions) {
+	os.Exit(run(m, opts...))
+}
+
+func run(m *testing.M, opts ...MainOptions) int {
+	var o MainOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if os.Getenv("DATABASE_URL") == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		env, err := devserver.Start(ctx, devserver.Options{Postgres: true})
+		cancel()
+		if err != nil {
+			msg := fmt.Sprintf("jobfencetest: no PostgreSQL server: DATABASE_URL is unset and a throwaway server could not be started: %v", err)
+			if !o.SkipWithoutServer {
+				fmt.Fprintln(os.Stderr, msg)
+				return 1
+			}
+			os.Setenv(unavailableEnv, msg)
+			return m.Run()
+		}
+		defer env.Close()
+		os.Setenv("DATABASE_URL", env.DatabaseURL)
+	}
+	return m.Run()
+}
+
+// DB is a migrated schema of its own for one test.
+type DB struct {
+	// Schema is the schema's name, a fresh one per test.
+	Schema string
+	// URL connects with Schema first on the search_path: use it for
+	// anything that opens its own connections.
+	URL string
+	// Pool is a pool on URL, closed when the test ends.
+	Pool *pgxpool.Pool
+}
+
+// Options tunes NewDB.
+type Options struct {
+	// NoMigrate leaves the schema empty instead of creating jobfence's
+	// tables in it, for tests of migrations.
+	NoMigrate bool
+	// MaxConns caps Pool; zero means 20.
+	MaxConns int32
+}
+
+// NewDB creates a schema for t on the server Main provided, creates
+// jobfence's tables in it and returns a pool whose search_path is that
+// schema. The schema is dropped when the test ends. Without Main (and
+// DATABASE_URL unset) it fails the test saying so.
+func NewDB(t testing.TB, opts ...Options) *DB {
+	t.Helper()
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	base := os.Getenv("DATABASE_URL")
+	if base == "" {
+		if msg := os.Getenv(unavailableEnv); msg != "" {
+			t.Skip(msg)
+		}
+		t.Fatal("jobfencetest: DATABASE_URL is unset; call jobfencetest.Main(m) from TestMain, or set DATABASE_URL")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	schema := "t_" + randomHex(6)
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("jobfencetest: connect %s: %v", pgqueue.RedactConnString(base), pgqueue.RedactError(err, base))
+	}
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		admin.Close(ctx)
+		t.Fatalf("jobfencetest: create schema: %v", err)
+	}
+	admin.Close(ctx)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Logf("jobfencetest: schema %s not dropped: %v", schema, pgqueue.RedactError(err, base))
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Logf("jobfencetest: drop schema %s: %v", schema, err)
+		}
+	})
+	db := &DB{Schema: schema, URL: WithSearchPath(base, schema)}
+	if !o.NoMigrate {
+		if err := migrations.Up(ctx, db.URL); err != nil {
+			t.Fatalf("jobfencetest: migrate: %v", err)
+		}
+	}
+	db.Pool = db.NewPool(t, orDefault(o.MaxConns, 20))
+	return db
+}
+
+func orDefault(v, def int32) int32 {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// NewPool opens another pool on the test's schema, as a second instance
+// of a service would; it is closed when the test ends. maxConns caps it;
+// zero keeps pgxpool's default.
+func (db *DB) NewPool(t testing.TB, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	return db.newPool(t, db.URL, maxConns)
+}
+
+// NewPoolVia opens a pool on the test's schema whose connections go to
+// addr (host:port) instead of the server, for example through a proxy
+// that injects network faults; it is closed when the test ends. It
+// connects lazily.
+func (db *DB) NewPoolVia(t testing.TB, addr string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatalf("jobfencetest: parse %s: %v", pgqueue.RedactConnString(db.URL), err)
+	}
+	u.Host = addr
+	return db.newPool(t, u.String(), maxConns)
+}
+
+func (db *DB) newPool(t testing.TB, u string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		t.Fatalf("jobfencetest: parse %s: %v", pgqueue.RedactConnString(u), pgqueue.RedactError(err, u))
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("jobfencetest: pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// WithSearchPath returns the connection URL base with search_path set to
+// schema, or base unchanged when it is not a URL (a key=value string).
+func WithSearchPath(base, schema string) string {
+	u, err := url.Parse(base)
+	if err != nil {
+		return base
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
