@@ -72,8 +72,10 @@ type DB struct {
 	// URL connects with Schema first on the search_path: use it for
 	// anything that opens its own connections.
 	URL string
-	// Pool is a pool on URL, closed when the test ends.
+	// Pool is a pool on URL, closed by Close (when the test ends).
 	Pool *pgxpool.Pool
+
+	base string
 }
 
 // Options tunes NewDB.
@@ -85,16 +87,11 @@ type Options struct {
 	MaxConns int32
 }
 
-// NewDB creates a schema for t on the server Main provided, creates
-// jobfence's tables in it and returns a pool whose search_path is that
-// schema. The schema is dropped when the test ends. Without Main (and
-// DATABASE_URL unset) it fails the test saying so.
+// NewDB creates a schema for t on the server Main provided, as OpenDB
+// does, and drops it when the test ends. Without Main (and DATABASE_URL
+// unset) it fails the test saying so.
 func NewDB(t testing.TB, opts ...Options) *DB {
 	t.Helper()
-	var o Options
-	if len(opts) > 0 {
-		o = opts[0]
-	}
 	base := os.Getenv("DATABASE_URL")
 	if base == "" {
 		if msg := os.Getenv(unavailableEnv); msg != "" {
@@ -104,44 +101,78 @@ func NewDB(t testing.TB, opts ...Options) *DB {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	schema := "t_" + randomHex(6)
-	admin, err := pgx.Connect(ctx, base)
+	db, err := OpenDB(ctx, base, opts...)
 	if err != nil {
-		t.Fatalf("jobfencetest: connect %s: %v", pgqueue.RedactConnString(base), pgqueue.RedactError(err, base))
+		t.Fatal(err)
 	}
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		admin.Close(ctx)
-		t.Fatalf("jobfencetest: create schema: %v", err)
-	}
-	admin.Close(ctx)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		c, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Logf("jobfencetest: schema %s not dropped: %v", schema, pgqueue.RedactError(err, base))
-			return
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Logf("jobfencetest: drop schema %s: %v", schema, err)
+		if err := db.Close(); err != nil {
+			t.Log(err)
 		}
 	})
-	db := &DB{Schema: schema, URL: WithSearchPath(base, schema)}
-	if !o.NoMigrate {
-		if err := migrations.Up(ctx, db.URL); err != nil {
-			t.Fatalf("jobfencetest: migrate: %v", err)
-		}
-	}
-	db.Pool = db.NewPool(t, orDefault(o.MaxConns, 20))
 	return db
 }
 
-func orDefault(v, def int32) int32 {
-	if v > 0 {
-		return v
+// OpenDB creates a fresh schema on the server baseURL names, creates
+// jobfence's tables in it (unless Options.NoMigrate) and opens a pool
+// whose search_path is that schema. Close drops the schema. NewDB is
+// OpenDB for a test; OpenDB serves where there is no testing.TB, such as
+// an Example function or a program's throwaway run.
+func OpenDB(ctx context.Context, baseURL string, opts ...Options) (*DB, error) {
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
 	}
-	return def
+	schema := "t_" + randomHex(6)
+	admin, err := pgx.Connect(ctx, baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("jobfencetest: connect %s: %w", pgqueue.RedactConnString(baseURL), pgqueue.RedactError(err, baseURL))
+	}
+	_, err = admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	admin.Close(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("jobfencetest: create schema: %w", err)
+	}
+	db := &DB{Schema: schema, URL: WithSearchPath(baseURL, schema), base: baseURL}
+	fail := func(err error) (*DB, error) {
+		db.Close()
+		return nil, err
+	}
+	if !o.NoMigrate {
+		if err := migrations.Up(ctx, db.URL); err != nil {
+			return fail(fmt.Errorf("jobfencetest: migrate: %w", err))
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		return fail(fmt.Errorf("jobfencetest: parse %s: %w", pgqueue.RedactConnString(db.URL), pgqueue.RedactError(err, db.URL)))
+	}
+	cfg.MaxConns = 20
+	if o.MaxConns > 0 {
+		cfg.MaxConns = o.MaxConns
+	}
+	if db.Pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return fail(fmt.Errorf("jobfencetest: pool: %w", err))
+	}
+	return db, nil
+}
+
+// Close closes Pool and drops the schema with everything in it.
+func (db *DB) Close() error {
+	if db.Pool != nil {
+		db.Pool.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := pgx.Connect(ctx, db.base)
+	if err != nil {
+		return fmt.Errorf("jobfencetest: schema %s not dropped: %w", db.Schema, pgqueue.RedactError(err, db.base))
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{db.Schema}.Sanitize()+" CASCADE"); err != nil {
+		return fmt.Errorf("jobfencetest: drop schema %s: %w", db.Schema, err)
+	}
+	return nil
 }
 
 // NewPool opens another pool on the test's schema, as a second instance
