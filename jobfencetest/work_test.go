@@ -113,7 +113,7 @@ func TestWorkRunsTheMiddleware(t *testing.T) {
 }
 
 type ship struct {
-	Order int `json:"order"`
+	Order int  `json:"order"`
 	Fail  bool `json:"fail"`
 }
 
