@@ -37,7 +37,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/jobfence/jobfence/internal/devenv"
+	"github.com/jobfence/jobfence/jobfencetest/devserver"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/kafkaqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -86,7 +86,7 @@ func main() {
 }
 
 func run(ctx context.Context, jobs, partitions int) error {
-	env, err := devenv.Start(ctx, devenv.Options{Kafka: true, Postgres: true, KafkaPartitions: int32(partitions)})
+	env, err := devserver.Start(ctx, devserver.Options{Kafka: true, Postgres: true, KafkaPartitions: int32(partitions)})
 	if err != nil {
 		return err
 	}

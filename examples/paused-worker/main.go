@@ -33,7 +33,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/jobfence/jobfence/internal/devenv"
+	"github.com/jobfence/jobfence/jobfencetest/devserver"
 	"github.com/jobfence/jobfence/migrations"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
@@ -116,7 +116,7 @@ func child(ctx context.Context) error {
 }
 
 func parent(ctx context.Context) error {
-	env, err := devenv.Start(ctx, devenv.Options{Postgres: true})
+	env, err := devserver.Start(ctx, devserver.Options{Postgres: true})
 	if err != nil {
 		return err
 	}

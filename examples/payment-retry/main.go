@@ -23,7 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/idempotency"
-	"github.com/jobfence/jobfence/internal/devenv"
+	"github.com/jobfence/jobfence/jobfencetest/devserver"
 	"github.com/jobfence/jobfence/migrations"
 )
 
@@ -53,7 +53,7 @@ func main() {
 }
 
 func run(ctx context.Context) error {
-	env, err := devenv.Start(ctx, devenv.Options{Postgres: true})
+	env, err := devserver.Start(ctx, devserver.Options{Postgres: true})
 	if err != nil {
 		return err
 	}

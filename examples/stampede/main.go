@@ -17,7 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/jobfence/jobfence/internal/devenv"
+	"github.com/jobfence/jobfence/jobfencetest/devserver"
 	"github.com/jobfence/jobfence/stampede"
 )
 
@@ -38,7 +38,7 @@ func main() {
 }
 
 func run(ctx context.Context) error {
-	env, err := devenv.Start(ctx, devenv.Options{Redis: true})
+	env, err := devserver.Start(ctx, devserver.Options{Redis: true})
 	if err != nil {
 		return err
 	}
