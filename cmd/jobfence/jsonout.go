@@ -7,7 +7,7 @@ import (
 
 	"github.com/pressly/goose/v3"
 
-		"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/scheduler"
 )
 
