@@ -2,15 +2,12 @@ package jobfencetest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/url"
 	"os"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/jobfencetest/devserver"
@@ -75,7 +72,7 @@ type DB struct {
 	// Pool is a pool on URL, closed by Close (when the test ends).
 	Pool *pgxpool.Pool
 
-	base string
+	schema *devserver.Schema
 }
 
 // Options tunes NewDB.
@@ -117,23 +114,17 @@ func NewDB(t testing.TB, opts ...Options) *DB {
 // jobfence's tables in it (unless Options.NoMigrate) and opens a pool
 // whose search_path is that schema. Close drops the schema. NewDB is
 // OpenDB for a test; OpenDB serves where there is no testing.TB, such as
-// an Example function or a program's throwaway run.
+// an Example function.
 func OpenDB(ctx context.Context, baseURL string, opts ...Options) (*DB, error) {
 	var o Options
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	schema := "t_" + randomHex(6)
-	admin, err := pgx.Connect(ctx, baseURL)
+	schema, err := devserver.CreateSchema(ctx, baseURL, "t_")
 	if err != nil {
-		return nil, fmt.Errorf("jobfencetest: connect %s: %w", pgqueue.RedactConnString(baseURL), pgqueue.RedactError(err, baseURL))
+		return nil, fmt.Errorf("jobfencetest: %w", err)
 	}
-	_, err = admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
-	admin.Close(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("jobfencetest: create schema: %w", err)
-	}
-	db := &DB{Schema: schema, URL: WithSearchPath(baseURL, schema), base: baseURL}
+	db := &DB{Schema: schema.Name, URL: schema.URL, schema: schema}
 	fail := func(err error) (*DB, error) {
 		db.Close()
 		return nil, err
@@ -164,13 +155,8 @@ func (db *DB) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := pgx.Connect(ctx, db.base)
-	if err != nil {
-		return fmt.Errorf("jobfencetest: schema %s not dropped: %w", db.Schema, pgqueue.RedactError(err, db.base))
-	}
-	defer c.Close(ctx)
-	if _, err := c.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{db.Schema}.Sanitize()+" CASCADE"); err != nil {
-		return fmt.Errorf("jobfencetest: drop schema %s: %w", db.Schema, err)
+	if err := db.schema.Drop(ctx); err != nil {
+		return fmt.Errorf("jobfencetest: %w", err)
 	}
 	return nil
 }
@@ -212,23 +198,4 @@ func (db *DB) newPool(t testing.TB, u string, maxConns int32) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
-}
-
-// WithSearchPath returns the connection URL base with search_path set to
-// schema, or base unchanged when it is not a URL (a key=value string).
-func WithSearchPath(base, schema string) string {
-	u, err := url.Parse(base)
-	if err != nil {
-		return base
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

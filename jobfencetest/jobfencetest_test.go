@@ -88,7 +88,7 @@ func TestOpenDBReportsAnUnreachableServer(t *testing.T) {
 	if err == nil {
 		t.Fatal("OpenDB on a closed port succeeded")
 	}
-	if !strings.Contains(err.Error(), "jobfencetest: connect") || strings.Contains(err.Error(), "secret") {
+	if !strings.Contains(err.Error(), "connect postgres://nobody:xxxxx@127.0.0.1:1/") || strings.Contains(err.Error(), "secret") {
 		t.Fatalf("error %q should say it could not connect, without the password", err)
 	}
 }

@@ -45,11 +45,17 @@ type Worker struct {
 }
 
 // NewWorker returns a Worker running reg's handlers on client with
-// WorkerConfig(cfg): the same handlers, middleware, timeouts and retry
+// WorkerConfig(cfg) (Queues defaulting to one slot of the default queue):
+// the same handlers, middleware, timeouts and retry
 // policy your service's worker uses. It fails t when worker.New refuses
 // the configuration.
 func NewWorker(t TestingT, client *pgqueue.Client, reg *worker.Registry, cfg worker.Config) *Worker {
 	t.Helper()
+	if len(cfg.Queues) == 0 {
+		// It runs one job at a time; a larger concurrency would only make
+		// worker.New warn about the pool's size.
+		cfg.Queues = map[string]int{queue.DefaultQueue: 1}
+	}
 	w, err := worker.New(client, reg, WorkerConfig(cfg))
 	if err != nil {
 		t.Fatalf("jobfencetest: new worker: %v", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/jobfencetest"
+	"github.com/jobfence/jobfence/jobfencetest/devserver"
 )
 
 // Main runs the tests of a package; see jobfencetest.Main. A test binary
@@ -37,4 +38,4 @@ func New(t testing.TB, opts ...Options) *DB {
 }
 
 // WithSearchPath returns the connection URL with search_path set to schema.
-func WithSearchPath(base, schema string) string { return jobfencetest.WithSearchPath(base, schema) }
+func WithSearchPath(base, schema string) string { return devserver.WithSearchPath(base, schema) }
