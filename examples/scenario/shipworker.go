@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -284,4 +285,55 @@ func WaitCompleted(ctx context.Context, c *pgqueue.Client, id int64) (*queue.Job
 		return err == nil && j.State == queue.StateCompleted, err
 	})
 	return j, err
+}
+
+// Rescue is a shipment job whose worker process the scenario disrupted
+// (paused or killed) and which the fleet's other instances then rescued
+// and completed.
+type Rescue struct {
+	*Shipping
+	// Job is the job as completed by a rescuer.
+	Job       *queue.Job
+	rescuers  []*worker.Worker
+	stopFleet func()
+}
+
+// ShipDisruptRescue enqueues a shipment of order on queue q, has a worker
+// process claim it, calls disrupt on the process (named by signal in the
+// progress line), starts two rescuing instances and waits until one of
+// them completed the job. The rescuers keep running until Stop.
+func ShipDisruptRescue(ctx context.Context, env *Env, q string, order int, signal string, disrupt func(*Child) error) (*Rescue, error) {
+	s, err := ShipInChild(ctx, env, q, order)
+	if err != nil {
+		return nil, err
+	}
+	if err := disrupt(s.Child); err != nil {
+		s.Child.Kill()
+		return nil, err
+	}
+	env.Logf("worker process %d claimed job %d (fence %d); %s", s.Child.Pid(), s.JobID, s.Fence, signal)
+	ws, stop, err := Rescuers(ctx, env, q, 2)
+	if err != nil {
+		s.Child.Kill()
+		return nil, err
+	}
+	r := &Rescue{Shipping: s, rescuers: ws, stopFleet: stop}
+	if r.Job, err = WaitCompleted(ctx, s.Client, s.JobID); err != nil {
+		r.Stop()
+		return nil, err
+	}
+	env.Logf("its 1s lease ran out; %s rescued the job and shipped the order under fence %d", r.Job.AttemptedBy[len(r.Job.AttemptedBy)-1], r.Job.Fence)
+	return r, nil
+}
+
+// Rescued reports whether a rescuer's maintenance rescued a job.
+func (r *Rescue) Rescued() bool {
+	return slices.ContainsFunc(r.rescuers, func(w *worker.Worker) bool { return w.Stats().Rescued > 0 })
+}
+
+// Stop stops the rescuers and kills the worker process if it still runs;
+// calling it again does nothing.
+func (r *Rescue) Stop() {
+	r.stopFleet()
+	r.Child.Kill()
 }

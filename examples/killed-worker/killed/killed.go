@@ -6,11 +6,9 @@ package killed
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/jobfence/jobfence/examples/scenario"
-	"github.com/jobfence/jobfence/worker"
 )
 
 // queueName is the queue of the scenario's one job.
@@ -19,30 +17,20 @@ const queueName = "killed"
 // Run plays the scenario on env and measures it.
 func Run(ctx context.Context, env *scenario.Env) (scenario.Result, error) {
 	var o scenario.Result
-	s, err := scenario.ShipInChild(ctx, env, queueName, 5)
+	r, err := scenario.ShipDisruptRescue(ctx, env, queueName, 5, "SIGKILL", func(ch *scenario.Child) error {
+		if err := ch.Cmd.Process.Kill(); err != nil {
+			return err
+		}
+		_ = ch.Wait() // "signal: killed"
+		return nil
+	})
 	if err != nil {
 		return o, err
 	}
-	ch := s.Child
-	defer ch.Kill()
-	if err := ch.Cmd.Process.Kill(); err != nil {
-		return o, err
-	}
-	_ = ch.Wait() // "signal: killed"
-	env.Logf("worker process %d claimed job %d (fence %d); SIGKILL", ch.Pid(), s.JobID, s.Fence)
-	ws, stop, err := scenario.Rescuers(ctx, env, queueName, 2)
-	if err != nil {
-		return o, err
-	}
-	defer stop()
-	j, err := scenario.WaitCompleted(ctx, s.Client, s.JobID)
-	if err != nil {
-		return o, err
-	}
-	stop()
-	env.Logf("its 1s lease ran out; %s rescued the job and finished it under fence %d", j.AttemptedBy[len(j.AttemptedBy)-1], j.Fence)
+	r.Stop()
+	j := r.Job
 
-	effects, effectFence, _, err := scenario.Shipments(ctx, env.Pool, s.JobID)
+	effects, effectFence, _, err := scenario.Shipments(ctx, env.Pool, r.JobID)
 	if err != nil {
 		return o, err
 	}
@@ -51,8 +39,7 @@ func Run(ctx context.Context, env *scenario.Env) (scenario.Result, error) {
 	if effects == 1 && effectFence != j.Fence {
 		o.Problems = append(o.Problems, fmt.Sprintf("the shipment has fence %d, want the rescuer's %d", effectFence, j.Fence))
 	}
-	rescued := slices.ContainsFunc(ws, func(w *worker.Worker) bool { return w.Stats().Rescued > 0 })
-	if j.Attempt != 2 || len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, "lease expired") || !rescued {
+	if j.Attempt != 2 || len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, "lease expired") || !r.Rescued() {
 		o.Problems = append(o.Problems, fmt.Sprintf("job ran %d attempts with errors %v, want 2 with one expired lease", j.Attempt, j.Errors))
 	}
 	first := ""

@@ -10,11 +10,9 @@ package paused
 import (
 	"context"
 	"fmt"
-	"slices"
 	"syscall"
 
 	"github.com/jobfence/jobfence/examples/scenario"
-	"github.com/jobfence/jobfence/worker"
 )
 
 // queueName is the queue of the scenario's one job.
@@ -23,26 +21,14 @@ const queueName = "paused"
 // Run plays the scenario on env and measures it.
 func Run(ctx context.Context, env *scenario.Env) (scenario.Result, error) {
 	var o scenario.Result
-	s, err := scenario.ShipInChild(ctx, env, queueName, 4)
+	r, err := scenario.ShipDisruptRescue(ctx, env, queueName, 4, "SIGSTOP", func(ch *scenario.Child) error {
+		return ch.Cmd.Process.Signal(syscall.SIGSTOP)
+	})
 	if err != nil {
 		return o, err
 	}
-	ch := s.Child
-	defer ch.Kill()
-	if err := ch.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		return o, err
-	}
-	env.Logf("worker process %d claimed job %d (fence %d); SIGSTOP", ch.Pid(), s.JobID, s.Fence)
-	ws, stop, err := scenario.Rescuers(ctx, env, queueName, 2)
-	if err != nil {
-		return o, err
-	}
-	defer stop()
-	j, err := scenario.WaitCompleted(ctx, s.Client, s.JobID)
-	if err != nil {
-		return o, err
-	}
-	env.Logf("its 1s lease ran out; %s rescued the job and shipped it under fence %d", j.AttemptedBy[len(j.AttemptedBy)-1], j.Fence)
+	defer r.Stop()
+	ch, j := r.Child, r.Job
 	// The line is waiting in the pipe when the process resumes: it wakes
 	// and writes at once, as a paused process does.
 	if _, err := fmt.Fprintln(ch.Stdin, "wake"); err != nil {
@@ -65,10 +51,10 @@ func Run(ctx context.Context, env *scenario.Env) (scenario.Result, error) {
 	if co.Stale == 0 {
 		how = "its heartbeat under fence %d was refused, so the worker cancelled the handler; its transaction rolled back"
 	}
-	env.Logf("SIGCONT: the woken process wrote its shipment; committed %d; "+how, co.Completed, s.Fence)
-	stop()
+	env.Logf("SIGCONT: the woken process wrote its shipment; committed %d; "+how, co.Completed, r.Fence)
+	r.Stop()
 
-	effects, effectFence, writer, err := scenario.Shipments(ctx, env.Pool, s.JobID)
+	effects, effectFence, writer, err := scenario.Shipments(ctx, env.Pool, r.JobID)
 	if err != nil {
 		return o, err
 	}
@@ -83,7 +69,7 @@ func Run(ctx context.Context, env *scenario.Env) (scenario.Result, error) {
 	if effects == 1 && (effectFence != j.Fence || writer == ch.ID()) {
 		o.Problems = append(o.Problems, fmt.Sprintf("the shipment has fence %d by %s, want the rescuer's fence %d", effectFence, writer, j.Fence))
 	}
-	if j.Attempt != 2 || !slices.ContainsFunc(ws, func(w *worker.Worker) bool { return w.Stats().Rescued > 0 }) {
+	if j.Attempt != 2 || !r.Rescued() {
 		o.Problems = append(o.Problems, fmt.Sprintf("job ran %d attempts, want 2 (one rescued)", j.Attempt))
 	}
 	env.Logf("shipments of order 4: %d (by %s under fence %d)", effects, writer, effectFence)
