@@ -37,7 +37,8 @@ func WorkerConfig(cfg worker.Config) worker.Config {
 	return cfg
 }
 
-// Worker runs jobs one at a time, synchronously, for Work and WorkNext.
+// Worker runs jobs one at a time, synchronously, for Work, WorkNext and
+// Drain.
 // It is a worker.Worker that is never started.
 type Worker struct {
 	client *pgqueue.Client
@@ -152,12 +153,48 @@ func (w *Worker) WorkNext(ctx context.Context, t TestingT, q string) *Result {
 		t.Fatalf("jobfencetest: run a job of queue %q: %v", q, err)
 		return nil
 	}
+	return w.result(ctx, t, ran)
+}
+
+// result reads ran's job back after its attempt.
+func (w *Worker) result(ctx context.Context, t TestingT, ran *worker.Ran) *Result {
+	t.Helper()
 	job, err := w.client.Get(ctx, ran.Job.ID)
 	if err != nil {
 		t.Fatalf("jobfencetest: read job %d back: %v", ran.Job.ID, err)
 		return nil
 	}
 	return &Result{Job: job, Outcome: ran.Outcome, Err: ran.Err, Delay: ran.Delay, Stale: ran.Stale}
+}
+
+// maxDrained bounds Drain: a handler that snoozes for no time keeps its
+// job ready for ever.
+const maxDrained = 10000
+
+// Drain runs the ready jobs of queue q one by one, as WorkNext does, until
+// none is ready (jobs enqueued by the handlers included; retries and
+// snoozes wait for their time), and returns what became of each, in
+// order. It fails t after 10,000 jobs.
+func (w *Worker) Drain(ctx context.Context, t TestingT, q string) []*Result {
+	t.Helper()
+	var out []*Result
+	for len(out) < maxDrained {
+		ran, err := w.w.RunOne(ctx, q)
+		if errors.Is(err, worker.ErrNoJob) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("jobfencetest: drain queue %q: %v", q, err)
+			return out
+		}
+		r := w.result(ctx, t, ran)
+		if r == nil {
+			return out
+		}
+		out = append(out, r)
+	}
+	t.Fatalf("jobfencetest: drain queue %q: still jobs ready after %d; does a handler snooze for no time?", q, maxDrained)
+	return out
 }
 
 // String describes r in one line, for test failure messages.

@@ -191,3 +191,40 @@ func TestWorkRefusesWhenAnotherJobWouldRunFirst(t *testing.T) {
 	w.WorkNext(ctx, rec, "empty")
 	rec.requireFailed(t, `no job ready to run in queue "empty"`)
 }
+
+type fanOut struct {
+	N int `json:"n"`
+}
+
+func (fanOut) Kind() string { return "fan_out" }
+
+func TestDrainRunsJobsTheHandlersEnqueue(t *testing.T) {
+	ctx := context.Background()
+	db := jobfencetest.NewDB(t)
+	client := pgqueue.New(db.Pool, pgqueue.Config{})
+	reg := worker.NewRegistry()
+	// Each job enqueues the next, down to zero, in its own transaction.
+	worker.AddTx(reg, func(ctx context.Context, tx pgx.Tx, job *worker.Job[fanOut]) error {
+		if job.Args.N == 0 {
+			return nil
+		}
+		_, err := client.InsertTx(ctx, tx, fanOut{N: job.Args.N - 1}, nil)
+		return err
+	})
+	w := jobfencetest.NewWorker(t, client, reg, worker.Config{})
+	if _, err := client.Insert(ctx, fanOut{N: 3}, nil); err != nil {
+		t.Fatal(err)
+	}
+	results := w.Drain(ctx, t, queue.DefaultQueue)
+	if len(results) != 4 {
+		t.Fatalf("drained %d jobs, want 4 (3, 2, 1, 0)", len(results))
+	}
+	for _, r := range results {
+		if r.Job.State != queue.StateCompleted {
+			t.Fatalf("%s; want every job completed", r)
+		}
+	}
+	if again := w.Drain(ctx, t, queue.DefaultQueue); len(again) != 0 {
+		t.Fatalf("a drained queue ran %d more jobs", len(again))
+	}
+}
