@@ -233,7 +233,7 @@ func (w *Worker) report(job *queue.Job, r *running, o queue.Outcome, delay time.
 	if err != nil {
 		f.Error = &queue.AttemptError{Attempt: job.Attempt, At: time.Now(), Error: err.Error(), Trace: stack, PutBack: o == queue.OutcomeSnooze}
 	}
-	w.finishCh <- pending{f: f, r: r}
+	w.finishCh <- pending{f: f, r: r, err: err}
 }
 
 // finishing marks r (nil for a job that never ran) as past its handler.

@@ -48,6 +48,8 @@ type Worker struct {
 	// afterCompleteTx, when set by a test, runs between a transactional
 	// handler's fenced completion and its commit.
 	afterCompleteTx func(*queue.Job)
+	// one serialises RunOne calls, which read the outcome they queued.
+	one sync.Mutex
 }
 
 // running is one job whose handler is running.
@@ -385,6 +387,8 @@ type claimed struct {
 type pending struct {
 	f queue.Finish
 	r *running
+	// err is the handler's error as returned, for RunOne's caller.
+	err error
 }
 
 // runner executes jobs until jobs is closed.

@@ -15,55 +15,49 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jobfence/jobfence/examples/cron-fleet/fleet"
+	"github.com/jobfence/jobfence/examples/inventory/shop"
+	"github.com/jobfence/jobfence/examples/kafka-rebalance/rebalance"
+	"github.com/jobfence/jobfence/examples/killed-worker/killed"
+	"github.com/jobfence/jobfence/examples/paused-worker/paused"
+	"github.com/jobfence/jobfence/examples/payment-retry/payments"
+	harness "github.com/jobfence/jobfence/examples/scenario"
+	"github.com/jobfence/jobfence/examples/stampede/hotkey"
 	"github.com/jobfence/jobfence/internal/devenv"
-	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/jobfencetest/devserver"
 	"github.com/jobfence/jobfence/migrations"
 )
 
 // errDemoFailed is returned by the demo when a scenario's invariant failed.
 var errDemoFailed = errors.New("invariant failed")
 
-// scenario is one of the seven scenarios of the demo. The units name what
-// its counts count, for the table.
+// scenario is one of the seven scenarios of the demo: the same code as the
+// example program of the same scenario under examples/ (see package
+// examples/scenario for why). The units name what its counts count, for
+// the table.
 type scenario struct {
 	name                      string
 	attempts, effects, reject string
-	run                       func(ctx context.Context, d *demo, p progress) (outcome, error)
+	run                       func(ctx context.Context, env *harness.Env) (harness.Result, error)
 }
 
 // scenarios lists the demo's scenarios in the order of DESIGN.md.
 func scenarios() []scenario {
 	return []scenario{
-		{"cron on 20 instances", "enqueues", "jobs", "duplicates", demoCron},
-		{"payment retried", "requests", "charges", "replayed", demoPayment},
-		{"last item, 10 buyers", "purchases", "sales", "refused/replayed", demoInventory},
-		{"paused worker (SIGSTOP)", "writes", "shipments", "stale", demoPaused},
-		{"killed worker (SIGKILL)", "attempts", "shipments", "stale", demoKilled},
-		{"kafka rebalance", "handler runs", "effects", "absorbed", demoKafka},
-		{"cold hot key, 1,000 readers", "reads", "computations", "waited", demoStampede},
+		{"cron on 20 instances", "enqueues", "jobs", "duplicates", fleet.Run},
+		{"payment retried", "requests", "charges", "replayed", payments.Run},
+		{"last item, 10 buyers", "purchases", "sales", "refused/replayed", shop.Run},
+		{"paused worker (SIGSTOP)", "writes", "shipments", "stale", paused.Run},
+		{"killed worker (SIGKILL)", "attempts", "shipments", "stale", killed.Run},
+		{"kafka rebalance", "handler runs", "effects", "absorbed", rebalance.Run},
+		{"cold hot key, 1,000 readers", "reads", "computations", "waited", hotkey.Run},
 	}
 }
 
-// outcome is what a scenario measured. A scenario passes when Effects
-// equals WantEffects and Problems is empty.
-type outcome struct {
-	// Attempted counts the attempts to take effect: fires, requests,
-	// handler runs, reads.
-	Attempted int64
-	// Effects counts the effects that took effect, read back from where
-	// they are stored.
-	Effects int64
-	// WantEffects is how many effects the scenario's invariant allows.
-	WantEffects int64
-	// Rejected counts the attempts refused or absorbed: duplicates by an
-	// idempotency key, stale writes by a fence, readers by the lock.
-	Rejected int64
-	// Problems lists every other invariant that failed.
-	Problems []string
-}
+// outcome is what a scenario measured.
+type outcome = harness.Result
 
 // result is a scenario's outcome, or the error that stopped it.
 type result struct {
@@ -74,21 +68,14 @@ type result struct {
 }
 
 // pass reports whether r's invariant held.
-func (r result) pass() bool {
-	return r.err == nil && r.Effects == r.WantEffects && len(r.Problems) == 0
-}
+func (r result) pass() bool { return r.verdict() == "PASS" }
 
 // verdict is PASS or FAIL with the reason.
 func (r result) verdict() string {
-	switch {
-	case r.err != nil:
+	if r.err != nil {
 		return "FAIL: " + r.err.Error()
-	case r.Effects != r.WantEffects:
-		return fmt.Sprintf("FAIL: %d effects, want %d", r.Effects, r.WantEffects)
-	case len(r.Problems) > 0:
-		return "FAIL: " + strings.Join(r.Problems, "; ")
 	}
-	return "PASS"
+	return r.outcome.Verdict()
 }
 
 // writeTable prints the results as a table and returns errDemoFailed if any
@@ -109,21 +96,6 @@ func writeTable(w io.Writer, results []result) error {
 		return fmt.Errorf("%w in %d of %d scenarios", errDemoFailed, failed, len(results))
 	}
 	return nil
-}
-
-// progress prints one progress line of a scenario.
-type progress func(format string, args ...any)
-
-// demo holds what the scenarios share: the services and a schema of the
-// demo's own.
-type demo struct {
-	url      string // DATABASE_URL with the demo's schema as search_path
-	pool     *pgxpool.Pool
-	redisURL string
-	brokers  []string
-	self     string // this executable, re-executed for worker processes
-	log      *slog.Logger
-	stderr   io.Writer // the worker processes' stderr
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -153,32 +125,20 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer env.Close()
 
-	schema := fmt.Sprintf("jobfence_demo_%d", time.Now().UnixNano())
-	admin, err := pgx.Connect(ctx, env.DatabaseURL)
+	schema, err := devserver.CreateSchema(ctx, env.DatabaseURL, "jobfence_demo_")
 	if err != nil {
-		return fmt.Errorf("connect to PostgreSQL: %w", err)
-	}
-	defer admin.Close(context.Background())
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return fmt.Errorf("create schema %s: %w", schema, err)
-	}
-	defer admin.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	d := &demo{
-		url:      pgtest.WithSearchPath(env.DatabaseURL, schema),
-		redisURL: env.RedisURL,
-		brokers:  env.KafkaBrokers,
-		self:     self,
-		stderr:   stderr,
-		log:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-	}
-	if err := migrations.Up(ctx, d.url); err != nil {
 		return err
 	}
-	if d.pool, err = pgxpool.New(ctx, d.url); err != nil {
+	defer schema.Drop(context.Background())
+	if err := migrations.Up(ctx, schema.URL); err != nil {
 		return err
 	}
-	defer d.pool.Close()
-	fmt.Fprintf(stdout, "jobfence demo: PostgreSQL schema %s, Redis %s, Kafka %s\n\n", schema, env.RedisURL, strings.Join(env.KafkaBrokers, ","))
+	pool, err := pgxpool.New(ctx, schema.URL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	fmt.Fprintf(stdout, "jobfence demo: PostgreSQL schema %s, Redis %s, Kafka %s\n\n", schema.Name, env.RedisURL, strings.Join(env.KafkaBrokers, ","))
 
 	var mu sync.Mutex
 	var results []result
@@ -191,7 +151,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fmt.Fprintf(stdout, "[%d/%d] %s: %s\n", i+1, len(all), sc.name, fmt.Sprintf(format, args...))
 		}
 		t0 := time.Now()
-		o, err := sc.run(ctx, d, p)
+		o, err := sc.run(ctx, &harness.Env{
+			DatabaseURL: schema.URL, Pool: pool, RedisURL: env.RedisURL, KafkaBrokers: env.KafkaBrokers,
+			Logger:        slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+			Progress:      p,
+			WorkerProcess: demoWorkerProcess(self, schema.URL, stderr),
+		})
 		if ctx.Err() != nil {
 			return fmt.Errorf("interrupted during scenario %d: %w", i+1, context.Cause(ctx))
 		}
@@ -225,37 +190,4 @@ func pickScenarios(only string, n int) ([]int, error) {
 	}
 	slices.Sort(picked)
 	return picked, nil
-}
-
-// waitUntil polls cond every 50ms until it holds, ctx ends or d passes.
-func waitUntil(ctx context.Context, d time.Duration, what string, cond func() (bool, error)) error {
-	deadline := time.Now().Add(d)
-	for {
-		ok, err := cond()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s waiting for %s", d, what)
-		}
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// newDemoPool opens a pool of its own on the demo's schema, as another
-// instance of the service would have.
-func newDemoPool(ctx context.Context, d *demo, maxConns int32) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(d.url)
-	if err != nil {
-		return nil, err
-	}
-	cfg.MaxConns = maxConns
-	return pgxpool.NewWithConfig(ctx, cfg)
 }

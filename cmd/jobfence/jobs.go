@@ -26,6 +26,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	state := fs.String("state", "", "list: only this state (available, scheduled, running, retryable, completed, discarded, cancelled)")
 	limit := fs.Int("limit", 50, "list: at most this many jobs, newest first")
 	force := fs.Bool("force", false, "retry: also run a completed job again, repeating its effects")
+	asJSON := fs.Bool("json", false, "list, show: print JSON (an array, or one object) for scripts")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: jobfence jobs [flags] list | show ID | retry [--force] ID | cancel ID")
 		fs.PrintDefaults()
@@ -58,10 +59,16 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	action := rest[0]
+	if *asJSON && action != "list" && action != "show" {
+		return fmt.Errorf("--json applies to list and show, not %s", action)
+	}
 	if action == "list" {
 		jobs, err := c.List(ctx, pgqueue.ListParams{Queue: *q, Kind: *kind, State: queue.State(*state), Limit: *limit})
 		if err != nil {
 			return err
+		}
+		if *asJSON {
+			return writeJSON(stdout, toJobsJSON(jobs))
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tATTEMPT\tFENCE\tSCHEDULED\tLAST ERROR")
@@ -87,6 +94,9 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		j, err := c.Get(ctx, id)
 		if err != nil {
 			return err
+		}
+		if *asJSON {
+			return writeJSON(stdout, toJobJSON(j))
 		}
 		fmt.Fprintf(stdout, "job %d\n  queue %s, kind %s, priority %d\n  state %s, attempt %d of %d, fence %d\n",
 			j.ID, j.Queue, j.Kind, j.Priority, j.State, j.Attempt, j.MaxAttempts, j.Fence)

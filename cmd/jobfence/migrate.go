@@ -32,8 +32,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	databaseURL := databaseURLFlag(fs)
+	asJSON := fs.Bool("json", false, "status: print a JSON array for scripts")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: jobfence migrate [--database-url URL] up|down|reset|status|version")
+		fmt.Fprintln(stderr, "usage: jobfence migrate [--database-url URL] [--json] up|down|reset|status|version")
 		fs.PrintDefaults()
 	}
 	rest, err := parseInterspersed(fs, args)
@@ -47,6 +48,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if len(rest) != 1 {
 		fs.Usage()
 		return errors.New("want exactly one of up, down, reset, status, version")
+	}
+	if *asJSON && rest[0] != "status" {
+		return fmt.Errorf("--json applies to status, not %s", rest[0])
 	}
 	switch rest[0] {
 	case "up":
@@ -65,6 +69,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		st, err := migrations.Status(ctx, dbURL)
 		if err != nil {
 			return err
+		}
+		if *asJSON {
+			return writeJSON(stdout, toMigrationsJSON(st))
 		}
 		for _, s := range st {
 			applied := "pending"

@@ -19,8 +19,9 @@ func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := flag.NewFlagSet("schedules", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	databaseURL := databaseURLFlag(fs)
+	asJSON := fs.Bool("json", false, "list: print a JSON array for scripts")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: jobfence schedules [--database-url URL] list | delete NAME")
+		fmt.Fprintln(stderr, "usage: jobfence schedules [--database-url URL] [--json] list | delete NAME")
 		fs.PrintDefaults()
 	}
 	action, rest, err := parseAction(fs, args, "list or delete NAME")
@@ -38,6 +39,9 @@ func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		name, rest = rest[0], rest[1:]
 	default:
 		return fmt.Errorf("unknown schedules action %q: want list or delete", action)
+	}
+	if *asJSON && action != "list" {
+		return fmt.Errorf("--json applies to list, not %s", action)
 	}
 	if len(rest) != 0 {
 		fs.Usage()
@@ -69,6 +73,9 @@ func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	infos, err := scheduler.List(ctx, pool)
 	if err != nil {
 		return err
+	}
+	if *asJSON {
+		return writeJSON(stdout, toSchedulesJSON(infos))
 	}
 	if len(infos) == 0 {
 		fmt.Fprintln(stdout, "no schedules registered")

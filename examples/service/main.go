@@ -26,7 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/jobfence/jobfence/internal/devenv"
+	"github.com/jobfence/jobfence/jobfencetest/devserver"
 	"github.com/jobfence/jobfence/migrations"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -52,7 +52,7 @@ func main() {
 }
 
 func run(ctx context.Context, serve bool) error {
-	env, err := devenv.Start(ctx, devenv.Options{Postgres: true}) // or your DATABASE_URL
+	env, err := devserver.Start(ctx, devserver.Options{Postgres: true}) // or your DATABASE_URL
 	if err != nil {
 		return err
 	}

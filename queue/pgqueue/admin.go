@@ -42,6 +42,12 @@ ORDER BY j.id DESC LIMIT $4`
 // List returns stored jobs, newest first. An unknown p.State is an error
 // wrapping queue.ErrUnknownState.
 func (c *Client) List(ctx context.Context, p ListParams) ([]*queue.Job, error) {
+	return ListIn(ctx, c.pool, p)
+}
+
+// ListIn is List through db, for example inside a transaction that has
+// not committed yet (jobfencetest.RequireInsertedTx reads jobs so).
+func ListIn(ctx context.Context, db DB, p ListParams) ([]*queue.Job, error) {
 	if p.State != "" {
 		if _, err := queue.ParseState(string(p.State)); err != nil {
 			return nil, fmt.Errorf("pgqueue: list: %w", err)
@@ -50,7 +56,7 @@ func (c *Client) List(ctx context.Context, p ListParams) ([]*queue.Job, error) {
 	if p.Limit <= 0 {
 		p.Limit = 100
 	}
-	rows, err := c.pool.Query(ctx, listSQL, p.Queue, p.Kind, string(p.State), p.Limit)
+	rows, err := db.Query(ctx, listSQL, p.Queue, p.Kind, string(p.State), p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("pgqueue: list: %w", err)
 	}

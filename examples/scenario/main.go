@@ -1,0 +1,99 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobfence/jobfence/jobfencetest/devserver"
+	"github.com/jobfence/jobfence/migrations"
+)
+
+// workerProcessEnv names, in a worker process that Main started, the queue
+// it works.
+const workerProcessEnv = "JOBFENCE_EXAMPLE_WORKER_QUEUE"
+
+// Main is an example program's main: it provides the servers that
+// servers asks for, runs run on them (in a PostgreSQL schema of its own), prints progress and the result, removes what it created and exits
+// non-zero if the scenario failed. Started as a worker process of the
+// scenario, it runs RunShipWorker instead.
+func Main(name string, servers devserver.Options, run func(context.Context, *Env) (Result, error)) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if q := os.Getenv(workerProcessEnv); q != "" {
+		err := RunShipWorker(ctx, q, os.Stdout)
+		stop()
+		exit(name, err)
+	}
+	err := runMain(ctx, name, servers, run)
+	stop()
+	exit(name, err)
+}
+
+func exit(name string, err error) {
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func runMain(ctx context.Context, name string, servers devserver.Options, run func(context.Context, *Env) (Result, error)) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this executable to run worker processes: %w", err)
+	}
+	srv, err := devserver.Start(ctx, servers)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	env := &Env{
+		RedisURL: srv.RedisURL, KafkaBrokers: srv.KafkaBrokers,
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		Progress: func(format string, args ...any) { fmt.Printf(format+"\n", args...) },
+	}
+	if servers.Postgres {
+		// A schema of the run's own: DATABASE_URL may name a database in use.
+		schema, err := devserver.CreateSchema(ctx, srv.DatabaseURL, "example_")
+		if err != nil {
+			return err
+		}
+		defer func() {
+			dropCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := schema.Drop(dropCtx); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+			}
+		}()
+		if err := migrations.Up(ctx, schema.URL); err != nil {
+			return err
+		}
+		if env.Pool, err = pgxpool.New(ctx, schema.URL); err != nil {
+			return err
+		}
+		defer env.Pool.Close()
+		env.DatabaseURL = schema.URL
+		env.WorkerProcess = func(ctx context.Context, q string) *exec.Cmd {
+			cmd := exec.CommandContext(ctx, self)
+			cmd.Env = append(os.Environ(), workerProcessEnv+"="+q, "DATABASE_URL="+schema.URL)
+			cmd.Stderr = os.Stderr
+			return cmd
+		}
+	}
+	r, err := run(ctx, env)
+	if err != nil {
+		return err
+	}
+	r.Print(os.Stdout)
+	if r.Verdict() != "PASS" {
+		return fmt.Errorf("the scenario's invariant failed")
+	}
+	return nil
+}

@@ -1,0 +1,210 @@
+package jobfencetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+	"github.com/jobfence/jobfence/worker"
+)
+
+// WorkerConfig returns cfg with the zero fields a test wants short set:
+// PollInterval 50ms, Lease 10s (a paused or lost job comes back quickly,
+// yet a slow handler under the race detector keeps its lease),
+// RescueInterval 1s, PruneInterval 1m, and a Logger that prints warnings
+// and errors only. Other zero fields keep worker.Config's defaults.
+func WorkerConfig(cfg worker.Config) worker.Config {
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 50 * time.Millisecond
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = 10 * time.Second
+	}
+	if cfg.RescueInterval == 0 {
+		cfg.RescueInterval = time.Second
+	}
+	if cfg.PruneInterval == 0 {
+		cfg.PruneInterval = time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return cfg
+}
+
+// Worker runs jobs one at a time, synchronously, for Work, WorkNext and
+// Drain.
+// It is a worker.Worker that is never started.
+type Worker struct {
+	client *pgqueue.Client
+	w      *worker.Worker
+}
+
+// NewWorker returns a Worker running reg's handlers on client with
+// WorkerConfig(cfg) (Queues defaulting to one slot of the default queue):
+// the same handlers, middleware, timeouts and retry
+// policy your service's worker uses. It fails t when worker.New refuses
+// the configuration.
+func NewWorker(t TestingT, client *pgqueue.Client, reg *worker.Registry, cfg worker.Config) *Worker {
+	t.Helper()
+	if len(cfg.Queues) == 0 {
+		// It runs one job at a time; a larger concurrency would only make
+		// worker.New warn about the pool's size.
+		cfg.Queues = map[string]int{queue.DefaultQueue: 1}
+	}
+	w, err := worker.New(client, reg, WorkerConfig(cfg))
+	if err != nil {
+		t.Fatalf("jobfencetest: new worker: %v", err)
+		return nil
+	}
+	return &Worker{client: client, w: w}
+}
+
+// Result is what became of a job that Work or WorkNext ran.
+type Result struct {
+	// Job is the job as stored after the attempt: State says completed,
+	// retryable, available (snoozed or put back), cancelled or discarded;
+	// Errors holds the recorded errors.
+	Job *queue.Job
+	// Outcome is the outcome the worker recorded under the claim's fence
+	// (a retry of a job out of attempts leaves it discarded: see
+	// Job.State).
+	Outcome queue.Outcome
+	// Err is the handler's error as it returned it, so errors.Is and
+	// errors.As work; nil when the job completed.
+	Err error
+	// Delay is how long a retried or snoozed job waits to run again.
+	Delay time.Duration
+	// Stale reports that the outcome changed nothing because the job was
+	// no longer this claim's (see worker.Ran).
+	Stale bool
+}
+
+// Work enqueues args with opts (nil for the defaults) and runs that job
+// through the worker's own execution path: a claim under a fence, the
+// handler with middleware and timeout (a worker.AddTx handler in its
+// transaction, completed under the fence in it), and the outcome recorded
+// under the fence. It returns the outcome and the stored job. It fails t
+// when the job cannot be enqueued, is not the next ready job of its queue
+// (another job would be claimed first), or is scheduled in the future.
+func Work[T queue.Args](ctx context.Context, t TestingT, w *Worker, args T, opts *queue.InsertOpts) *Result {
+	t.Helper()
+	q := queue.DefaultQueue
+	if opts != nil {
+		if opts.Queue != "" {
+			q = opts.Queue
+		}
+		if opts.ScheduledAt.After(time.Now()) {
+			t.Fatalf("jobfencetest: Work: opts.ScheduledAt %s is in the future; Work runs a job that is ready now", opts.ScheduledAt)
+			return nil
+		}
+	}
+	ready, err := w.client.List(ctx, pgqueue.ListParams{Queue: q, Limit: maxListed})
+	if err != nil {
+		t.Fatalf("jobfencetest: Work: %v", err)
+		return nil
+	}
+	var before []*queue.Job
+	for _, j := range ready {
+		if (j.State == queue.StateAvailable || j.State == queue.StateScheduled || j.State == queue.StateRetryable) && !j.ScheduledAt.After(time.Now()) {
+			before = append(before, j)
+		}
+	}
+	if len(before) > 0 {
+		t.Fatalf("jobfencetest: Work: queue %q already has ready jobs that would be claimed before the one Work enqueues; "+
+			"run them with WorkNext, or give Work another queue in opts: %s", q, describeJobs(before))
+		return nil
+	}
+	res, err := w.client.Insert(ctx, args, opts)
+	if err != nil {
+		t.Fatalf("jobfencetest: Work: enqueue %s: %v", args.Kind(), err)
+		return nil
+	}
+	if !res.Inserted {
+		t.Fatalf("jobfencetest: Work: job %d already holds unique key %q; nothing was enqueued", res.ID, opts.UniqueKey)
+		return nil
+	}
+	r := w.WorkNext(ctx, t, q)
+	if r == nil {
+		return nil
+	}
+	if r.Job.ID != res.ID {
+		t.Fatalf("jobfencetest: Work: ran job %d, not the enqueued job %d", r.Job.ID, res.ID)
+		return nil
+	}
+	return r
+}
+
+// WorkNext runs the next ready job of queue q, such as one your code
+// enqueued, as Work does. It fails t when q has no ready job.
+func (w *Worker) WorkNext(ctx context.Context, t TestingT, q string) *Result {
+	t.Helper()
+	ran, err := w.w.RunOne(ctx, q)
+	if errors.Is(err, worker.ErrNoJob) {
+		t.Fatalf("jobfencetest: no job ready to run in queue %q", q)
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("jobfencetest: run a job of queue %q: %v", q, err)
+		return nil
+	}
+	return w.result(ctx, t, ran)
+}
+
+// result reads ran's job back after its attempt.
+func (w *Worker) result(ctx context.Context, t TestingT, ran *worker.Ran) *Result {
+	t.Helper()
+	job, err := w.client.Get(ctx, ran.Job.ID)
+	if err != nil {
+		t.Fatalf("jobfencetest: read job %d back: %v", ran.Job.ID, err)
+		return nil
+	}
+	return &Result{Job: job, Outcome: ran.Outcome, Err: ran.Err, Delay: ran.Delay, Stale: ran.Stale}
+}
+
+// maxDrained bounds Drain: a handler that snoozes for no time keeps its
+// job ready for ever.
+const maxDrained = 10000
+
+// Drain runs the ready jobs of queue q one by one, as WorkNext does, until
+// none is ready (jobs enqueued by the handlers included; retries and
+// snoozes wait for their time), and returns what became of each, in
+// order. It fails t after 10,000 jobs.
+func (w *Worker) Drain(ctx context.Context, t TestingT, q string) []*Result {
+	t.Helper()
+	var out []*Result
+	for len(out) < maxDrained {
+		ran, err := w.w.RunOne(ctx, q)
+		if errors.Is(err, worker.ErrNoJob) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("jobfencetest: drain queue %q: %v", q, err)
+			return out
+		}
+		r := w.result(ctx, t, ran)
+		if r == nil {
+			return out
+		}
+		out = append(out, r)
+	}
+	t.Fatalf("jobfencetest: drain queue %q: still jobs ready after %d; does a handler snooze for no time?", q, maxDrained)
+	return out
+}
+
+// String describes r in one line, for test failure messages.
+func (r *Result) String() string {
+	s := fmt.Sprintf("job %d (%s): outcome %s, state %s", r.Job.ID, r.Job.Kind, r.Outcome, r.Job.State)
+	if r.Err != nil {
+		s += fmt.Sprintf(", error %q", r.Err)
+	}
+	if r.Stale {
+		s += ", stale"
+	}
+	return s
+}
