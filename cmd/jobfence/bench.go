@@ -43,6 +43,7 @@ type benchConfig struct {
 	fetchers    int
 	fetchLimit  int
 	completers  int
+	otel        bool
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -60,6 +61,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.fetchers, "fetchers", 0, "claim loops per queue (0: the worker's default)")
 	fs.IntVar(&cfg.fetchLimit, "fetch-limit", 0, "jobs per claim (0: the worker's default)")
 	fs.IntVar(&cfg.completers, "completers", 0, "outcome batches in flight (0: the worker's default)")
+	fs.BoolVar(&cfg.otel, "otel", false, "attach telemetry with the OpenTelemetry SDK and exporters that drop everything, to measure its cost")
 	runs := fs.Int("runs", 1, "runs of each mode; the median is reported")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the runs to this file")
 	fs.Usage = func() {
@@ -162,7 +164,16 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 		return benchResult{}, err
 	}
 	defer pool.Close()
-	client := pgqueue.New(pool, pgqueue.Config{})
+	var tel *benchTelemetry
+	if cfg.otel {
+		tel = newBenchTelemetry()
+		defer tel.shutdown(context.Background())
+	}
+	var clientCfg pgqueue.Config
+	if err := tel.attach(&clientCfg, nil); err != nil {
+		return benchResult{}, err
+	}
+	client := pgqueue.New(pool, clientCfg)
 
 	if mode == "burndown" {
 		if err := insertJobs(ctx, client, cfg.jobs, cfg.batch); err != nil {
@@ -189,11 +200,15 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 			return benchResult{}, err
 		}
 		defer p.Close()
-		w, err := worker.New(pgqueue.New(p, pgqueue.Config{Logger: quiet}), reg, worker.Config{
+		wcfg := worker.Config{
 			ID: fmt.Sprint("bench-", i), Queues: map[string]int{queue.DefaultQueue: cfg.concurrency},
 			Logger: quiet, DisableMaintenance: true,
 			Fetchers: cfg.fetchers, FetchLimit: cfg.fetchLimit, Completers: cfg.completers,
-		})
+		}
+		if err := tel.attach(nil, &wcfg); err != nil {
+			return benchResult{}, err
+		}
+		w, err := worker.New(pgqueue.New(p, pgqueue.Config{Logger: quiet}), reg, wcfg)
 		if err != nil {
 			return benchResult{}, err
 		}
