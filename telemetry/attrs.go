@@ -5,7 +5,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Attribute keys of jobfence's own, beside the messaging conventions'.
@@ -28,7 +27,9 @@ type series struct {
 	add      []metric.AddOption
 	record   []metric.RecordOption
 	spanName string
-	span     trace.SpanStartOption
+	// spanAttrs are the attributes every attempt span of the series
+	// carries; an attempt adds its own to a copy.
+	spanAttrs []attribute.KeyValue
 }
 
 type seriesKey struct{ queue, kind string }

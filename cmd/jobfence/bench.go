@@ -44,6 +44,7 @@ type benchConfig struct {
 	fetchLimit  int
 	completers  int
 	otel        bool
+	otelSample  float64
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -62,6 +63,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.fetchLimit, "fetch-limit", 0, "jobs per claim (0: the worker's default)")
 	fs.IntVar(&cfg.completers, "completers", 0, "outcome batches in flight (0: the worker's default)")
 	fs.BoolVar(&cfg.otel, "otel", false, "attach telemetry with the OpenTelemetry SDK and exporters that drop everything, to measure its cost")
+	fs.Float64Var(&cfg.otelSample, "otel-sample", 1, "with --otel: the fraction of traces sampled (ParentBased(TraceIDRatioBased))")
 	runs := fs.Int("runs", 1, "runs of each mode; the median is reported")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the runs to this file")
 	fs.Usage = func() {
@@ -166,7 +168,7 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 	defer pool.Close()
 	var tel *benchTelemetry
 	if cfg.otel {
-		tel = newBenchTelemetry()
+		tel = newBenchTelemetry(cfg.otelSample)
 		defer tel.shutdown(context.Background())
 	}
 	var clientCfg pgqueue.Config

@@ -17,7 +17,7 @@ import (
 
 // benchTelemetry is the OpenTelemetry SDK as a service would run it, with
 // exporters that drop what they get: what --otel costs is the
-// instrumentation and the SDK's own work (every span sampled and batched,
+// instrumentation and the SDK's own work (the sampled spans batched,
 // metrics aggregated and collected every few seconds), not a network.
 type benchTelemetry struct {
 	mp   *sdkmetric.MeterProvider
@@ -25,10 +25,11 @@ type benchTelemetry struct {
 	opts telemetry.Options
 }
 
-func newBenchTelemetry() *benchTelemetry {
+func newBenchTelemetry(sample float64) *benchTelemetry {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(
 		sdkmetric.NewPeriodicReader(discardMetrics{}, sdkmetric.WithInterval(5*time.Second))))
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(sample))))
 	return &benchTelemetry{mp: mp, tp: tp, opts: telemetry.Options{MeterProvider: mp, TracerProvider: tp}}
 }
 
