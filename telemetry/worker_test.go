@@ -88,13 +88,18 @@ func find(t *testing.T, rm metricdata.ResourceMetrics, name string) metricdata.M
 	return metricdata.Metrics{}
 }
 
-// sum adds up the points of counter name whose kind attribute is kind
-// ("" for any).
+// sum adds up the points of counter name whose kind attribute is kind.
 func sum(t *testing.T, rm metricdata.ResourceMetrics, name, kind string) int64 {
+	t.Helper()
+	return sumBy(t, rm, name, "kind", kind)
+}
+
+// sumBy adds up the points of counter name whose attribute key is value.
+func sumBy(t *testing.T, rm metricdata.ResourceMetrics, name string, key attribute.Key, value string) int64 {
 	t.Helper()
 	var n int64
 	for _, p := range find(t, rm, name).Data.(metricdata.Sum[int64]).DataPoints {
-		if v, _ := p.Attributes.Value("kind"); kind == "" || v.AsString() == kind {
+		if v, _ := p.Attributes.Value(key); v.AsString() == value {
 			n += p.Value
 		}
 	}

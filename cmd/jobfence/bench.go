@@ -88,6 +88,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if cfg.otelSample < 0 || cfg.otelSample > 1 {
+		return fmt.Errorf("--otel-sample %v: want a fraction from 0 to 1", cfg.otelSample)
+	}
 	if *mode != "burndown" && *mode != "continuous" && *mode != "both" {
 		return fmt.Errorf("unknown --mode %q: want burndown, continuous or both", *mode)
 	}
