@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -136,11 +137,18 @@ type benchResult struct {
 	rate          float64
 	p50, p99      time.Duration
 	stale, errors int64
+	// cpu is the CPU time this process (the workers, not PostgreSQL)
+	// spent during the timed window: less sensitive than the rate to other
+	// load on the machine.
+	cpu time.Duration
 }
 
 func (r benchResult) String() string {
 	s := fmt.Sprintf("%d jobs in %.2fs = %.0f jobs/s (every completion fenced; stale %d, errors %d)",
 		r.jobs, r.elapsed.Seconds(), r.rate, r.stale, r.errors)
+	if r.cpu > 0 && r.jobs > 0 {
+		s += fmt.Sprintf("; worker CPU %.1f µs/job", float64(r.cpu.Microseconds())/float64(r.jobs))
+	}
 	if r.p50 > 0 {
 		s += fmt.Sprintf("; enqueue-to-start p50 %s p99 %s", r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond))
 	}
@@ -229,7 +237,7 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 		return
 	}
 
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	for _, w := range workers {
 		if err := w.Start(ctx); err != nil {
 			return benchResult{}, err
@@ -248,7 +256,7 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		res.elapsed = time.Since(start)
+		res.elapsed, res.cpu = time.Since(start), processCPU()-cpu0
 	case "continuous":
 		runCtx, cancel := context.WithTimeout(ctx, cfg.duration)
 		var inserted atomic.Int64
@@ -264,11 +272,11 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 		time.Sleep(warm)
 		n0, _, _ := completed()
 		lat.reset()
-		t0 := time.Now()
+		t0, c0 := time.Now(), processCPU()
 		<-runCtx.Done()
 		cancel()
 		n1, _, _ := completed()
-		res.elapsed = time.Since(t0)
+		res.elapsed, res.cpu = time.Since(t0), processCPU()-c0
 		wg.Wait()
 		if insertErr != nil && !errors.Is(insertErr, context.DeadlineExceeded) && !errors.Is(insertErr, context.Canceled) {
 			return benchResult{}, insertErr
@@ -288,6 +296,15 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 	res.stale, res.errors = stale, errs
 	res.rate = float64(res.jobs) / res.elapsed.Seconds()
 	return res, nil
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func newBenchPool(ctx context.Context, url string, conns int32) (*pgxpool.Pool, error) {
