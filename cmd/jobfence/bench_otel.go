@@ -69,5 +69,5 @@ func (discardMetrics) Aggregation(k sdkmetric.InstrumentKind) sdkmetric.Aggregat
 }
 
 func (discardMetrics) Export(context.Context, *metricdata.ResourceMetrics) error { return nil }
-func (discardMetrics) ForceFlush(context.Context) error                           { return nil }
-func (discardMetrics) Shutdown(context.Context) error                             { return nil }
+func (discardMetrics) ForceFlush(context.Context) error                          { return nil }
+func (discardMetrics) Shutdown(context.Context) error                            { return nil }
