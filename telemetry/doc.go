@@ -4,9 +4,10 @@
 // It uses only the OpenTelemetry API: install an SDK and exporters in your
 // main package (the Prometheus exporter turns jobfence.jobs.completed into
 // jobfence_jobs_completed_total), or pass providers in Options. Everything
-// attaches through public hooks (worker.Hooks, worker.Config.Middleware,
+// attaches through public hooks that users can use too (worker.Hooks,
 // queue.InsertHook, scheduler.Config.OnFire and OnMissed,
-// idempotency.Options.OnEvent), with one call per component:
+// idempotency.Options.OnEvent, stampede's and kafkaqueue's counters), with
+// one call per component:
 //
 //	telemetry.PGQueue(&pgCfg, telemetry.Options{})  // producer spans, traceparent stored with each job
 //	telemetry.Worker(&workerCfg, telemetry.Options{}) // job metrics, consumer spans, trace ids in logs
