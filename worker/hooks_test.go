@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -89,5 +90,41 @@ func TestHooksAndMiddlewareOnTx(t *testing.T) {
 	}
 	if rows, _ := countEffects(t, db.Pool); rows != 3 {
 		t.Errorf("%d effects, want 3", rows)
+	}
+}
+
+// TestJobEndLost: a job taken from its worker while the handler runs (as a
+// rescuer would) ends once, as lost, with the handler's error.
+func TestJobEndLost(t *testing.T) {
+	db := pgtest.New(t)
+	c := pgqueue.New(db.Pool, pgqueue.Config{})
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[effectArgs]) error {
+		if _, err := db.Pool.Exec(ctx, `UPDATE jobfence_jobs SET fence = nextval('jobfence_fence_seq'), state = 'cancelled' WHERE id = $1`, job.ID); err != nil {
+			return err
+		}
+		<-ctx.Done() // the next heartbeat finds the claim gone
+		return context.Cause(ctx)
+	})
+	ends := make(chan worker.JobEnd, 2)
+	startWorker(t, c, reg, worker.Config{
+		Lease: 3 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
+		Hooks: worker.Hooks{JobEnd: func(ctx context.Context, job *queue.Job, end worker.JobEnd) { ends <- end }},
+	})
+	if _, err := c.Insert(context.Background(), effectArgs{N: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-ends:
+		if !e.Lost || e.Stale || e.Outcome != 0 || !errors.Is(e.Err, worker.ErrLeaseLost) || e.Duration <= 0 {
+			t.Errorf("JobEnd = %+v, want lost with ErrLeaseLost", e)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no JobEnd within a minute")
+	}
+	select {
+	case e := <-ends:
+		t.Errorf("a second JobEnd: %+v", e)
+	case <-time.After(500 * time.Millisecond):
 	}
 }
