@@ -5,6 +5,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Attribute keys of jobfence's own, beside the messaging conventions'.
@@ -27,9 +28,9 @@ type series struct {
 	add      []metric.AddOption
 	record   []metric.RecordOption
 	spanName string
-	// spanAttrs are the attributes every attempt span of the series
-	// carries; an attempt adds its own to a copy.
-	spanAttrs []attribute.KeyValue
+	// start are the options of every attempt span of the series: its kind
+	// and the attributes all its attempts share, built once.
+	start []trace.SpanStartOption
 }
 
 type seriesKey struct{ queue, kind string }

@@ -133,12 +133,15 @@ func newWorkerTelemetry(opts Options) (*workerTelemetry, error) {
 	t.jobs.build = func(k seriesKey) *series {
 		s := measureOpts(attribute.NewSet(attrQueue.String(k.queue), attrKind.String(k.kind)))
 		s.spanName = "process " + k.queue
-		s.spanAttrs = []attribute.KeyValue{
-			semconv.MessagingSystemKey.String("jobfence"),
-			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingOperationName("process"),
-			semconv.MessagingDestinationName(k.queue),
-			attrJobKind.String(k.kind),
+		s.start = []trace.SpanStartOption{
+			trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(
+				semconv.MessagingSystemKey.String("jobfence"),
+				semconv.MessagingOperationTypeProcess,
+				semconv.MessagingOperationName("process"),
+				semconv.MessagingDestinationName(k.queue),
+				attrJobKind.String(k.kind),
+			),
 		}
 		return s
 	}
@@ -155,19 +158,20 @@ func (t *workerTelemetry) jobStart(ctx context.Context, job *queue.Job) context.
 	if !job.AttemptedAt.IsZero() && !job.ScheduledAt.IsZero() {
 		t.wait.Record(ctx, max(job.AttemptedAt.Sub(job.ScheduledAt).Seconds(), 0), s.record...)
 	}
-	// One slice of attributes and one of options: on a busy worker each
-	// allocation here is paid tens of thousands of times a second.
-	attrs := make([]attribute.KeyValue, len(s.spanAttrs), len(s.spanAttrs)+3)
-	copy(attrs, s.spanAttrs)
-	attrs = append(attrs, attrJobID.Int64(job.ID), attrAttempt.Int(job.Attempt), attrFence.Int64(job.Fence))
-	opts := make([]trace.SpanStartOption, 2, 3)
-	opts[0], opts[1] = trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)
+	// On a busy worker every allocation here is paid tens of thousands of
+	// times a second, for spans a sampler mostly drops: the shared options
+	// are built once, and an attempt's own attributes are set only on a
+	// span that records.
+	opts := s.start
 	if len(job.Metadata) > 0 {
 		if sc := trace.SpanContextFromContext(t.prop.Extract(context.Background(), propagation.MapCarrier(job.Metadata))); sc.IsValid() {
-			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+			opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: sc}))
 		}
 	}
-	ctx, _ = t.tracer.Start(ctx, s.spanName, opts...)
+	ctx, span := t.tracer.Start(ctx, s.spanName, opts...)
+	if span.IsRecording() {
+		span.SetAttributes(attrJobID.Int64(job.ID), attrAttempt.Int(job.Attempt), attrFence.Int64(job.Fence))
+	}
 	return ctx
 }
 

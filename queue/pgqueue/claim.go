@@ -104,7 +104,8 @@ func scanJob(row pgx.Row) (*queue.Job, error) {
 	}
 	// Most jobs carry none: '{}' is left as a nil map, no allocation.
 	if len(meta) > 2 {
-		if err := json.Unmarshal(meta, &j.Metadata); err != nil {
+		var err error
+		if j.Metadata, err = decodeMetadata(meta); err != nil {
 			return nil, fmt.Errorf("job %d: decode metadata: %w", j.ID, err)
 		}
 	}
