@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"context"
 	"log/slog"
 	"time"
 )
@@ -52,6 +53,10 @@ type Options struct {
 	// Logger receives takeovers of abandoned keys and stale completions.
 	// Nil logs nothing.
 	Logger *slog.Logger
+	// OnEvent, if set, is told of every run, takeover, replay, key reuse
+	// and in-progress conflict, on the caller's goroutine: it must return
+	// quickly. telemetry.Idempotency sets it.
+	OnEvent func(ctx context.Context, e Event)
 }
 
 func (o Options) withDefaults() Options {

@@ -242,6 +242,9 @@ func (s *Store) claimKey(ctx context.Context, q querier, key, fingerprint string
 				if tookOver {
 					s.opts.Logger.LogAttrs(ctx, slogInfo, "idempotency: took over a key whose holder's lease ran out, or that had expired",
 						attrScope(s.opts.Scope), attrKey(key), attrFence(c.fence))
+					s.event(ctx, EventTakeover, key)
+				} else {
+					s.event(ctx, EventRun, key)
 				}
 				return c, nil
 			}
@@ -261,19 +264,23 @@ func (s *Store) claimKey(ctx context.Context, q querier, key, fingerprint string
 			continue // free since the claim looked: claim again
 		}
 		if r.Fingerprint != fingerprint {
+			s.event(ctx, EventKeyReused, key)
 			return claim{}, &KeyReusedError{Scope: s.opts.Scope, Key: key}
 		}
 		if r.State == StateCompleted {
+			s.event(ctx, EventReplay, key)
 			return claim{replayed: true, response: r.Response}, nil
 		}
 		if r.leaseExpired {
 			continue
 		}
 		if !s.opts.WaitForInProgress {
+			s.event(ctx, EventInProgress, key)
 			return claim{}, &InProgressError{Scope: s.opts.Scope, Key: key, LeaseExpiresAt: r.LeaseExpiresAt}
 		}
 		if !waiting {
 			waiting = true
+			s.event(ctx, EventInProgress, key)
 			s.opts.Logger.LogAttrs(ctx, slogDebug, "idempotency: waiting for key in progress",
 				attrScope(s.opts.Scope), attrKey(key), attrFence(r.Fence))
 		}

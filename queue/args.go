@@ -20,6 +20,7 @@ type InsertOpts struct {
 	ScheduledAt time.Time
 	MaxAttempts int
 	UniqueKey   string
+	Metadata    map[string]string
 }
 
 // Params encodes args as JSON and returns the EnqueueParams of a job of
@@ -36,6 +37,7 @@ func Params(args Args, opts *InsertOpts) (EnqueueParams, error) {
 		p.ScheduledAt = opts.ScheduledAt
 		p.MaxAttempts = opts.MaxAttempts
 		p.UniqueKey = opts.UniqueKey
+		p.Metadata = opts.Metadata
 	}
 	return p, nil
 }

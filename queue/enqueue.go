@@ -26,6 +26,10 @@ type EnqueueParams struct {
 	// UniqueKey, when set, makes the insert a no-op if a job with the same
 	// key is still stored; EnqueueResult.Inserted then reports false.
 	UniqueKey string
+	// Metadata travels with the job and comes back as Job.Metadata: small
+	// string pairs that are not arguments, such as the W3C traceparent of
+	// the span that enqueued it. Nil means none.
+	Metadata map[string]string
 }
 
 // WithDefaults returns p with its zero fields set to the defaults.

@@ -45,6 +45,9 @@ type Job struct {
 	// Key, when set by the backend, is the job's idempotency key; see
 	// IdempotencyKey.
 	Key string
+	// Metadata is the job's EnqueueParams.Metadata, merged with what an
+	// InsertHook added; nil when there is none. Treat it as read-only.
+	Metadata map[string]string
 }
 
 // IdempotencyKey returns a key that is the same for every attempt of the job

@@ -70,7 +70,33 @@ type Config struct {
 	// by it or found already enqueued by another instance. It must return
 	// quickly.
 	OnFire func(Fire)
+	// OnMissed, if set, is called from the scheduler's loop for the missed
+	// fires of a schedule that its catch-up policy drops, when they are
+	// logged. Each instance that finds them calls it, so across a fleet the
+	// same fires may be reported by several instances. It must return
+	// quickly.
+	OnMissed func(Missed)
 }
+
+// Missed reports missed fires of a schedule that its catch-up policy
+// dropped: fires from First to Last, Fires of them.
+type Missed struct {
+	// Schedule is the schedule's name.
+	Schedule string
+	// Fires counts the dropped fires; fires older than the catch-up window
+	// are counted up to MaxCountedMissed per report, so a schedule that
+	// was down for months does not stall the loop counting them.
+	Fires int
+	// First and Last are the first and last dropped fire.
+	First, Last time.Time
+	// BeforeWindow is true for fires dropped because they are older than
+	// the catch-up window, whatever the policy.
+	BeforeWindow bool
+}
+
+// MaxCountedMissed caps Missed.Fires for fires older than the catch-up
+// window.
+const MaxCountedMissed = 10_000
 
 // Fire reports what one instance did with one fire of a schedule.
 type Fire struct {
@@ -353,10 +379,21 @@ func (s *Scheduler) logMissed(sc *schedule, m missed) {
 	if !m.beforeWindow.IsZero() {
 		s.logger.Warn("scheduler: missed fires older than the catch-up window not enqueued",
 			"schedule", sc.name, "first", m.beforeWindow, "until", m.windowEnd, "window", sc.catchUp.window)
+		if s.cfg.OnMissed != nil {
+			n, last := 0, m.beforeWindow
+			sc.spec.firesIn(m.beforeWindow.Add(-time.Nanosecond), m.windowEnd, func(t time.Time) bool {
+				n, last = n+1, t
+				return n < MaxCountedMissed
+			})
+			s.cfg.OnMissed(Missed{Schedule: sc.name, Fires: n, First: m.beforeWindow, Last: last, BeforeWindow: true})
+		}
 	}
 	if m.n > 0 {
 		s.logger.Warn("scheduler: missed fires not enqueued",
 			"schedule", sc.name, "policy", sc.catchUp.policy.String(), "missed", m.n, "first", m.first, "last", m.last, "grace", sc.catchUp.grace)
+		if s.cfg.OnMissed != nil {
+			s.cfg.OnMissed(Missed{Schedule: sc.name, Fires: m.n, First: m.first, Last: m.last})
+		}
 	}
 }
 

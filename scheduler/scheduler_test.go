@@ -320,8 +320,10 @@ func TestCatchUpAfterDowntime(t *testing.T) {
 			// Five fires later, one instance starts.
 			now := last.Add(5700 * time.Millisecond)
 			var logs logbuf.Buffer
+			var reported []scheduler.Missed // only the loop writes, before stop returns
 			after := scheduler.New(pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quiet}), scheduler.Config{
 				Now: func() time.Time { return now }, Grace: tt.grace, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+				OnMissed: func(m scheduler.Missed) { reported = append(reported, m) },
 			})
 			if err := after.Add("report", "* * * * * *", "report", nil, tt.opts); err != nil {
 				t.Fatal(err)
@@ -357,6 +359,26 @@ func TestCatchUpAfterDowntime(t *testing.T) {
 			}
 			if got := missedLogs(t, logs.String()); !slices.EqualFunc(got, wantLogs, missedLog.equal) {
 				t.Fatalf("logged missed fires %+v, want %+v\n%s", got, wantLogs, logs.String())
+			}
+			// OnMissed reports what was logged, counting the older fires too.
+			wantFires := 0
+			if tt.missed != nil {
+				wantFires = tt.missed[2]
+			}
+			if tt.older != 0 {
+				for k := tt.older; !sec(k).After(now.Add(-tt.opts.CatchUpWindow)); k++ {
+					wantFires++
+				}
+			}
+			gotFires := 0
+			for _, m := range reported {
+				if m.Schedule != "report" || m.Fires < 1 || m.Last.Before(m.First) {
+					t.Errorf("OnMissed got %+v", m)
+				}
+				gotFires += m.Fires
+			}
+			if len(reported) != len(wantLogs) || gotFires != wantFires {
+				t.Errorf("OnMissed reported %+v (%d fires); want %d reports of %d fires", reported, gotFires, len(wantLogs), wantFires)
 			}
 		})
 	}

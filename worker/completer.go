@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/jobfence/jobfence/queue"
@@ -31,9 +32,7 @@ func (w *Worker) completer() {
 		// Until now the jobs stayed tracked, so heartbeats kept their
 		// leases while the outcomes waited.
 		for _, p := range batch {
-			if p.r != nil {
-				w.untrack(p.r)
-			}
+			w.untrack(p.r)
 		}
 	}
 }
@@ -51,10 +50,14 @@ func (w *Worker) flush(batch []pending) {
 	backoff := 50 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Lease)
+		sent := time.Now()
 		stale, err := w.backend.Finish(ctx, fs)
 		cancel()
+		if w.cfg.Hooks.Finish != nil {
+			w.cfg.Hooks.Finish(context.Background(), FinishInfo{Jobs: len(fs), Stale: len(stale), Duration: time.Since(sent), Err: err})
+		}
 		if err == nil {
-			w.count(fs, stale)
+			w.count(batch, fs, stale)
 			return
 		}
 		w.stats.finishErrors.Add(1)
@@ -68,6 +71,9 @@ func (w *Worker) flush(batch []pending) {
 		if giveUp {
 			w.log.Error("jobfence: cannot record outcomes; their jobs will be rescued when the lease expires",
 				"jobs", len(fs), "err", err)
+			for _, p := range batch {
+				w.ended(p.r, JobEnd{Outcome: p.outcome, Lost: true})
+			}
 			return
 		}
 		w.log.Error("jobfence: cannot record outcomes; retrying", "jobs", len(fs), "err", err, "retry_in", backoff)
@@ -79,19 +85,25 @@ func (w *Worker) flush(batch []pending) {
 	}
 }
 
-// count updates the counters for a recorded batch.
-func (w *Worker) count(fs []queue.Finish, stale []queue.Lease) {
-	staleSet := make(map[queue.Lease]bool, len(stale))
-	for _, l := range stale {
-		staleSet[l] = true
-		w.log.Warn("jobfence: outcome rejected: stale fence (the job was claimed again by another owner)",
-			"job", l.ID, "fence", l.Fence)
+// count updates the counters for a recorded batch and reports each job's
+// end.
+func (w *Worker) count(batch []pending, fs []queue.Finish, stale []queue.Lease) {
+	var staleSet map[queue.Lease]bool
+	if len(stale) > 0 {
+		staleSet = make(map[queue.Lease]bool, len(stale))
+		for _, l := range stale {
+			staleSet[l] = true
+		}
 	}
 	completed := 0
-	for _, f := range fs {
-		if f.Outcome == queue.OutcomeComplete && !staleSet[f.Lease] {
+	for i, f := range fs {
+		p := batch[i]
+		if staleSet[f.Lease] {
+			w.logJob(p.r.ctx, slog.LevelWarn, "jobfence: outcome rejected: stale fence (the job was claimed again by another owner)", p.r.job)
+		} else if f.Outcome == queue.OutcomeComplete {
 			completed++
 		}
+		w.ended(p.r, JobEnd{Outcome: p.outcome, Stale: staleSet[f.Lease]})
 	}
 	w.stats.stale.Add(int64(len(stale)))
 	w.stats.completed.Add(int64(completed))

@@ -56,8 +56,12 @@ type Config struct {
 	Retention time.Duration
 	// DisableMaintenance turns off rescuing and pruning in this worker.
 	DisableMaintenance bool
-	// Middleware wraps every non-transactional handler, outermost first.
+	// Middleware wraps every handler, outermost first. A transactional
+	// (AddTx) handler's middleware runs inside its transaction, before the
+	// fenced completion.
 	Middleware []Middleware
+	// Hooks observe the worker's jobs and round trips; see Hooks.
+	Hooks Hooks
 	// Logger receives the worker's logs. Default: slog.Default().
 	Logger *slog.Logger
 }

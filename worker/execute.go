@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -29,62 +30,68 @@ func (e *connError) Unwrap() error { return e.err }
 
 // execute runs one claimed job and queues its outcome.
 func (w *Worker) execute(job *queue.Job, until time.Time) {
+	// Not derived from a worker-wide context: thousands of handlers
+	// registering with one parent contend on its lock. Stop cancels them
+	// one by one through the in-flight map instead.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	r := &running{job: job, lease: job.Lease(), cancel: cancel, leaseUntil: until, ctx: ctx}
+	if w.cfg.Hooks.JobStart != nil {
+		ctx = w.cfg.Hooks.JobStart(ctx, job)
+		r.ctx = ctx
+	}
 	h := w.reg.handlers[job.Kind]
 	if h == nil {
 		// Most likely a rolling deploy: an instance that knows the kind
 		// will run it. The job is put back without spending an attempt,
 		// backing off by how often it was put back.
-		err := fmt.Errorf("%w %q: no handler registered in worker %s (it handles %v)", queue.ErrUnknownKind, job.Kind, w.cfg.ID, w.reg.Kinds())
-		w.log.Error("jobfence: job of unknown kind; put back without spending an attempt", "job", job.ID, "kind", job.Kind, "err", err)
+		r.err = fmt.Errorf("%w %q: no handler registered in worker %s (it handles %v)", queue.ErrUnknownKind, job.Kind, w.cfg.ID, w.reg.Kinds())
+		w.logJob(ctx, slog.LevelError, "jobfence: job of unknown kind; put back without spending an attempt", job, slog.Any("err", r.err))
 		w.stats.snoozed.Add(1)
-		w.report(job, nil, queue.OutcomeSnooze, w.putBackDelay(job), err, "")
+		w.report(job, r, queue.OutcomeSnooze, w.putBackDelay(job), r.err, "")
 		return
 	}
 	timeout := h.opts.Timeout
 	if timeout == 0 {
 		timeout = w.cfg.JobTimeout
 	}
-	// Not derived from a worker-wide context: thousands of handlers
-	// registering with one parent contend on its lock. Stop cancels them
-	// one by one through the in-flight map instead.
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
 	if timeout > 0 {
 		var cancelT context.CancelFunc
 		ctx, cancelT = context.WithTimeoutCause(ctx, timeout, fmt.Errorf("jobfence: job timed out after %s", timeout))
 		defer cancelT()
 	}
-	r := &running{lease: job.Lease(), cancel: cancel, leaseUntil: until}
 	if !w.track(r) {
 		w.stats.snoozed.Add(1)
-		w.report(job, nil, queue.OutcomeSnooze, 0, nil, "")
+		w.report(job, r, queue.OutcomeSnooze, 0, nil, "")
 		return
 	}
 
 	var err error
 	var stack string
+	start := time.Now()
 	if h.runTx != nil {
 		var done bool
-		done, stack, err = w.runTx(ctx, h, job, r)
+		done, stack, err = w.runTx(ctx, h, job, r, start)
 		if done {
 			w.untrack(r)
 			return
 		}
 	} else {
-		stack, err = w.call(ctx, h, job)
+		stack, err = w.call(ctx, h.run, job)
 	}
+	r.took, r.err, r.panicked = time.Since(start), err, stack != ""
 	w.outcome(ctx, job, r, err, stack)
 }
 
-// call runs a plain handler under the middleware, recovering a panic.
-func (w *Worker) call(ctx context.Context, h *handler, job *queue.Job) (stack string, err error) {
+// call runs fn under the middleware, recovering a panic. Plain and
+// transactional handlers both go through it, so middleware wraps both.
+func (w *Worker) call(ctx context.Context, fn HandlerFunc, job *queue.Job) (stack string, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			pe := &PanicError{Value: v, Stack: string(debug.Stack())}
 			stack, err = pe.Stack, pe
 		}
 	}()
-	fn := h.run
 	for i := len(w.cfg.Middleware) - 1; i >= 0; i-- {
 		fn = w.cfg.Middleware[i](fn)
 	}
@@ -93,25 +100,17 @@ func (w *Worker) call(ctx context.Context, h *handler, job *queue.Job) (stack st
 
 // runTx runs a transactional handler and, if it succeeds, completes the job
 // under its fence in the same transaction. done reports that the outcome is
-// settled (committed, or stale and rolled back) and nothing more is to be
-// reported. Failures of the transaction itself rather than of the handler
-// are returned as *connError.
-func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *running) (done bool, stack string, err error) {
+// settled (committed, or stale and rolled back) and reported to the
+// JobEnd hook, and nothing more is to be reported. Failures of the
+// transaction itself rather than of the handler are returned as *connError.
+func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *running, start time.Time) (done bool, stack string, err error) {
 	txb := w.backend.(TxBackend)
 	tx, err := txb.BeginTx(ctx, w.cfg.Lease)
 	if err != nil {
 		return false, "", &connError{err}
 	}
 	defer tx.Rollback(context.Background())
-	func() {
-		defer func() {
-			if v := recover(); v != nil {
-				pe := &PanicError{Value: v, Stack: string(debug.Stack())}
-				stack, err = pe.Stack, pe
-			}
-		}()
-		err = h.runTx(ctx, tx, job)
-	}()
+	stack, err = w.call(ctx, func(ctx context.Context, job *queue.Job) error { return h.runTx(ctx, tx, job) }, job)
 	if err != nil {
 		// A broken connection is the outage's doing, unless the handler's
 		// own context ended (a timeout): pgx closes a connection whose
@@ -126,7 +125,9 @@ func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *runni
 	if err := txb.CompleteTx(ctx, tx, job.Lease()); err != nil {
 		if errors.Is(err, queue.ErrStaleFence) {
 			w.stats.stale.Add(1)
-			w.log.Warn("jobfence: job was lost before its transaction committed; rolled back", "job", job.ID, "fence", job.Fence)
+			w.logJob(ctx, slog.LevelWarn, "jobfence: job was lost before its transaction committed; rolled back", job)
+			r.took = time.Since(start)
+			w.ended(r, JobEnd{Outcome: queue.OutcomeComplete, Stale: true})
 			return true, "", nil
 		}
 		return false, "", &connError{err}
@@ -146,6 +147,8 @@ func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *runni
 		return false, "", &connError{fmt.Errorf("jobfence: commit: %w", err)}
 	}
 	w.stats.completed.Add(1)
+	r.took = time.Since(start)
+	w.ended(r, JobEnd{Outcome: queue.OutcomeComplete})
 	return true, "", nil
 }
 
@@ -164,8 +167,9 @@ func (w *Worker) outcome(ctx context.Context, job *queue.Job, r *running, err er
 	switch {
 	case errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrJobCancelled):
 		// The job is no longer ours: any outcome would be stale.
-		w.log.Warn("jobfence: handler ended after its job was lost", "job", job.ID, "cause", cause, "err", err)
+		w.logJob(ctx, slog.LevelWarn, "jobfence: handler ended after its job was lost", job, slog.Any("cause", cause), slog.Any("err", err))
 		w.untrack(r)
+		w.ended(r, JobEnd{Lost: true})
 		return
 	case errors.Is(cause, ErrWorkerStopping):
 		w.stats.snoozed.Add(1)
@@ -182,17 +186,17 @@ func (w *Worker) outcome(ctx context.Context, job *queue.Job, r *running, err er
 	case errors.As(err, &conn):
 		// An outage is not the job's failure: it keeps its attempts.
 		w.stats.snoozed.Add(1)
-		w.log.Warn("jobfence: transactional handler's database connection failed; put back without spending an attempt", "job", job.ID, "kind", job.Kind, "err", err)
+		w.logJob(ctx, slog.LevelWarn, "jobfence: transactional handler's database connection failed; put back without spending an attempt", job, slog.Any("err", err))
 		w.report(job, r, queue.OutcomeSnooze, w.putBackDelay(job), err, "")
 		return
 	case errors.Is(err, ErrDecodeArgs):
 		w.stats.discarded.Add(1)
-		w.log.Error("jobfence: job args do not decode; discarded", "job", job.ID, "kind", job.Kind, "err", err)
+		w.logJob(ctx, slog.LevelError, "jobfence: job args do not decode; discarded", job, slog.Any("err", err))
 		w.report(job, r, queue.OutcomeDiscard, 0, err, "")
 		return
 	case errors.As(err, &panicked):
 		w.stats.panics.Add(1)
-		w.log.Error("jobfence: handler panicked", "job", job.ID, "kind", job.Kind, "panic", panicked.Value)
+		w.logJob(ctx, slog.LevelError, "jobfence: handler panicked", job, slog.Any("panic", panicked.Value))
 	}
 	if cause != nil && ctx.Err() != nil && !errors.Is(err, cause) {
 		err = fmt.Errorf("%w (%v)", err, cause)
@@ -225,20 +229,21 @@ func (w *Worker) putBackDelay(job *queue.Job) time.Duration {
 	return w.retryDelay(&backoff)
 }
 
-// report queues an outcome; r (nil for a job that never ran) is untracked
-// once the outcome is recorded.
+// report queues an outcome; r is untracked once the outcome is recorded.
 func (w *Worker) report(job *queue.Job, r *running, o queue.Outcome, delay time.Duration, err error, stack string) {
 	w.finishing(r)
 	f := queue.Finish{Lease: job.Lease(), Outcome: o, Delay: delay}
 	if err != nil {
 		f.Error = &queue.AttemptError{Attempt: job.Attempt, At: time.Now(), Error: err.Error(), Trace: stack, PutBack: o == queue.OutcomeSnooze}
 	}
-	w.finishCh <- pending{f: f, r: r, err: err}
+	ended := o
+	if o == queue.OutcomeRetry && job.Attempt >= job.MaxAttempts {
+		ended = queue.OutcomeDiscard
+	}
+	w.finishCh <- pending{f: f, r: r, err: err, outcome: ended}
 }
 
-// finishing marks r (nil for a job that never ran) as past its handler.
+// finishing marks r as past its handler.
 func (w *Worker) finishing(r *running) {
-	if r != nil {
-		r.finishing.Store(true)
-	}
+	r.finishing.Store(true)
 }

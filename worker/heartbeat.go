@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/jobfence/jobfence/queue"
@@ -52,7 +53,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 				if lostSet[l.ID] {
 					if !r.finishing.Load() {
 						w.stats.lost.Add(1)
-						w.log.Warn("jobfence: job lost: cancelling its handler", "job", l.ID, "fence", l.Fence)
+						w.logJob(r.ctx, slog.LevelWarn, "jobfence: job lost: cancelling its handler", r.job)
 						r.cancel(ErrLeaseLost)
 					}
 					continue
@@ -80,7 +81,7 @@ func (w *Worker) leaseRanOut(r *running) {
 		return
 	}
 	w.stats.lost.Add(1)
-	w.log.Warn("jobfence: lease ran out without a heartbeat: cancelling handler", "job", r.lease.ID, "fence", r.lease.Fence)
+	w.logJob(r.ctx, slog.LevelWarn, "jobfence: lease ran out without a heartbeat: cancelling handler", r.job)
 	r.cancel(ErrLeaseLost)
 }
 

@@ -30,7 +30,11 @@ func (w *Worker) maintenanceLoop(ctx context.Context, m queue.Maintainer) {
 			return
 		case <-rescue.C:
 			w.drain(ctx, "rescue", rescueBatch, &w.stats.rescued, func(ctx context.Context) (int, error) {
-				return m.Rescue(ctx, queue.RescueParams{Limit: rescueBatch, Backoff: w.retryDelay})
+				n, err := m.Rescue(ctx, queue.RescueParams{Limit: rescueBatch, Backoff: w.retryDelay})
+				if n > 0 && w.cfg.Hooks.Rescue != nil {
+					w.cfg.Hooks.Rescue(ctx, n)
+				}
+				return n, err
 			})
 			rescue.Reset(jitter(w.cfg.RescueInterval))
 		case <-prune.C:

@@ -54,8 +54,15 @@ type Worker struct {
 
 // running is one job whose handler is running.
 type running struct {
+	job    *queue.Job
 	lease  queue.Lease
 	cancel context.CancelCauseFunc
+	// ctx is the handler's context, as Hooks.JobStart returned it; took,
+	// err and panicked are the handler's result. JobEnd reports them.
+	ctx      context.Context
+	took     time.Duration
+	err      error
+	panicked bool
 	// leaseUntil is when the claim runs out as far as this worker knows:
 	// the claim's expiry, pushed on by each successful heartbeat.
 	leaseUntil time.Time
@@ -330,6 +337,9 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan stru
 		claimStart := time.Now()
 		jobs, err := w.backend.Claim(claimCtx, queue.ClaimParams{Queue: q, Limit: limit, Lease: w.cfg.Lease, WorkerID: w.cfg.ID})
 		cancelClaim()
+		if w.cfg.Hooks.Claim != nil {
+			w.cfg.Hooks.Claim(ctx, ClaimInfo{Queue: q, Jobs: len(jobs), Duration: time.Since(claimStart), Err: err})
+		}
 		if unused := limit - len(jobs); unused > 0 {
 			for range unused {
 				<-slots
@@ -389,6 +399,9 @@ type pending struct {
 	r *running
 	// err is the handler's error as returned, for RunOne's caller.
 	err error
+	// outcome is the outcome Hooks.JobEnd reports (a retry out of
+	// attempts is a discard).
+	outcome queue.Outcome
 }
 
 // runner executes jobs until jobs is closed.

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,6 +44,8 @@ type benchConfig struct {
 	fetchers    int
 	fetchLimit  int
 	completers  int
+	otel        bool
+	otelSample  float64
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -60,6 +63,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.fetchers, "fetchers", 0, "claim loops per queue (0: the worker's default)")
 	fs.IntVar(&cfg.fetchLimit, "fetch-limit", 0, "jobs per claim (0: the worker's default)")
 	fs.IntVar(&cfg.completers, "completers", 0, "outcome batches in flight (0: the worker's default)")
+	fs.BoolVar(&cfg.otel, "otel", false, "attach telemetry with the OpenTelemetry SDK and exporters that drop everything, to measure its cost")
+	fs.Float64Var(&cfg.otelSample, "otel-sample", 1, "with --otel: the fraction of traces sampled (ParentBased(TraceIDRatioBased))")
 	runs := fs.Int("runs", 1, "runs of each mode; the median is reported")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the runs to this file")
 	fs.Usage = func() {
@@ -83,6 +88,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if cfg.otelSample < 0 || cfg.otelSample > 1 {
+		return fmt.Errorf("--otel-sample %v: want a fraction from 0 to 1", cfg.otelSample)
 	}
 	if *mode != "burndown" && *mode != "continuous" && *mode != "both" {
 		return fmt.Errorf("unknown --mode %q: want burndown, continuous or both", *mode)
@@ -129,11 +137,18 @@ type benchResult struct {
 	rate          float64
 	p50, p99      time.Duration
 	stale, errors int64
+	// cpu is the CPU time this process (the workers, not PostgreSQL)
+	// spent during the timed window: less sensitive than the rate to other
+	// load on the machine.
+	cpu time.Duration
 }
 
 func (r benchResult) String() string {
 	s := fmt.Sprintf("%d jobs in %.2fs = %.0f jobs/s (every completion fenced; stale %d, errors %d)",
 		r.jobs, r.elapsed.Seconds(), r.rate, r.stale, r.errors)
+	if r.cpu > 0 && r.jobs > 0 {
+		s += fmt.Sprintf("; worker CPU %.1f µs/job", float64(r.cpu.Microseconds())/float64(r.jobs))
+	}
 	if r.p50 > 0 {
 		s += fmt.Sprintf("; enqueue-to-start p50 %s p99 %s", r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond))
 	}
@@ -162,7 +177,16 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 		return benchResult{}, err
 	}
 	defer pool.Close()
-	client := pgqueue.New(pool, pgqueue.Config{})
+	var tel *benchTelemetry
+	if cfg.otel {
+		tel = newBenchTelemetry(cfg.otelSample)
+		defer tel.shutdown(context.Background())
+	}
+	var clientCfg pgqueue.Config
+	if err := tel.attach(&clientCfg, nil); err != nil {
+		return benchResult{}, err
+	}
+	client := pgqueue.New(pool, clientCfg)
 
 	if mode == "burndown" {
 		if err := insertJobs(ctx, client, cfg.jobs, cfg.batch); err != nil {
@@ -189,11 +213,15 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 			return benchResult{}, err
 		}
 		defer p.Close()
-		w, err := worker.New(pgqueue.New(p, pgqueue.Config{Logger: quiet}), reg, worker.Config{
+		wcfg := worker.Config{
 			ID: fmt.Sprint("bench-", i), Queues: map[string]int{queue.DefaultQueue: cfg.concurrency},
 			Logger: quiet, DisableMaintenance: true,
 			Fetchers: cfg.fetchers, FetchLimit: cfg.fetchLimit, Completers: cfg.completers,
-		})
+		}
+		if err := tel.attach(nil, &wcfg); err != nil {
+			return benchResult{}, err
+		}
+		w, err := worker.New(pgqueue.New(p, pgqueue.Config{Logger: quiet}), reg, wcfg)
 		if err != nil {
 			return benchResult{}, err
 		}
@@ -209,7 +237,7 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 		return
 	}
 
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	for _, w := range workers {
 		if err := w.Start(ctx); err != nil {
 			return benchResult{}, err
@@ -228,7 +256,7 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		res.elapsed = time.Since(start)
+		res.elapsed, res.cpu = time.Since(start), processCPU()-cpu0
 	case "continuous":
 		runCtx, cancel := context.WithTimeout(ctx, cfg.duration)
 		var inserted atomic.Int64
@@ -244,11 +272,11 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 		time.Sleep(warm)
 		n0, _, _ := completed()
 		lat.reset()
-		t0 := time.Now()
+		t0, c0 := time.Now(), processCPU()
 		<-runCtx.Done()
 		cancel()
 		n1, _, _ := completed()
-		res.elapsed = time.Since(t0)
+		res.elapsed, res.cpu = time.Since(t0), processCPU()-c0
 		wg.Wait()
 		if insertErr != nil && !errors.Is(insertErr, context.DeadlineExceeded) && !errors.Is(insertErr, context.Canceled) {
 			return benchResult{}, insertErr
@@ -268,6 +296,15 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 	res.stale, res.errors = stale, errs
 	res.rate = float64(res.jobs) / res.elapsed.Seconds()
 	return res, nil
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func newBenchPool(ctx context.Context, url string, conns int32) (*pgxpool.Pool, error) {

@@ -141,6 +141,11 @@ type Assignment struct {
 	Generation int64
 	// Partitions lists the owned partitions per topic, in order.
 	Partitions map[string][]int
+	// CommitLag counts the messages of the owned partitions that are
+	// finished but whose offsets are not committed yet: what the group
+	// would deliver again if this member died now (besides its running
+	// jobs). It grows when commits fail.
+	CommitLag int64
 }
 
 // Assignment returns the member's current generation and partitions.
@@ -154,6 +159,15 @@ func (b *Backend) Assignment() Assignment {
 	a.Generation = b.gen.id
 	for _, p := range b.gen.parts {
 		a.Partitions[p.topic] = append(a.Partitions[p.topic], p.id)
+		// Until its first commit the group's offset is where the
+		// assignment started, when the broker named one.
+		base := p.committed
+		if base < 0 {
+			base = p.start
+		}
+		if wm := p.watermark(); base >= 0 && wm > base {
+			a.CommitLag += wm - base
+		}
 	}
 	return a
 }
@@ -251,6 +265,7 @@ func (b *Backend) job(e *entry, p queue.ClaimParams, now time.Time) *queue.Job {
 		CreatedAt:   e.msg.Time,
 		AttemptedAt: now,
 		Key:         e.key(),
+		Metadata:    e.meta.metadata,
 	}
 	if p.Lease > 0 {
 		j.LeaseExpiresAt = now.Add(p.Lease)
@@ -577,7 +592,7 @@ func (b *Backend) forwardHeaders(e *entry, attempt int) []kafka.Header {
 	if len(e.errs) > 0 {
 		last = e.errs[len(e.errs)-1].Error
 	}
-	return []kafka.Header{
+	hs := []kafka.Header{
 		header(HeaderKind, e.meta.kind),
 		header(HeaderMaxAttempts, strconv.Itoa(e.meta.maxAttempts)),
 		header(HeaderAttempt, strconv.Itoa(attempt)),
@@ -586,6 +601,12 @@ func (b *Backend) forwardHeaders(e *entry, attempt int) []kafka.Header {
 		header(HeaderError, last),
 		header(HeaderErrors, string(errs)),
 	}
+	// The job's metadata goes with it, so a retry's span still links to the
+	// enqueue's.
+	for k, v := range e.meta.metadata {
+		hs = append(hs, header(k, v))
+	}
+	return hs
 }
 
 func (b *Backend) retry(e *entry, at time.Time) kafka.Message {

@@ -77,10 +77,27 @@ func (c *Client) Insert(ctx context.Context, args queue.Args, opts *queue.Insert
 // its index and nothing is written. On a write error some jobs may have been
 // written; the error is a kafka.WriteErrors when kafka-go reports which.
 func (c *Client) EnqueueMany(ctx context.Context, jobs []EnqueueJob) error {
+	if c.cfg.InsertHook == nil {
+		return c.enqueueMany(ctx, jobs, nil)
+	}
+	ps := make([]queue.EnqueueParams, len(jobs))
+	for i, j := range jobs {
+		ps[i] = j.Params
+	}
+	_, err := queue.Observe(ctx, c.cfg.InsertHook, ps, func(ctx context.Context, meta map[string]string) (int64, error) {
+		if err := c.enqueueMany(ctx, jobs, meta); err != nil {
+			return 0, err
+		}
+		return int64(len(jobs)), nil
+	})
+	return err
+}
+
+func (c *Client) enqueueMany(ctx context.Context, jobs []EnqueueJob, meta map[string]string) error {
 	msgs := make([]kafka.Message, len(jobs))
 	now := time.Now()
 	for i, j := range jobs {
-		m, err := newMessage(j, now)
+		m, err := newMessage(j, meta, now)
 		if err != nil {
 			if len(jobs) == 1 {
 				return err
@@ -108,7 +125,7 @@ func (c *Client) Close() error {
 	return nil
 }
 
-func newMessage(j EnqueueJob, now time.Time) (kafka.Message, error) {
+func newMessage(j EnqueueJob, meta map[string]string, now time.Time) (kafka.Message, error) {
 	p := j.Params.WithDefaults()
 	if err := p.Validate(); err != nil {
 		return kafka.Message{}, err
@@ -126,6 +143,13 @@ func newMessage(j EnqueueJob, now time.Time) (kafka.Message, error) {
 			header(HeaderKind, p.Kind),
 			header(HeaderMaxAttempts, strconv.Itoa(p.MaxAttempts)),
 		},
+	}
+	if md := queue.MergeMetadata(p.Metadata, meta); len(md) > 0 {
+		hs, err := metadataHeaders(md)
+		if err != nil {
+			return kafka.Message{}, err
+		}
+		m.Headers = append(m.Headers, hs...)
 	}
 	if j.PartitionKey != "" {
 		m.Key = []byte(j.PartitionKey)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/jobfence/jobfence/queue"
 )
 
 // Defaults applied to zero fields of Config.
@@ -109,6 +111,10 @@ type Config struct {
 	// Logger receives the backend's logs; kafka-go's own error logs go to it
 	// at debug level. Default slog.Default().
 	Logger *slog.Logger
+	// InsertHook, when set, observes every enqueue of a Client (Enqueue,
+	// Insert, EnqueueMany) and may add metadata to its jobs, which travel as
+	// message headers; see queue.InsertHook. telemetry.Kafka sets it.
+	InsertHook queue.InsertHook
 }
 
 // ConfigError reports a Config field that is not valid.

@@ -79,6 +79,23 @@ func ParseOrigin(s string) (Origin, error) {
 	return Origin{Topic: s[:j], Partition: p, Offset: off}, nil
 }
 
+// reservedPrefix starts every header jobfence reads; other headers are the
+// job's metadata (a W3C "traceparent" header among them, where other Kafka
+// instrumentation looks for it too).
+const reservedPrefix = "jobfence-"
+
+// metadataHeaders returns m as headers.
+func metadataHeaders(m map[string]string) ([]kafka.Header, error) {
+	hs := make([]kafka.Header, 0, len(m))
+	for k, v := range m {
+		if strings.HasPrefix(k, reservedPrefix) || k == "" {
+			return nil, &queue.InvalidParamsError{Field: "Metadata", Reason: fmt.Sprintf("key %q is empty or starts with %q, which jobfence reserves", k, reservedPrefix)}
+		}
+		hs = append(hs, header(k, v))
+	}
+	return hs, nil
+}
+
 // meta is what the headers of one message say.
 type meta struct {
 	kind        string
@@ -89,6 +106,8 @@ type meta struct {
 	hasOrigin   bool
 	queue       string
 	errors      []queue.AttemptError
+	// metadata holds the headers jobfence does not reserve.
+	metadata map[string]string
 }
 
 func parseMeta(hs []kafka.Header) meta {
@@ -118,6 +137,13 @@ func parseMeta(hs []kafka.Header) meta {
 			m.queue = v
 		case HeaderErrors:
 			_ = json.Unmarshal(h.Value, &m.errors)
+		default:
+			if !strings.HasPrefix(h.Key, reservedPrefix) {
+				if m.metadata == nil {
+					m.metadata = map[string]string{}
+				}
+				m.metadata[h.Key] = v
+			}
 		}
 	}
 	return m

@@ -40,7 +40,7 @@ RETURNING ` + jobColumns
 
 // jobColumns are the columns scanJob reads, in order.
 const jobColumns = `j.id, j.queue, j.kind, j.args, j.state, j.priority, j.attempt, j.max_attempts, j.fence,
-    j.scheduled_at, j.created_at, j.attempted_at, j.lease_expires_at, j.unique_key, j.errors, j.attempted_by`
+    j.scheduled_at, j.created_at, j.attempted_at, j.lease_expires_at, j.unique_key, j.errors, j.attempted_by, j.metadata`
 
 // Claim implements queue.Backend.
 func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, error) {
@@ -80,9 +80,10 @@ func scanJob(row pgx.Row) (*queue.Job, error) {
 		lease     *time.Time
 		unique    *string
 		errs      []byte
+		meta      []byte
 	)
 	if err := row.Scan(&j.ID, &j.Queue, &j.Kind, &j.EncodedArgs, &state, &priority, &j.Attempt, &j.MaxAttempts,
-		&j.Fence, &j.ScheduledAt, &j.CreatedAt, &attempted, &lease, &unique, &errs, &j.AttemptedBy); err != nil {
+		&j.Fence, &j.ScheduledAt, &j.CreatedAt, &attempted, &lease, &unique, &errs, &j.AttemptedBy, &meta); err != nil {
 		return nil, err
 	}
 	j.State = queue.State(state)
@@ -99,6 +100,13 @@ func scanJob(row pgx.Row) (*queue.Job, error) {
 	if len(errs) > 2 {
 		if err := json.Unmarshal(errs, &j.Errors); err != nil {
 			return nil, fmt.Errorf("job %d: decode errors: %w", j.ID, err)
+		}
+	}
+	// Most jobs carry none: '{}' is left as a nil map, no allocation.
+	if len(meta) > 2 {
+		var err error
+		if j.Metadata, err = decodeMetadata(meta); err != nil {
+			return nil, fmt.Errorf("job %d: decode metadata: %w", j.ID, err)
 		}
 	}
 	return &j, nil

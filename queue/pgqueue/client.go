@@ -29,6 +29,10 @@ type Config struct {
 	// lease. BeginTx waits for a connection once the pool's MaxConns less
 	// TxReserve transactions are open. Zero means DefaultTxReserve.
 	TxReserve int
+	// InsertHook, when set, observes every enqueue (Enqueue, EnqueueTx,
+	// Insert, InsertTx, EnqueueMany, EnqueueManyTx) and may add metadata
+	// to its jobs; see queue.InsertHook. telemetry.PGQueue sets it.
+	InsertHook queue.InsertHook
 }
 
 // DefaultTxReserve is the default of Config.TxReserve: one connection for
@@ -51,6 +55,7 @@ var (
 type Client struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
+	hook   queue.InsertHook
 	// txSlots holds a token for each open BeginTx transaction; nil (a pool
 	// too small to reserve anything) refuses BeginTx.
 	txSlots chan struct{}
@@ -65,7 +70,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 	if cfg.TxReserve <= 0 {
 		cfg.TxReserve = DefaultTxReserve
 	}
-	c := &Client{pool: pool, logger: cfg.Logger}
+	c := &Client{pool: pool, logger: cfg.Logger, hook: cfg.InsertHook}
 	if pool != nil {
 		if n := int(pool.Config().MaxConns) - cfg.TxReserve; n > 0 {
 			c.txSlots = make(chan struct{}, n)

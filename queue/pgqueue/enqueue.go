@@ -2,6 +2,7 @@ package pgqueue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -12,9 +13,9 @@ import (
 )
 
 const insertSQL = `
-INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key)
+INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata)
 VALUES ($1, $2, $3, CASE WHEN $4::timestamptz > now() THEN 'scheduled' ELSE 'available' END,
-        $5, COALESCE($4::timestamptz, now()), $6, NULLIF($7, ''))
+        $5, COALESCE($4::timestamptz, now()), $6, NULLIF($7, ''), $8)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
 RETURNING id, state = 'available'`
 
@@ -26,25 +27,43 @@ const notifySQL = `SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`
 // UniqueKey that a stored job already holds, nothing is inserted and the
 // result names the existing job with Inserted false.
 func (c *Client) Enqueue(ctx context.Context, p queue.EnqueueParams) (queue.EnqueueResult, error) {
-	tx, err := c.pool.Begin(ctx)
-	if err != nil {
-		return queue.EnqueueResult{}, fmt.Errorf("pgqueue: enqueue: %w", err)
-	}
-	defer tx.Rollback(ctx)
-	res, err := c.EnqueueTx(ctx, tx, p)
-	if err != nil {
-		return res, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return queue.EnqueueResult{}, fmt.Errorf("pgqueue: enqueue: commit: %w", err)
-	}
-	return res, nil
+	var res queue.EnqueueResult
+	_, err := queue.Observe(ctx, c.hook, []queue.EnqueueParams{p}, func(ctx context.Context, meta map[string]string) (int64, error) {
+		tx, err := c.pool.Begin(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("pgqueue: enqueue: %w", err)
+		}
+		defer tx.Rollback(ctx)
+		if res, err = enqueue(ctx, tx, p, meta); err != nil {
+			return 0, err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			res = queue.EnqueueResult{}
+			return 0, fmt.Errorf("pgqueue: enqueue: commit: %w", err)
+		}
+		return inserted(res), nil
+	})
+	return res, err
 }
 
 // EnqueueTx inserts one job inside the caller's transaction: the job exists,
 // and workers are woken, only if tx commits.
 func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, p queue.EnqueueParams) (queue.EnqueueResult, error) {
-	return enqueue(ctx, tx, p)
+	var res queue.EnqueueResult
+	_, err := queue.Observe(ctx, c.hook, []queue.EnqueueParams{p}, func(ctx context.Context, meta map[string]string) (int64, error) {
+		var err error
+		res, err = enqueue(ctx, tx, p, meta)
+		return inserted(res), err
+	})
+	return res, err
+}
+
+// inserted counts res for an InsertHook.
+func inserted(res queue.EnqueueResult) int64 {
+	if res.Inserted {
+		return 1
+	}
+	return 0
 }
 
 // Insert encodes args and enqueues a job of kind args.Kind() with opts
@@ -63,13 +82,33 @@ func (c *Client) InsertTx(ctx context.Context, tx pgx.Tx, args queue.Args, opts 
 	if err != nil {
 		return queue.EnqueueResult{}, err
 	}
-	return enqueue(ctx, tx, p)
+	return c.EnqueueTx(ctx, tx, p)
 }
 
-func enqueue(ctx context.Context, db DB, p queue.EnqueueParams) (queue.EnqueueResult, error) {
+// emptyMetadata is what a job without metadata stores.
+var emptyMetadata = []byte("{}")
+
+// encodeMetadata returns the jsonb of m merged with what a hook added.
+func encodeMetadata(own, add map[string]string) ([]byte, error) {
+	m := queue.MergeMetadata(own, add)
+	if len(m) == 0 {
+		return emptyMetadata, nil
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode metadata: %w", err)
+	}
+	return b, nil
+}
+
+func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]string) (queue.EnqueueResult, error) {
 	p = p.WithDefaults()
 	if err := p.Validate(); err != nil {
 		return queue.EnqueueResult{}, err
+	}
+	md, err := encodeMetadata(p.Metadata, meta)
+	if err != nil {
+		return queue.EnqueueResult{}, fmt.Errorf("pgqueue: enqueue %s: %w", p.Kind, err)
 	}
 	var at *time.Time
 	if !p.ScheduledAt.IsZero() {
@@ -80,7 +119,7 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams) (queue.EnqueueRe
 	for range 3 {
 		var id int64
 		var ready bool
-		err := db.QueryRow(ctx, insertSQL, p.Queue, p.Kind, p.Args, at, p.Priority, p.MaxAttempts, p.UniqueKey).Scan(&id, &ready)
+		err := db.QueryRow(ctx, insertSQL, p.Queue, p.Kind, p.Args, at, p.Priority, p.MaxAttempts, p.UniqueKey, md).Scan(&id, &ready)
 		if err == nil {
 			if ready {
 				if _, err := db.Exec(ctx, notifySQL, insertChannel, []string{p.Queue}); err != nil {
@@ -106,13 +145,13 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams) (queue.EnqueueRe
 // copyColumns are the columns EnqueueMany writes through COPY. The state
 // and scheduled_at take their defaults ('available', the database's now()):
 // a host clock that runs ahead must not delay the jobs.
-var copyColumns = []string{"queue", "kind", "args", "priority", "max_attempts"}
+var copyColumns = []string{"queue", "kind", "args", "priority", "max_attempts", "metadata"}
 
 const insertManySQL = `
-INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key)
-SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' ELSE 'available' END, p, COALESCE(s, now()), m, NULLIF(u, '')
-FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[])
-     AS t(q, k, a, p, s, m, u)
+INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata)
+SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' ELSE 'available' END, p, COALESCE(s, now()), m, NULLIF(u, ''), md
+FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[], $8::jsonb[])
+     AS t(q, k, a, p, s, m, u, md)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING`
 
 // EnqueueMany inserts many jobs in one round trip and returns how many were
@@ -120,23 +159,36 @@ ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING`
 // fastest path; jobs with unique keys or a ScheduledAt are inserted with
 // ON CONFLICT DO NOTHING and are not counted when their key was taken.
 func (c *Client) EnqueueMany(ctx context.Context, ps []queue.EnqueueParams) (int64, error) {
-	tx, err := c.pool.Begin(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("pgqueue: enqueue many: %w", err)
-	}
-	defer tx.Rollback(ctx)
-	n, err := c.EnqueueManyTx(ctx, tx, ps)
-	if err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("pgqueue: enqueue many: commit: %w", err)
-	}
-	return n, nil
+	return queue.Observe(ctx, c.hook, ps, func(ctx context.Context, meta map[string]string) (int64, error) {
+		tx, err := c.pool.Begin(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("pgqueue: enqueue many: %w", err)
+		}
+		defer tx.Rollback(ctx)
+		n, err := enqueueMany(ctx, tx, ps, meta)
+		if err != nil {
+			return 0, err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return 0, fmt.Errorf("pgqueue: enqueue many: commit: %w", err)
+		}
+		return n, nil
+	})
 }
 
 // EnqueueManyTx is EnqueueMany inside the caller's transaction.
 func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams) (int64, error) {
+	return queue.Observe(ctx, c.hook, ps, func(ctx context.Context, meta map[string]string) (int64, error) {
+		return enqueueMany(ctx, tx, ps, meta)
+	})
+}
+
+func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta map[string]string) (int64, error) {
+	// Jobs without metadata of their own share the hook's, encoded once.
+	shared, err := encodeMetadata(nil, meta)
+	if err != nil {
+		return 0, fmt.Errorf("pgqueue: enqueue many: %w", err)
+	}
 	now := time.Now()
 	var plain [][]any
 	var uq struct {
@@ -145,6 +197,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []queue.Enqueu
 		p       []int16
 		s       []*time.Time
 		m       []int32
+		md      [][]byte
 	}
 	queues := map[string]bool{}
 	for i, p := range ps {
@@ -152,13 +205,19 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []queue.Enqueu
 		if err := p.Validate(); err != nil {
 			return 0, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
 		}
+		md := shared
+		if len(p.Metadata) > 0 {
+			if md, err = encodeMetadata(p.Metadata, meta); err != nil {
+				return 0, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
+			}
+		}
 		// A wake-up is only a hint (workers poll too), so the host's clock
 		// may decide it; the job's own times come from the database's.
 		if !p.ScheduledAt.After(now) {
 			queues[p.Queue] = true
 		}
 		if p.UniqueKey == "" && p.ScheduledAt.IsZero() {
-			plain = append(plain, []any{p.Queue, p.Kind, p.Args, int16(p.Priority), int32(p.MaxAttempts)})
+			plain = append(plain, []any{p.Queue, p.Kind, p.Args, int16(p.Priority), int32(p.MaxAttempts), md})
 			continue
 		}
 		uq.q = append(uq.q, p.Queue)
@@ -173,6 +232,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []queue.Enqueu
 		}
 		uq.m = append(uq.m, int32(p.MaxAttempts))
 		uq.u = append(uq.u, p.UniqueKey)
+		uq.md = append(uq.md, md)
 	}
 	var n int64
 	if len(plain) > 0 {
@@ -183,7 +243,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []queue.Enqueu
 		n += copied
 	}
 	if len(uq.q) > 0 {
-		tag, err := tx.Exec(ctx, insertManySQL, uq.q, uq.k, uq.a, uq.p, uq.s, uq.m, uq.u)
+		tag, err := tx.Exec(ctx, insertManySQL, uq.q, uq.k, uq.a, uq.p, uq.s, uq.m, uq.u, uq.md)
 		if err != nil {
 			return 0, fmt.Errorf("pgqueue: enqueue many: insert: %w", err)
 		}

@@ -1,0 +1,8 @@
+-- +goose Up
+-- Small string pairs that travel with a job without being its arguments:
+-- the W3C traceparent of the span that enqueued it, so the span that runs it
+-- can link back (see telemetry/). Written at insert, read by every claim.
+ALTER TABLE jobfence_jobs ADD COLUMN metadata jsonb NOT NULL DEFAULT '{}';
+
+-- +goose Down
+ALTER TABLE jobfence_jobs DROP COLUMN metadata;

@@ -1,0 +1,24 @@
+// Package telemetry instruments jobfence with OpenTelemetry metrics and
+// traces, and adds trace ids to its logs.
+//
+// It uses only the OpenTelemetry API: install an SDK and exporters in your
+// main package (the Prometheus exporter turns jobfence.jobs.completed into
+// jobfence_jobs_completed_total), or pass providers in Options. Everything
+// attaches through public hooks that users can use too (worker.Hooks,
+// queue.InsertHook, scheduler.Config.OnFire and OnMissed,
+// idempotency.Options.OnEvent, stampede's and kafkaqueue's counters), with
+// one call per component:
+//
+//	telemetry.PGQueue(&pgCfg, telemetry.Options{})  // producer spans, traceparent stored with each job
+//	telemetry.Worker(&workerCfg, telemetry.Options{}) // job metrics, consumer spans, trace ids in logs
+//
+// Traces: an enqueue is a producer span ("send <queue>"), whose W3C
+// traceparent is stored in the job's metadata (a jsonb column in
+// PostgreSQL, message headers in Kafka); every attempt is a consumer span
+// ("process <queue>") linked to it, attributed after OpenTelemetry's
+// messaging semantic conventions (messaging.system "jobfence",
+// messaging.destination.name the queue) plus jobfence.job.id, .kind,
+// .attempt and .fence.
+//
+// The README's Observability section lists every series.
+package telemetry

@@ -1,0 +1,107 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jobfence/jobfence/queue"
+)
+
+// Hooks let a caller observe a worker: telemetry attaches through them, and
+// so can anything else. Every field is optional; a nil field costs nothing.
+// Hooks run on the worker's own goroutines, so they must be quick and safe
+// for concurrent use.
+type Hooks struct {
+	// JobStart is called for every claimed job before anything else is
+	// done with it (before its handler, and also for a job that cannot run
+	// here and is put back). The context it returns is the one the
+	// middleware and the handler get (it is derived from the one passed
+	// in, which carries the handler's cancellation and timeout), and the
+	// one JobEnd gets.
+	JobStart func(ctx context.Context, job *queue.Job) context.Context
+	// JobEnd is called exactly once for every job JobStart saw, once its
+	// outcome is known: recorded by the backend, refused as stale, committed
+	// with a transactional handler's transaction, or lost.
+	JobEnd func(ctx context.Context, job *queue.Job, end JobEnd)
+	// Claim is called after every claim round trip.
+	Claim func(ctx context.Context, c ClaimInfo)
+	// Finish is called after every round trip that records a batch of
+	// outcomes, failed ones included.
+	Finish func(ctx context.Context, f FinishInfo)
+	// Rescue is called after every rescue round trip that moved jobs whose
+	// lease had expired, with how many it moved.
+	Rescue func(ctx context.Context, n int)
+}
+
+// JobEnd is how a job's attempt ended.
+type JobEnd struct {
+	// Outcome is what the attempt asked of the backend: a failed attempt
+	// of a job out of attempts is OutcomeDiscard, not OutcomeRetry. It is
+	// zero for a job lost while its handler ran.
+	Outcome queue.Outcome
+	// Stale reports that the backend refused the outcome because the job
+	// had been claimed again under a newer fence (for a transactional
+	// handler: its transaction rolled back).
+	Stale bool
+	// Lost reports that the worker lost the job before its outcome could be
+	// recorded: its lease was lost or the job was cancelled while the
+	// handler ran, or the outcome could not be sent before the lease ran
+	// out. Such a job is rescued (or stays cancelled).
+	Lost bool
+	// Err is what the handler returned (a *PanicError for a panic), or why
+	// the job could not run.
+	Err error
+	// Panicked reports that the handler panicked.
+	Panicked bool
+	// Duration is how long the handler ran; for a transactional handler
+	// its transaction's begin and commit are included. Zero for a job
+	// whose handler did not run.
+	Duration time.Duration
+}
+
+// ClaimInfo describes one claim round trip.
+type ClaimInfo struct {
+	Queue    string
+	Jobs     int
+	Duration time.Duration
+	Err      error
+}
+
+// FinishInfo describes one round trip that recorded outcomes.
+type FinishInfo struct {
+	// Jobs is how many outcomes the batch held; Stale how many of them the
+	// backend refused as stale.
+	Jobs, Stale int
+	Duration    time.Duration
+	Err         error
+}
+
+// jobAttrs are the attributes of every log line about a job.
+func jobAttrs(job *queue.Job, more ...slog.Attr) []slog.Attr {
+	return append([]slog.Attr{
+		slog.Int64("job", job.ID), slog.String("kind", job.Kind), slog.String("queue", job.Queue),
+		slog.Int("attempt", job.Attempt), slog.Int64("fence", job.Fence),
+	}, more...)
+}
+
+// logJob logs a line about job with the job's context, so a handler that
+// adds the trace from the context (telemetry.LogHandler) can.
+func (w *Worker) logJob(ctx context.Context, level slog.Level, msg string, job *queue.Job, more ...slog.Attr) {
+	w.log.LogAttrs(ctx, level, msg, jobAttrs(job, more...)...)
+}
+
+// ended reports r's end to the JobEnd hook. Each job reaches it on one
+// path only: stale or committed in its transaction, lost while running, or
+// its outcome recorded (or given up on) by a completer.
+func (w *Worker) ended(r *running, end JobEnd) {
+	if w.cfg.Hooks.JobEnd == nil {
+		return
+	}
+	end.Duration = r.took
+	if end.Err == nil {
+		end.Err = r.err
+	}
+	end.Panicked = r.panicked
+	w.cfg.Hooks.JobEnd(r.ctx, r.job, end)
+}
