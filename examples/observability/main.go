@@ -32,7 +32,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/jobfence/jobfence/internal/devenv"
+	"github.com/jobfence/jobfence/jobfencetest/devserver"
 	"github.com/jobfence/jobfence/migrations"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
@@ -65,7 +65,7 @@ func main() {
 }
 
 func run(ctx context.Context, out io.Writer) error {
-	env, err := devenv.Start(ctx, devenv.Options{Postgres: true}) // or your DATABASE_URL
+	env, err := devserver.Start(ctx, devserver.Options{Postgres: true}) // or your DATABASE_URL
 	if err != nil {
 		return err
 	}
