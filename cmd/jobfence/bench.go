@@ -40,6 +40,7 @@ type benchConfig struct {
 	batch       int
 	backlog     int
 	instances   int
+	conns       int
 	fetchers    int
 	fetchLimit  int
 	completers  int
@@ -56,7 +57,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.concurrency, "concurrency", 2000, "jobs run at once per instance (River's bench uses 2,000)")
 	fs.IntVar(&cfg.batch, "batch", 5000, "jobs per insert batch (COPY)")
 	fs.IntVar(&cfg.backlog, "backlog", 75_000, "continuous: available jobs the inserter keeps ahead of the workers")
-	fs.IntVar(&cfg.instances, "instances", 1, "worker instances, each with its own pool")
+	fs.IntVar(&cfg.instances, "instances", 0, "worker processes, each with a pool of its own (0: one worker in this process, which also measures enqueue-to-start latency)")
+	fs.IntVar(&cfg.conns, "conns", benchWorkerConns, "each worker's pool size")
+	pgbouncer := fs.Bool("pgbouncer", false, "workers connect through PgBouncer in transaction mode, poll-only (needs --instances; on the throwaway PostgreSQL)")
+	poolSize := fs.Int("pool-size", 20, "with --pgbouncer: PgBouncer's server connections")
 	fs.IntVar(&cfg.fetchers, "fetchers", 0, "claim loops per queue (0: the worker's default)")
 	fs.IntVar(&cfg.fetchLimit, "fetch-limit", 0, "jobs per claim (0: the worker's default)")
 	fs.IntVar(&cfg.completers, "completers", 0, "outcome batches in flight (0: the worker's default)")
@@ -87,7 +91,24 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *mode != "burndown" && *mode != "continuous" && *mode != "both" {
 		return fmt.Errorf("unknown --mode %q: want burndown, continuous or both", *mode)
 	}
+	if *pgbouncer && cfg.instances < 1 {
+		return errors.New("--pgbouncer needs --instances N (N worker processes through PgBouncer)")
+	}
+	if cfg.instances < 0 || cfg.conns < 1 || *poolSize < 1 {
+		return fmt.Errorf("--instances %d, --conns %d, --pool-size %d: want instances ≥ 0, conns and pool size ≥ 1", cfg.instances, cfg.conns, *poolSize)
+	}
 	dbURL := databaseURL()
+	if *pgbouncer && dbURL != "" {
+		return errPgBouncerNeedsThrowaway
+	}
+	fleet := fleetSetup{bouncer: *pgbouncer, poolSize: *poolSize, stderr: stderr}
+	if cfg.instances > 0 {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench: find this executable to run worker processes: %w", err)
+		}
+		fleet.self = self
+	}
 	if dbURL == "" {
 		pg, err := devenv.StartPostgres(ctx)
 		if err != nil {
@@ -107,14 +128,26 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *mode == "both" {
 		modes = []string{"burndown", "continuous"}
 	}
+	fleet.baseURL = dbURL
 	for _, m := range modes {
 		var rates []float64
 		for r := range *runs {
-			res, err := benchOnce(ctx, dbURL, m, cfg)
-			if err != nil {
-				return fmt.Errorf("%s run %d: %w", m, r+1, err)
+			var res fmt.Stringer
+			var rate float64
+			if cfg.instances > 0 {
+				fr, err := fleetOnce(ctx, fleet, m, cfg)
+				if err != nil {
+					return fmt.Errorf("%s run %d: %w", m, r+1, err)
+				}
+				res, rate = fr, fr.rate
+			} else {
+				br, err := benchOnce(ctx, dbURL, m, cfg)
+				if err != nil {
+					return fmt.Errorf("%s run %d: %w", m, r+1, err)
+				}
+				res, rate = br, br.rate
 			}
-			rates = append(rates, res.rate)
+			rates = append(rates, rate)
 			fmt.Fprintf(stdout, "%-10s run %d: %s\n", m, r+1, res)
 		}
 		slices.Sort(rates)
@@ -182,39 +215,45 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 		return nil
 	})
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	var workers []*worker.Worker
-	for i := range cfg.instances {
-		p, err := newBenchPool(ctx, url, 12)
-		if err != nil {
-			return benchResult{}, err
-		}
-		defer p.Close()
-		w, err := worker.New(pgqueue.New(p, pgqueue.Config{Logger: quiet}), reg, worker.Config{
-			ID: fmt.Sprint("bench-", i), Queues: map[string]int{queue.DefaultQueue: cfg.concurrency},
-			Logger: quiet, DisableMaintenance: true,
-			Fetchers: cfg.fetchers, FetchLimit: cfg.fetchLimit, Completers: cfg.completers,
-		})
-		if err != nil {
-			return benchResult{}, err
-		}
-		workers = append(workers, w)
+	p, err := newBenchPool(ctx, url, int32(cfg.conns))
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer p.Close()
+	w, err := worker.New(pgqueue.New(p, pgqueue.Config{Logger: quiet}), reg, benchWorkerConfig("bench", cfg, quiet))
+	if err != nil {
+		return benchResult{}, err
 	}
 	completed := func() (n, stale, errs int64) {
-		for _, w := range workers {
-			s := w.Stats()
-			n += s.Completed
-			stale += s.Stale
-			errs += s.FetchErrors + s.FinishErrors
-		}
-		return
+		s := w.Stats()
+		return s.Completed, s.Stale, s.FetchErrors + s.FinishErrors
 	}
-
 	start := time.Now()
-	for _, w := range workers {
-		if err := w.Start(ctx); err != nil {
-			return benchResult{}, err
-		}
+	if err := w.Start(ctx); err != nil {
+		return benchResult{}, err
 	}
+	res, err := runMode(ctx, mode, cfg, client, start, completed, &lat)
+	if err != nil {
+		return benchResult{}, err
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w.Stop(stopCtx)
+	n, stale, errs := completed()
+	if mode == "burndown" {
+		res.jobs = n
+	}
+	res.stale, res.errors = stale, errs
+	res.rate = float64(res.jobs) / res.elapsed.Seconds()
+	return res, nil
+}
+
+// runMode waits, in burn-down mode, until cfg.jobs jobs are completed
+// (counting from start), or in continuous mode keeps cfg.backlog jobs
+// waiting for cfg.duration and counts the jobs completed after a warm-up.
+// lat, when not nil, is reset at the warm-up's end.
+func runMode(ctx context.Context, mode string, cfg benchConfig, producer *pgqueue.Client, start time.Time,
+	completed func() (n, stale, errs int64), lat *latencies) (benchResult, error) {
 	var res benchResult
 	switch mode {
 	case "burndown":
@@ -231,19 +270,22 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 		res.elapsed = time.Since(start)
 	case "continuous":
 		runCtx, cancel := context.WithTimeout(ctx, cfg.duration)
+		defer cancel()
 		var inserted atomic.Int64
 		var insertErr error
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			insertErr = keepBacklog(runCtx, client, cfg, &inserted, completed)
+			insertErr = keepBacklog(runCtx, producer, cfg, &inserted, completed)
 		}()
 		// Measure after a warm-up so the backlog is established.
 		warm := min(cfg.duration/5, 5*time.Second)
 		time.Sleep(warm)
 		n0, _, _ := completed()
-		lat.reset()
+		if lat != nil {
+			lat.reset()
+		}
 		t0 := time.Now()
 		<-runCtx.Done()
 		cancel()
@@ -253,22 +295,19 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 		if insertErr != nil && !errors.Is(insertErr, context.DeadlineExceeded) && !errors.Is(insertErr, context.Canceled) {
 			return benchResult{}, insertErr
 		}
+		if ctx.Err() != nil {
+			return benchResult{}, ctx.Err()
+		}
 		res.jobs = n1 - n0
-		res.p50, res.p99 = lat.percentiles()
+		if lat != nil {
+			res.p50, res.p99 = lat.percentiles()
+		}
 	}
-	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, w := range workers {
-		w.Stop(stopCtx)
-	}
-	n, stale, errs := completed()
-	if mode == "burndown" {
-		res.jobs = n
-	}
-	res.stale, res.errors = stale, errs
-	res.rate = float64(res.jobs) / res.elapsed.Seconds()
 	return res, nil
 }
+
+// benchWorkerConns is each bench worker's pool size by default.
+const benchWorkerConns = 12
 
 func newBenchPool(ctx context.Context, url string, conns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
