@@ -41,6 +41,8 @@ type benchConfig struct {
 	backlog     int
 	instances   int
 	conns       int
+	execMode    string
+	holdHorizon bool
 	fetchers    int
 	fetchLimit  int
 	completers  int
@@ -60,6 +62,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.instances, "instances", 0, "worker processes, each with a pool of its own (0: one worker in this process, which also measures enqueue-to-start latency)")
 	fs.IntVar(&cfg.conns, "conns", benchWorkerConns, "each worker's pool size")
 	pgbouncer := fs.Bool("pgbouncer", false, "workers connect through PgBouncer in transaction mode, poll-only (needs --instances; on the throwaway PostgreSQL)")
+	fs.StringVar(&cfg.execMode, "exec-mode", "", "pgx default_query_exec_mode of the workers' connections (default: pgx's own directly, cache_describe through PgBouncer)")
+	fs.BoolVar(&cfg.holdHorizon, "hold-horizon", false, "hold a REPEATABLE READ snapshot open for the whole run and report the jobs table's dead tuples")
 	poolSize := fs.Int("pool-size", 20, "with --pgbouncer: PgBouncer's server connections")
 	fs.IntVar(&cfg.fetchers, "fetchers", 0, "claim loops per queue (0: the worker's default)")
 	fs.IntVar(&cfg.fetchLimit, "fetch-limit", 0, "jobs per claim (0: the worker's default)")
@@ -96,6 +100,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if cfg.instances < 0 || cfg.conns < 1 || *poolSize < 1 {
 		return fmt.Errorf("--instances %d, --conns %d, --pool-size %d: want instances ≥ 0, conns and pool size ≥ 1", cfg.instances, cfg.conns, *poolSize)
+	}
+	if cfg.holdHorizon && cfg.instances > 0 {
+		return errors.New("--hold-horizon runs one worker in this process: leave out --instances")
 	}
 	dbURL := databaseURL()
 	if *pgbouncer && dbURL != "" {
@@ -162,11 +169,17 @@ type benchResult struct {
 	rate          float64
 	p50, p99      time.Duration
 	stale, errors int64
+	// deadTuples is the jobs table's dead tuples at the end of a run that
+	// held the MVCC horizon (--hold-horizon); -1 otherwise.
+	deadTuples int64
 }
 
 func (r benchResult) String() string {
 	s := fmt.Sprintf("%d jobs in %.2fs = %.0f jobs/s (every completion fenced; stale %d, errors %d)",
 		r.jobs, r.elapsed.Seconds(), r.rate, r.stale, r.errors)
+	if r.deadTuples >= 0 {
+		s += fmt.Sprintf("; dead tuples with the horizon held %d", r.deadTuples)
+	}
 	if r.p50 > 0 {
 		s += fmt.Sprintf("; enqueue-to-start p50 %s p99 %s", r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond))
 	}
@@ -188,6 +201,9 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 	defer admin.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	url := pgtest.WithSearchPath(baseURL, schema)
 	if err := migrations.Up(ctx, url); err != nil {
+		return benchResult{}, err
+	}
+	if url, err = withExecMode(url, cfg.execMode); err != nil {
 		return benchResult{}, err
 	}
 	pool, err := newBenchPool(ctx, url, 10)
@@ -228,6 +244,12 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 		s := w.Stats()
 		return s.Completed, s.Stale, s.FetchErrors + s.FinishErrors
 	}
+	var release func() (int64, error)
+	if cfg.holdHorizon {
+		if release, err = holdHorizon(ctx, url); err != nil {
+			return benchResult{}, err
+		}
+	}
 	start := time.Now()
 	if err := w.Start(ctx); err != nil {
 		return benchResult{}, err
@@ -235,6 +257,12 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 	res, err := runMode(ctx, mode, cfg, client, start, completed, &lat)
 	if err != nil {
 		return benchResult{}, err
+	}
+	res.deadTuples = -1
+	if release != nil {
+		if res.deadTuples, err = release(); err != nil {
+			return benchResult{}, err
+		}
 	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -107,8 +107,14 @@ func fleetOnce(ctx context.Context, fs fleetSetup, mode string, cfg benchConfig)
 			return fleetResult{}, err
 		}
 		defer b.Stop()
-		workURL = b.URL(name) + "&default_query_exec_mode=" + benchExecMode
+		workURL = b.URL(name)
+		if cfg.execMode == "" {
+			cfg.execMode = benchExecMode
+		}
 		res.via = fmt.Sprintf("PgBouncer (transaction mode, pool size %d)", fs.poolSize)
+	}
+	if workURL, err = withExecMode(workURL, cfg.execMode); err != nil {
+		return fleetResult{}, err
 	}
 	producerPool, err := newBenchPool(ctx, workURL, 4)
 	if err != nil {
