@@ -176,3 +176,51 @@ func TestPgBouncerListenURL(t *testing.T) {
 		t.Fatal("the cancel notification did not arrive through the direct LISTEN connection")
 	}
 }
+
+// BenchmarkPgBouncerPollOnlyLatency measures enqueue-to-start of one job
+// on a poll-only worker through PgBouncer (PollInterval 1s, the default):
+// "busy" enqueues right after the previous job started (the last claim
+// found a job, so the next poll is PollInterval/16 away); "idle" first
+// lets the worker's polls back off to PollInterval. It reports the mean
+// as ms-to-start.
+func BenchmarkPgBouncerPollOnlyLatency(b *testing.B) {
+	for _, idle := range []bool{false, true} {
+		name := "busy"
+		if idle {
+			name = "idle"
+		}
+		b.Run(name, func(b *testing.B) {
+			db := pgtest.NewBounced(b, pgtest.BouncedOptions{PoolSize: 4})
+			ctx := context.Background()
+			c := pgqueue.New(db.BouncedPool(b, 6), pgqueue.Config{PollOnly: true})
+			started := make(chan time.Time, 1)
+			reg := worker.NewRegistry()
+			worker.Add(reg, func(ctx context.Context, job *worker.Job[effectArgs]) error {
+				started <- time.Now()
+				return nil
+			})
+			w, err := worker.New(c, reg, worker.Config{Logger: quietLogger()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := w.Start(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { w.Stop(context.Background()) })
+			var total time.Duration
+			for b.Loop() {
+				if idle {
+					b.StopTimer()
+					time.Sleep(3 * time.Second)
+					b.StartTimer()
+				}
+				at := time.Now()
+				if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "effect", Args: []byte(`{"n":1}`)}); err != nil {
+					b.Fatal(err)
+				}
+				total += (<-started).Sub(at)
+			}
+			b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms-to-start")
+		})
+	}
+}
