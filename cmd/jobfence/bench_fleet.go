@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,10 +23,6 @@ import (
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
 
-// benchExecMode is the pgx query exec mode of every bench connection that
-// goes through PgBouncer: see the README's "Running behind PgBouncer".
-const benchExecMode = "cache_describe"
-
 // errPgBouncerNeedsThrowaway refuses --pgbouncer against a server of the
 // user's: the bench's PgBouncer trusts loopback clients and has no
 // password to log in upstream with.
@@ -36,20 +33,17 @@ type fleetResult struct {
 	benchResult
 	instances int
 	via       string
-	// maxConns is the most server connections of the run's role seen at
-	// once in pg_stat_activity.
-	maxConns int
-	// lockWaitMean is the mean number of the role's backends waiting for a
-	// lock per sample; lockWaitShare the share of samples with any.
-	lockWaitMean, lockWaitShare float64
-	load                        string
+	// act is what sampling pg_stat_activity found.
+	act  activity
+	load string
 }
 
 func (r fleetResult) String() string {
 	return fmt.Sprintf("%d instances via %s: %d jobs in %.2fs = %.0f jobs/s; server connections max %d; "+
-		"claim lock waits %.2f backends per sample (%.0f%% of samples); stale %d, errors %d; load %s",
-		r.instances, r.via, r.jobs, r.elapsed.Seconds(), r.rate, r.maxConns,
-		r.lockWaitMean, 100*r.lockWaitShare, r.stale, r.errors, r.load)
+		"claim lock waits %.2f backends per sample (%.0f%% of samples); stale %d, errors %d; load %s\n"+
+		"  lock waiters per sample by statement/wait event: %s",
+		r.instances, r.via, r.jobs, r.elapsed.Seconds(), r.rate, r.act.maxConns,
+		r.act.claimWaitMean(), 100*r.act.perSample(r.act.claimSamples), r.stale, r.errors, r.load, r.act.breakdown())
 }
 
 // fleetSetup is what every run of a fleet shares: the server, and
@@ -68,33 +62,20 @@ type fleetSetup struct {
 // search_path startup parameter would be session state).
 func fleetOnce(ctx context.Context, fs fleetSetup, mode string, cfg benchConfig) (fleetResult, error) {
 	name := fmt.Sprintf("jobfence_bench_%d", time.Now().UnixNano())
-	id := pgx.Identifier{name}.Sanitize()
+	workURL, drop, err := devenv.CreateRoleSchema(ctx, fs.baseURL, name)
+	if err != nil {
+		return fleetResult{}, err
+	}
+	defer drop()
 	admin, err := pgx.Connect(ctx, fs.baseURL)
 	if err != nil {
 		return fleetResult{}, err
 	}
 	defer admin.Close(context.Background())
-	for _, q := range []string{
-		"CREATE ROLE " + id + " LOGIN",
-		"CREATE SCHEMA " + id + " AUTHORIZATION " + id,
-		"ALTER ROLE " + id + " SET search_path = " + id,
-	} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			return fleetResult{}, fmt.Errorf("bench: %s: %w", q, err)
-		}
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, _ = admin.Exec(ctx, "DROP OWNED BY "+id+" CASCADE")
-		_, _ = admin.Exec(ctx, "DROP ROLE IF EXISTS "+id)
-	}()
-	u, err := url.Parse(fs.baseURL)
+	u, err := url.Parse(workURL)
 	if err != nil {
 		return fleetResult{}, err
 	}
-	u.User = url.User(name)
-	workURL := u.String()
 	if err := migrations.Up(ctx, workURL); err != nil {
 		return fleetResult{}, err
 	}
@@ -108,9 +89,6 @@ func fleetOnce(ctx context.Context, fs fleetSetup, mode string, cfg benchConfig)
 		}
 		defer b.Stop()
 		workURL = b.URL(name)
-		if cfg.execMode == "" {
-			cfg.execMode = benchExecMode
-		}
 		res.via = fmt.Sprintf("PgBouncer (transaction mode, pool size %d)", fs.poolSize)
 	}
 	if workURL, err = withExecMode(workURL, cfg.execMode); err != nil {
@@ -143,8 +121,7 @@ func fleetOnce(ctx context.Context, fs fleetSetup, mode string, cfg benchConfig)
 	}
 	res.benchResult = r
 	res.load = loadAverage()
-	act := samples()
-	res.maxConns, res.lockWaitMean, res.lockWaitShare = act.maxConns, act.lockWaitMean(), act.lockWaitShare()
+	res.act = samples()
 	if err := children.stop(); err != nil {
 		return fleetResult{}, err
 	}
@@ -245,33 +222,68 @@ func (cs *benchChildren) stop() error {
 
 // activity is what sampling pg_stat_activity found.
 type activity struct {
-	samples, withWaits, waiters int
-	maxConns                    int
+	samples  int
+	maxConns int
+	// claimSamples counts samples in which a claim waited for a lock.
+	claimSamples int
+	// waits counts lock waiters over all samples by "statement/wait
+	// event" (claim, outcome or insert; tuple, transactionid, extend ...).
+	waits map[string]int
 }
 
-func (a activity) lockWaitMean() float64 {
+// claimWaitMean is the mean number of claims waiting for a lock per sample.
+func (a activity) claimWaitMean() float64 {
+	n := 0
+	for k, v := range a.waits {
+		if strings.HasPrefix(k, "claim/") {
+			n += v
+		}
+	}
+	return a.perSample(n)
+}
+
+func (a activity) perSample(n int) float64 {
 	if a.samples == 0 {
 		return 0
 	}
-	return float64(a.waiters) / float64(a.samples)
+	return float64(n) / float64(a.samples)
 }
 
-func (a activity) lockWaitShare() float64 {
-	if a.samples == 0 {
-		return 0
+// breakdown lists the lock waiters per sample by statement and wait event,
+// most first.
+func (a activity) breakdown() string {
+	keys := make([]string, 0, len(a.waits))
+	for k := range a.waits {
+		keys = append(keys, k)
 	}
-	return float64(a.withWaits) / float64(a.samples)
+	sort.Slice(keys, func(i, j int) bool { return a.waits[keys[i]] > a.waits[keys[j]] })
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, a.perSample(a.waits[k])))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
+
+// activitySQL classifies the role's backends waiting for a lock
+// (wait_event_type 'Lock') by statement: a claim (FOR UPDATE SKIP
+// LOCKED), an insert (COPY) or an outcome or heartbeat.
+const activitySQL = `
+SELECT count(*), coalesce(string_agg(
+    CASE WHEN query LIKE '%SKIP LOCKED%' THEN 'claim' WHEN query LIKE 'COPY%' THEN 'insert' ELSE 'outcome' END
+    || '/' || wait_event, ',') FILTER (WHERE wait_event_type = 'Lock'), '')
+FROM pg_stat_activity WHERE usename = $1`
 
 // sampleActivity samples, every 50ms, the backends of role: how many there
-// are and how many wait for a lock (wait_event_type 'Lock': a claim
-// queued behind another's row or tuple lock). The returned function stops
-// sampling and returns what it found.
+// are and which wait for a lock. The returned function stops sampling and
+// returns what it found.
 func sampleActivity(ctx context.Context, baseURL, role string) func() activity {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan activity, 1)
 	go func() {
-		var a activity
+		a := activity{waits: map[string]int{}}
 		defer func() { done <- a }()
 		conn, err := pgx.Connect(ctx, baseURL)
 		if err != nil {
@@ -286,18 +298,24 @@ func sampleActivity(ctx context.Context, baseURL, role string) func() activity {
 				return
 			case <-t.C:
 			}
-			var conns, waiting int
-			err := conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE wait_event_type = 'Lock')
-				FROM pg_stat_activity WHERE usename = $1`, role).Scan(&conns, &waiting)
-			if err != nil {
+			var conns int
+			var waiting string
+			if err := conn.QueryRow(ctx, activitySQL, role).Scan(&conns, &waiting); err != nil {
 				return
 			}
 			a.samples++
-			a.waiters += waiting
-			if waiting > 0 {
-				a.withWaits++
-			}
 			a.maxConns = max(a.maxConns, conns)
+			claimed := false
+			for _, w := range strings.Split(waiting, ",") {
+				if w == "" {
+					continue
+				}
+				a.waits[w]++
+				claimed = claimed || strings.HasPrefix(w, "claim/")
+			}
+			if claimed {
+				a.claimSamples++
+			}
 		}
 	}()
 	return func() activity {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // PgBouncerOptions says how StartPgBouncer configures PgBouncer.
@@ -214,11 +217,17 @@ func (b *PgBouncer) run(ctx context.Context, bin string, args ...string) ([]byte
 	return cmd.CombinedOutput()
 }
 
-// URL connects through PgBouncer to its database as user. Add
-// default_query_exec_mode=exec (see the README's "Running behind
-// PgBouncer") before handing it to pgx.
+// ExecMode is the pgx query exec mode of URL: unnamed statements with
+// cached descriptions. PgBouncer 1.18 in transaction mode does not carry a
+// named prepared statement (pgx's default) from one server connection to
+// the next, and pgx's "exec" mode sends a []byte for a jsonb column as
+// bytea. See the README's "Running behind PgBouncer".
+const ExecMode = "cache_describe"
+
+// URL connects through PgBouncer to its database as user, in ExecMode.
 func (b *PgBouncer) URL(user string) string {
-	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", user, b.Port, b.Options.Database)
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable&default_query_exec_mode=%s",
+		user, b.Port, b.Options.Database, ExecMode)
 }
 
 // AdminURL connects to PgBouncer's admin console (SHOW POOLS, SHOW
@@ -253,4 +262,47 @@ func (b *PgBouncer) kill() {
 	if syscall.Kill(pid, 0) == nil && !isZombie(pid) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+}
+
+// CreateRoleSchema creates, on the server adminURL connects to, a login
+// role and a schema both called name, the schema owned by the role and
+// first on the role's default search_path. That is how a client reaches a
+// schema of its own through PgBouncer in transaction mode: a search_path
+// in the URL is a startup parameter, which PgBouncer does not pass on. It
+// returns adminURL with the role as its user, and drop, which removes the
+// role and everything it owns.
+func CreateRoleSchema(ctx context.Context, adminURL, name string) (roleURL string, drop func(), err error) {
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("devenv: parse the admin URL: %w", err)
+	}
+	admin, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("devenv: connect: %w", err)
+	}
+	defer admin.Close(context.Background())
+	id := pgx.Identifier{name}.Sanitize()
+	for _, q := range []string{
+		"CREATE ROLE " + id + " LOGIN",
+		"CREATE SCHEMA " + id + " AUTHORIZATION " + id,
+		"ALTER ROLE " + id + " SET search_path = " + id,
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			return "", nil, fmt.Errorf("devenv: %s: %w", q, err)
+		}
+	}
+	drop = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := pgx.Connect(ctx, adminURL)
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		// DROP OWNED takes the schema and its tables with it.
+		_, _ = c.Exec(ctx, "DROP OWNED BY "+id+" CASCADE")
+		_, _ = c.Exec(ctx, "DROP ROLE IF EXISTS "+id)
+	}
+	u.User = url.User(name)
+	return u.String(), drop, nil
 }
