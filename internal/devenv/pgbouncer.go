@@ -230,13 +230,6 @@ func (b *PgBouncer) URL(user string) string {
 		user, b.Port, b.Options.Database, ExecMode)
 }
 
-// AdminURL connects to PgBouncer's admin console (SHOW POOLS, SHOW
-// SERVERS), which speaks only the simple query protocol.
-func (b *PgBouncer) AdminURL() string {
-	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/pgbouncer?sslmode=disable&default_query_exec_mode=simple_protocol",
-		b.Options.AdminUser, b.Port)
-}
-
 // Stop stops PgBouncer and removes its directory. Calling it twice is safe.
 func (b *PgBouncer) Stop() error {
 	b.kill()
