@@ -169,16 +169,20 @@ type benchResult struct {
 	rate          float64
 	p50, p99      time.Duration
 	stale, errors int64
-	// deadTuples is the jobs table's dead tuples at the end of a run that
-	// held the MVCC horizon (--hold-horizon); -1 otherwise.
-	deadTuples int64
+	// deadTuples is the jobs table's dead tuples at the end of an
+	// in-process run; horizonHeld says whether a snapshot held the MVCC
+	// horizon meanwhile (--hold-horizon).
+	deadTuples  int64
+	horizonHeld bool
 }
 
 func (r benchResult) String() string {
 	s := fmt.Sprintf("%d jobs in %.2fs = %.0f jobs/s (every completion fenced; stale %d, errors %d)",
 		r.jobs, r.elapsed.Seconds(), r.rate, r.stale, r.errors)
-	if r.deadTuples >= 0 {
-		s += fmt.Sprintf("; dead tuples with the horizon held %d", r.deadTuples)
+	if r.horizonHeld {
+		s += fmt.Sprintf("; jobs table's dead tuples at the end %d, the MVCC horizon held by a REPEATABLE READ snapshot", r.deadTuples)
+	} else if r.deadTuples > 0 {
+		s += fmt.Sprintf("; jobs table's dead tuples at the end %d", r.deadTuples)
 	}
 	if r.p50 > 0 {
 		s += fmt.Sprintf("; enqueue-to-start p50 %s p99 %s", r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond))
@@ -244,7 +248,7 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 		s := w.Stats()
 		return s.Completed, s.Stale, s.FetchErrors + s.FinishErrors
 	}
-	var release func() (int64, error)
+	var release func()
 	if cfg.holdHorizon {
 		if release, err = holdHorizon(ctx, url); err != nil {
 			return benchResult{}, err
@@ -258,11 +262,13 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 	if err != nil {
 		return benchResult{}, err
 	}
-	res.deadTuples = -1
+	// Read before the horizon is released, and before the worker's stop.
+	if res.deadTuples, err = deadTuples(ctx, admin, schema); err != nil {
+		return benchResult{}, err
+	}
+	res.horizonHeld = release != nil
 	if release != nil {
-		if res.deadTuples, err = release(); err != nil {
-			return benchResult{}, err
-		}
+		release()
 	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -13,9 +13,8 @@ import (
 // it stays open, vacuum can remove no row version that died after it
 // began, so completed and claimed jobs' old versions pile up (the
 // active_readers case of PostgreSQL job-queue benchmarks). The returned
-// function ends the transaction and reports the jobs table's dead tuples
-// as they stood just before.
-func holdHorizon(ctx context.Context, dbURL string) (func() (int64, error), error) {
+// function ends the transaction.
+func holdHorizon(ctx context.Context, dbURL string) (func(), error) {
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		return nil, fmt.Errorf("bench: horizon holder: %w", err)
@@ -29,18 +28,17 @@ func holdHorizon(ctx context.Context, dbURL string) (func() (int64, error), erro
 		conn.Close(context.Background())
 		return nil, fmt.Errorf("bench: horizon holder: %w", err)
 	}
-	return func() (int64, error) {
-		defer conn.Close(context.Background())
+	return func() {
 		_ = tx.Rollback(context.Background())
-		return deadTuples(context.Background(), conn)
+		conn.Close(context.Background())
 	}, nil
 }
 
-// deadTuples is the jobs table's n_dead_tup in the connection's schema.
-func deadTuples(ctx context.Context, conn *pgx.Conn) (int64, error) {
+// deadTuples is the n_dead_tup of the jobs table in schema.
+func deadTuples(ctx context.Context, conn *pgx.Conn, schema string) (int64, error) {
 	var n int64
 	err := conn.QueryRow(ctx, `SELECT n_dead_tup FROM pg_stat_user_tables
-		WHERE relid = 'jobfence_jobs'::regclass`).Scan(&n)
+		WHERE relid = $1::regclass`, pgx.Identifier{schema, "jobfence_jobs"}.Sanitize()).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("bench: dead tuples: %w", err)
 	}
