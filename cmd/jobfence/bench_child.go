@@ -25,7 +25,7 @@ const benchChildStatsEvery = 100 * time.Millisecond
 // It prints "stats <completed> <stale> <errors>" every 100ms, and once its
 // stdin closes it stops the worker, prints the final stats line and exits.
 func runBenchChild(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench-child", flag.ContinueOnError)
+	fs := flag.NewFlagSet("bench-proc", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg benchConfig
 	fs.IntVar(&cfg.concurrency, "concurrency", 2000, "jobs run at once")
@@ -35,7 +35,7 @@ func runBenchChild(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.IntVar(&cfg.conns, "conns", benchWorkerConns, "the pool's connections")
 	pollOnly := fs.Bool("poll-only", false, "no LISTEN (behind PgBouncer)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bench-child [flags] (it is run by jobfence bench --instances N, with DATABASE_URL set)")
+		fmt.Fprintln(stderr, "usage: bench-proc [flags] (it is run by jobfence bench --instances N, with DATABASE_URL set)")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -150,7 +150,7 @@ type benchChild struct {
 
 func startBenchChildren(ctx context.Context, fs fleetSetup, workURL string, cfg benchConfig) (*benchChildren, error) {
 	cs := &benchChildren{}
-	args := []string{"bench-child", "--concurrency", strconv.Itoa(cfg.concurrency),
+	args := []string{"bench-proc", "--concurrency", strconv.Itoa(cfg.concurrency),
 		"--fetchers", strconv.Itoa(cfg.fetchers), "--fetch-limit", strconv.Itoa(cfg.fetchLimit),
 		"--completers", strconv.Itoa(cfg.completers), "--conns", strconv.Itoa(cfg.conns)}
 	if fs.bouncer {
