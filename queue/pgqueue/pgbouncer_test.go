@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/migrations"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
@@ -116,4 +117,27 @@ func roundTrips(t *testing.T, bounced, mode string) error {
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// TestPgBouncerMigrations: jobfence's migrations run through PgBouncer in
+// transaction mode (down to nothing and up again), in the README's exec
+// mode, as the role whose default search_path is the schema.
+func TestPgBouncerMigrations(t *testing.T) {
+	db := pgtest.NewBounced(t, pgtest.BouncedOptions{PoolSize: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := migrations.Reset(ctx, db.BouncedURL); err != nil {
+		t.Fatalf("reset through PgBouncer: %v", err)
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = 'jobfence_jobs'`, db.Schema).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("after reset: %d jobs tables, %v", n, err)
+	}
+	if err := migrations.Up(ctx, db.BouncedURL); err != nil {
+		t.Fatalf("up through PgBouncer: %v", err)
+	}
+	c := pgqueue.New(db.BouncedPool(t, 2), pgqueue.Config{PollOnly: true})
+	if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", Args: []byte(`{}`)}); err != nil {
+		t.Fatalf("enqueue after migrating through PgBouncer: %v", err)
+	}
 }
