@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -113,26 +112,12 @@ func StartPgBouncer(ctx context.Context, o PgBouncerOptions) (*PgBouncer, error)
 	if !ok {
 		return nil, fmt.Errorf("%w: pgbouncer not found", ErrNotInstalled)
 	}
-	dir, err := os.MkdirTemp("", "jobfence-pgbouncer-")
+	// PgBouncer refuses to run as root: as root, it runs as postgres.
+	dir, asUser, err := serverDir("jobfence-pgbouncer-")
 	if err != nil {
-		return nil, fmt.Errorf("devenv: temp dir: %w", err)
+		return nil, err
 	}
-	b := &PgBouncer{Dir: dir, Options: o}
-	if os.Geteuid() == 0 {
-		// PgBouncer refuses to run as root.
-		b.asUser = "postgres"
-		u, err := user.Lookup(b.asUser)
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("devenv: running as root needs a postgres user: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("devenv: chown %s: %w", dir, err)
-		}
-	}
+	b := &PgBouncer{Dir: dir, Options: o, asUser: asUser}
 	users := append([]string{o.AdminUser}, o.Users...)
 	var auth strings.Builder
 	for _, u := range users {
@@ -207,14 +192,7 @@ log_disconnections = 0
 }
 
 func (b *PgBouncer) run(ctx context.Context, bin string, args ...string) ([]byte, error) {
-	var cmd *exec.Cmd
-	if b.asUser != "" {
-		cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", b.asUser, "--", bin}, args...)...)
-	} else {
-		cmd = exec.CommandContext(ctx, bin, args...)
-	}
-	cmd.Dir = b.Dir
-	return cmd.CombinedOutput()
+	return runIn(ctx, b.Dir, b.asUser, bin, args...)
 }
 
 // ExecMode is the pgx query exec mode of URL: unnamed statements with
