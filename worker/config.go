@@ -37,7 +37,10 @@ type Config struct {
 	// Default: 2.
 	Completers int
 	// PollInterval is how often an idle queue is polled when no wake-up
-	// arrives (scheduled jobs becoming due, a lost LISTEN). Default: 1s.
+	// arrives (scheduled jobs becoming due, a lost LISTEN, a poll-only
+	// backend). A queue whose last claim found jobs is polled again after
+	// PollInterval/16 (at least 10ms), and the wait doubles with each empty
+	// claim back to PollInterval. Default: 1s.
 	PollInterval time.Duration
 	// RetryPolicy decides when failed jobs run again. Default:
 	// ExponentialRetry{}.

@@ -293,14 +293,21 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan stru
 	// force claims whatever is free after a wake-up or a poll interval,
 	// so slots below the threshold do not idle while jobs are ready.
 	force := false
+	// The poll adapts to load: a queue whose last claim found jobs is
+	// polled again after minPoll, and each empty claim doubles the wait up
+	// to PollInterval. Without wake-ups (pgqueue.Config.PollOnly, behind
+	// PgBouncer) jobs of a busy queue then wait about minPoll, while an
+	// idle fleet sends a claim per PollInterval per loop.
+	minPoll := min(w.cfg.PollInterval, max(w.cfg.PollInterval/16, 10*time.Millisecond))
+	wait := w.cfg.PollInterval
 	// One timer for every wait: a wait begins each time a job ends while
 	// the slots are full, thousands of times a second.
-	poll := time.NewTimer(w.cfg.PollInterval)
+	poll := time.NewTimer(wait)
 	defer poll.Stop()
 	for {
 		free := n - len(slots)
 		if free == 0 || (free < threshold && !force) {
-			poll.Reset(w.cfg.PollInterval)
+			poll.Reset(wait)
 			select {
 			case <-ctx.Done():
 				return
@@ -365,6 +372,11 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan stru
 			continue
 		}
 		backoff = 50 * time.Millisecond
+		if len(jobs) > 0 {
+			wait = minPoll
+		} else {
+			wait = min(2*wait, w.cfg.PollInterval)
+		}
 		w.stats.claimed.Add(int64(len(jobs)))
 		// The lease as this worker's clock sees it: claimed no earlier
 		// than claimStart, so it holds at least until claimStart+Lease.
@@ -375,7 +387,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan stru
 		if len(jobs) == limit {
 			continue
 		}
-		poll.Reset(w.cfg.PollInterval)
+		poll.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return

@@ -41,6 +41,9 @@ type benchConfig struct {
 	batch       int
 	backlog     int
 	instances   int
+	conns       int
+	execMode    string
+	holdHorizon bool
 	fetchers    int
 	fetchLimit  int
 	completers  int
@@ -59,7 +62,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.concurrency, "concurrency", 2000, "jobs run at once per instance (River's bench uses 2,000)")
 	fs.IntVar(&cfg.batch, "batch", 5000, "jobs per insert batch (COPY)")
 	fs.IntVar(&cfg.backlog, "backlog", 75_000, "continuous: available jobs the inserter keeps ahead of the workers")
-	fs.IntVar(&cfg.instances, "instances", 1, "worker instances, each with its own pool")
+	fs.IntVar(&cfg.instances, "instances", 0, "worker processes, each with a pool of its own (0: one worker in this process, which also measures enqueue-to-start latency)")
+	fs.IntVar(&cfg.conns, "conns", benchWorkerConns, "each worker's pool size")
+	pgbouncer := fs.Bool("pgbouncer", false, "workers connect through PgBouncer in transaction mode, poll-only (needs --instances; on the throwaway PostgreSQL)")
+	fs.StringVar(&cfg.execMode, "exec-mode", "", "pgx default_query_exec_mode of the workers' connections (default: pgx's own directly, cache_describe through PgBouncer)")
+	fs.BoolVar(&cfg.holdHorizon, "hold-horizon", false, "hold a REPEATABLE READ snapshot open for the whole run and report the jobs table's dead tuples")
+	poolSize := fs.Int("pool-size", 20, "with --pgbouncer: PgBouncer's server connections")
 	fs.IntVar(&cfg.fetchers, "fetchers", 0, "claim loops per queue (0: the worker's default)")
 	fs.IntVar(&cfg.fetchLimit, "fetch-limit", 0, "jobs per claim (0: the worker's default)")
 	fs.IntVar(&cfg.completers, "completers", 0, "outcome batches in flight (0: the worker's default)")
@@ -95,7 +103,27 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *mode != "burndown" && *mode != "continuous" && *mode != "both" {
 		return fmt.Errorf("unknown --mode %q: want burndown, continuous or both", *mode)
 	}
+	if *pgbouncer && cfg.instances < 1 {
+		return errors.New("--pgbouncer needs --instances N (N worker processes through PgBouncer)")
+	}
+	if cfg.instances < 0 || cfg.conns < 1 || *poolSize < 1 {
+		return fmt.Errorf("--instances %d, --conns %d, --pool-size %d: want instances ≥ 0, conns and pool size ≥ 1", cfg.instances, cfg.conns, *poolSize)
+	}
+	if cfg.holdHorizon && cfg.instances > 0 {
+		return errors.New("--hold-horizon runs one worker in this process: leave out --instances")
+	}
 	dbURL := databaseURL()
+	if *pgbouncer && dbURL != "" {
+		return errPgBouncerNeedsThrowaway
+	}
+	fleet := fleetSetup{bouncer: *pgbouncer, poolSize: *poolSize, stderr: stderr}
+	if cfg.instances > 0 {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench: find this executable to run worker processes: %w", err)
+		}
+		fleet.self = self
+	}
 	if dbURL == "" {
 		pg, err := devenv.StartPostgres(ctx)
 		if err != nil {
@@ -115,14 +143,26 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *mode == "both" {
 		modes = []string{"burndown", "continuous"}
 	}
+	fleet.baseURL = dbURL
 	for _, m := range modes {
 		var rates []float64
 		for r := range *runs {
-			res, err := benchOnce(ctx, dbURL, m, cfg)
-			if err != nil {
-				return fmt.Errorf("%s run %d: %w", m, r+1, err)
+			var res fmt.Stringer
+			var rate float64
+			if cfg.instances > 0 {
+				fr, err := fleetOnce(ctx, fleet, m, cfg)
+				if err != nil {
+					return fmt.Errorf("%s run %d: %w", m, r+1, err)
+				}
+				res, rate = fr, fr.rate
+			} else {
+				br, err := benchOnce(ctx, dbURL, m, cfg)
+				if err != nil {
+					return fmt.Errorf("%s run %d: %w", m, r+1, err)
+				}
+				res, rate = br, br.rate
 			}
-			rates = append(rates, res.rate)
+			rates = append(rates, rate)
 			fmt.Fprintf(stdout, "%-10s run %d: %s\n", m, r+1, res)
 		}
 		slices.Sort(rates)
@@ -141,6 +181,11 @@ type benchResult struct {
 	// spent during the timed window: less sensitive than the rate to other
 	// load on the machine.
 	cpu time.Duration
+	// deadTuples is the jobs table's dead tuples at the end of an
+	// in-process run; horizonHeld says whether a snapshot held the MVCC
+	// horizon meanwhile (--hold-horizon).
+	deadTuples  int64
+	horizonHeld bool
 }
 
 func (r benchResult) String() string {
@@ -148,6 +193,11 @@ func (r benchResult) String() string {
 		r.jobs, r.elapsed.Seconds(), r.rate, r.stale, r.errors)
 	if r.cpu > 0 && r.jobs > 0 {
 		s += fmt.Sprintf("; worker CPU %.1f µs/job", float64(r.cpu.Microseconds())/float64(r.jobs))
+	}
+	if r.horizonHeld {
+		s += fmt.Sprintf("; jobs table's dead tuples at the end %d, the MVCC horizon held by a REPEATABLE READ snapshot", r.deadTuples)
+	} else if r.deadTuples > 0 {
+		s += fmt.Sprintf("; jobs table's dead tuples at the end %d", r.deadTuples)
 	}
 	if r.p50 > 0 {
 		s += fmt.Sprintf("; enqueue-to-start p50 %s p99 %s", r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond))
@@ -170,6 +220,9 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 	defer admin.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	url := pgtest.WithSearchPath(baseURL, schema)
 	if err := migrations.Up(ctx, url); err != nil {
+		return benchResult{}, err
+	}
+	if url, err = withExecMode(url, cfg.execMode); err != nil {
 		return benchResult{}, err
 	}
 	pool, err := newBenchPool(ctx, url, 10)
@@ -206,43 +259,63 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 		return nil
 	})
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	var workers []*worker.Worker
-	for i := range cfg.instances {
-		p, err := newBenchPool(ctx, url, 12)
-		if err != nil {
-			return benchResult{}, err
-		}
-		defer p.Close()
-		wcfg := worker.Config{
-			ID: fmt.Sprint("bench-", i), Queues: map[string]int{queue.DefaultQueue: cfg.concurrency},
-			Logger: quiet, DisableMaintenance: true,
-			Fetchers: cfg.fetchers, FetchLimit: cfg.fetchLimit, Completers: cfg.completers,
-		}
-		if err := tel.attach(nil, &wcfg); err != nil {
-			return benchResult{}, err
-		}
-		w, err := worker.New(pgqueue.New(p, pgqueue.Config{Logger: quiet}), reg, wcfg)
-		if err != nil {
-			return benchResult{}, err
-		}
-		workers = append(workers, w)
+	p, err := newBenchPool(ctx, url, int32(cfg.conns))
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer p.Close()
+	wcfg := benchWorkerConfig("bench", cfg, quiet)
+	if err := tel.attach(nil, &wcfg); err != nil {
+		return benchResult{}, err
+	}
+	w, err := worker.New(pgqueue.New(p, pgqueue.Config{Logger: quiet}), reg, wcfg)
+	if err != nil {
+		return benchResult{}, err
 	}
 	completed := func() (n, stale, errs int64) {
-		for _, w := range workers {
-			s := w.Stats()
-			n += s.Completed
-			stale += s.Stale
-			errs += s.FetchErrors + s.FinishErrors
-		}
-		return
+		s := w.Stats()
+		return s.Completed, s.Stale, s.FetchErrors + s.FinishErrors
 	}
-
-	start, cpu0 := time.Now(), processCPU()
-	for _, w := range workers {
-		if err := w.Start(ctx); err != nil {
+	var release func()
+	if cfg.holdHorizon {
+		if release, err = holdHorizon(ctx, url); err != nil {
 			return benchResult{}, err
 		}
 	}
+	start, cpu0 := time.Now(), processCPU()
+	if err := w.Start(ctx); err != nil {
+		return benchResult{}, err
+	}
+	res, err := runMode(ctx, mode, cfg, client, start, cpu0, completed, &lat)
+	if err != nil {
+		return benchResult{}, err
+	}
+	// Read before the horizon is released, and before the worker's stop.
+	if res.deadTuples, err = deadTuples(ctx, admin, schema); err != nil {
+		return benchResult{}, err
+	}
+	res.horizonHeld = release != nil
+	if release != nil {
+		release()
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w.Stop(stopCtx)
+	n, stale, errs := completed()
+	if mode == "burndown" {
+		res.jobs = n
+	}
+	res.stale, res.errors = stale, errs
+	res.rate = float64(res.jobs) / res.elapsed.Seconds()
+	return res, nil
+}
+
+// runMode waits, in burn-down mode, until cfg.jobs jobs are completed
+// (counting from start and from this process's CPU time cpu0), or in continuous mode keeps cfg.backlog jobs
+// waiting for cfg.duration and counts the jobs completed after a warm-up.
+// lat, when not nil, is reset at the warm-up's end.
+func runMode(ctx context.Context, mode string, cfg benchConfig, producer *pgqueue.Client, start time.Time, cpu0 time.Duration,
+	completed func() (n, stale, errs int64), lat *latencies) (benchResult, error) {
 	var res benchResult
 	switch mode {
 	case "burndown":
@@ -259,19 +332,25 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 		res.elapsed, res.cpu = time.Since(start), processCPU()-cpu0
 	case "continuous":
 		runCtx, cancel := context.WithTimeout(ctx, cfg.duration)
+		defer cancel()
 		var inserted atomic.Int64
 		var insertErr error
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			insertErr = keepBacklog(runCtx, client, cfg, &inserted, completed)
+			insertErr = keepBacklog(runCtx, producer, cfg, &inserted, completed)
 		}()
 		// Measure after a warm-up so the backlog is established.
 		warm := min(cfg.duration/5, 5*time.Second)
 		time.Sleep(warm)
+		if err := analyzeJobs(ctx, producer); err != nil {
+			return benchResult{}, err
+		}
 		n0, _, _ := completed()
-		lat.reset()
+		if lat != nil {
+			lat.reset()
+		}
 		t0, c0 := time.Now(), processCPU()
 		<-runCtx.Done()
 		cancel()
@@ -281,20 +360,14 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 		if insertErr != nil && !errors.Is(insertErr, context.DeadlineExceeded) && !errors.Is(insertErr, context.Canceled) {
 			return benchResult{}, insertErr
 		}
+		if ctx.Err() != nil {
+			return benchResult{}, ctx.Err()
+		}
 		res.jobs = n1 - n0
-		res.p50, res.p99 = lat.percentiles()
+		if lat != nil {
+			res.p50, res.p99 = lat.percentiles()
+		}
 	}
-	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, w := range workers {
-		w.Stop(stopCtx)
-	}
-	n, stale, errs := completed()
-	if mode == "burndown" {
-		res.jobs = n
-	}
-	res.stale, res.errors = stale, errs
-	res.rate = float64(res.jobs) / res.elapsed.Seconds()
 	return res, nil
 }
 
@@ -306,6 +379,9 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// benchWorkerConns is each bench worker's pool size by default.
+const benchWorkerConns = 12
 
 func newBenchPool(ctx context.Context, url string, conns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
@@ -326,6 +402,18 @@ func insertJobs(ctx context.Context, c *pgqueue.Client, n, batch int) error {
 		if _, err := c.EnqueueMany(ctx, ps); err != nil {
 			return err
 		}
+	}
+	return analyzeJobs(ctx, c)
+}
+
+// analyzeJobs refreshes the jobs table's statistics, as autovacuum would
+// within a minute of a bulk insert. A run's table is new, and analyzed
+// empty: with that, an unnamed statement's custom plan (the exec mode
+// behind PgBouncer) claims by sorting every waiting job (a bitmap scan
+// and a sort) instead of reading the claim index in order.
+func analyzeJobs(ctx context.Context, c *pgqueue.Client) error {
+	if _, err := c.Pool().Exec(ctx, "ANALYZE jobfence_jobs"); err != nil {
+		return fmt.Errorf("bench: analyze: %w", err)
 	}
 	return nil
 }

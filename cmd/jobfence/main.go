@@ -29,7 +29,7 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"setup":      {"install PostgreSQL and redis-server from Debian's packages if missing", runSetup},
+		"setup":      {"install PostgreSQL, redis-server and PgBouncer from Debian's packages if missing", runSetup},
 		"migrate":    {"migrate up|down|reset|status|version: jobfence's schema", runMigrate},
 		"bench":      {"bench [--mode burndown|continuous|both]: jobs/s of the Postgres queue", runBench},
 		"jobs":       {"jobs list|show ID|retry ID|cancel ID: inspect and steer jobs", runJobs},
@@ -37,6 +37,7 @@ func commands() map[string]command {
 		"dlq":        {"dlq redrive --queue Q: move a Kafka queue's dead letters back to run again", runDLQ},
 		"demo":       {"demo [--only 4,5]: the seven scenarios on a simulated fleet, with a verdict table", runDemo},
 		"demo-child": {"(internal) a worker process that jobfence demo pauses or kills", runDemoChild},
+		"bench-proc": {"(internal) a worker process of jobfence bench --instances N", runBenchChild},
 	}
 }
 

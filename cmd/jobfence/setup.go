@@ -13,7 +13,7 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("setup", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: jobfence setup   (installs PostgreSQL and redis-server from Debian's packages if missing; needs root)")
+		fmt.Fprintln(stderr, "usage: jobfence setup   (installs PostgreSQL, redis-server and PgBouncer from Debian's packages if missing; needs root)")
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -25,6 +25,9 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := devenv.Install(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "PostgreSQL and redis-server are installed")
+	if err := devenv.InstallPgBouncer(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "PostgreSQL, redis-server and PgBouncer are installed")
 	return nil
 }

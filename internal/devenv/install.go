@@ -47,6 +47,11 @@ func Install(ctx context.Context) error {
 	if len(pkgs) == 0 {
 		return nil
 	}
+	return aptInstall(ctx, pkgs)
+}
+
+// aptInstall installs Debian packages as root, or says which to install.
+func aptInstall(ctx context.Context, pkgs []string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("%w: install the Debian packages %v (or set DATABASE_URL and REDIS_URL)", ErrNotInstalled, pkgs)
 	}

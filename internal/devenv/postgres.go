@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"time"
 )
 
@@ -36,26 +33,12 @@ func StartPostgres(ctx context.Context) (*Postgres, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: initdb not found", ErrNotInstalled)
 	}
-	dir, err := os.MkdirTemp("", "jobfence-pg-")
+	// initdb refuses to run as root: as root, the server runs as postgres.
+	dir, asUser, err := serverDir("jobfence-pg-")
 	if err != nil {
-		return nil, fmt.Errorf("devenv: temp dir: %w", err)
+		return nil, err
 	}
-	p := &Postgres{Dir: dir, bin: bin}
-	if os.Geteuid() == 0 {
-		// initdb refuses to run as root: the server runs as the postgres user.
-		p.asUser = "postgres"
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("devenv: running as root needs a postgres user: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("devenv: chown %s: %w", dir, err)
-		}
-	}
+	p := &Postgres{Dir: dir, bin: bin, asUser: asUser}
 	if err := os.Chmod(dir, 0o700); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("devenv: chmod %s: %w", dir, err)
@@ -89,15 +72,7 @@ func StartPostgres(ctx context.Context) (*Postgres, error) {
 }
 
 func (p *Postgres) run(ctx context.Context, name string, args ...string) ([]byte, error) {
-	path := filepath.Join(p.bin, name)
-	var cmd *exec.Cmd
-	if p.asUser != "" {
-		cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", p.asUser, "--", path}, args...)...)
-	} else {
-		cmd = exec.CommandContext(ctx, path, args...)
-	}
-	cmd.Dir = p.Dir
-	return cmd.CombinedOutput()
+	return runIn(ctx, p.Dir, p.asUser, filepath.Join(p.bin, name), args...)
 }
 
 // Stop stops the server at once and removes its directory.

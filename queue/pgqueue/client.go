@@ -33,6 +33,18 @@ type Config struct {
 	// Insert, InsertTx, EnqueueMany, EnqueueManyTx) and may add metadata
 	// to its jobs; see queue.InsertHook. telemetry.PGQueue sets it.
 	InsertHook queue.InsertHook
+	// ListenURL, when set, is where LISTEN connections for wake-ups and
+	// cancel notifications go instead of the pool: a connection straight to
+	// PostgreSQL when the pool goes through PgBouncer in transaction mode,
+	// where LISTEN does not work. It must reach the same database. Each
+	// worker opens two such connections (wake-ups, cancellations).
+	ListenURL string
+	// PollOnly turns LISTEN off: workers find jobs by polling
+	// (worker.Config.PollInterval) and learn of cancelled jobs at their
+	// next heartbeat (worker.Config.HeartbeatInterval). Use it behind
+	// PgBouncer in transaction mode when no direct connection is at hand.
+	// It takes precedence over ListenURL.
+	PollOnly bool
 }
 
 // DefaultTxReserve is the default of Config.TxReserve: one connection for
@@ -56,6 +68,9 @@ type Client struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
 	hook   queue.InsertHook
+	// listenURL and pollOnly are Config's ListenURL and PollOnly.
+	listenURL string
+	pollOnly  bool
 	// txSlots holds a token for each open BeginTx transaction; nil (a pool
 	// too small to reserve anything) refuses BeginTx.
 	txSlots chan struct{}
@@ -70,7 +85,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 	if cfg.TxReserve <= 0 {
 		cfg.TxReserve = DefaultTxReserve
 	}
-	c := &Client{pool: pool, logger: cfg.Logger, hook: cfg.InsertHook}
+	c := &Client{pool: pool, logger: cfg.Logger, hook: cfg.InsertHook, listenURL: cfg.ListenURL, pollOnly: cfg.PollOnly}
 	if pool != nil {
 		if n := int(pool.Config().MaxConns) - cfg.TxReserve; n > 0 {
 			c.txSlots = make(chan struct{}, n)

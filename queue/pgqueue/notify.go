@@ -16,8 +16,12 @@ import (
 // Wake implements queue.Waker with LISTEN on a connection of its own. The
 // channel receives a value whenever a job is enqueued to q; if the
 // connection breaks it reconnects with backoff, and the worker's polling
-// covers the gap.
+// covers the gap. With Config.PollOnly the channel is nil: it never
+// fires, and the worker polls.
 func (c *Client) Wake(ctx context.Context, q string) (<-chan struct{}, error) {
+	if c.pollOnly {
+		return nil, nil
+	}
 	ch := make(chan struct{}, 1)
 	c.listen(ctx, insertChannel, func(payload string) {
 		if payload != q {
@@ -32,8 +36,13 @@ func (c *Client) Wake(ctx context.Context, q string) (<-chan struct{}, error) {
 }
 
 // Cancelled implements queue.Canceller: it receives the leases (ID and the
-// fence of the claim then current) of jobs that Cancel cancelled.
+// fence of the claim then current) of jobs that Cancel cancelled. With
+// Config.PollOnly the channel is nil: a worker then learns of a
+// cancellation at its next heartbeat, which finds the claim gone.
 func (c *Client) Cancelled(ctx context.Context) (<-chan queue.Lease, error) {
+	if c.pollOnly {
+		return nil, nil
+	}
 	ch := make(chan queue.Lease, 64)
 	c.listen(ctx, cancelChannel, func(payload string) {
 		l, err := parseCancelPayload(payload)
@@ -114,14 +123,23 @@ func (c *Client) relisten(ctx context.Context, channel string, fn func(string), 
 	}
 }
 
-// listenConn takes a connection out of the pool for good (LISTEN state must
-// not leak to the pool's other users) and listens on channel.
+// listenConn opens a connection to Config.ListenURL, or else takes one
+// out of the pool for good (LISTEN state must not leak to the pool's other
+// users), and listens on channel.
 func (c *Client) listenConn(ctx context.Context, channel string) (*pgx.Conn, error) {
-	conn, err := c.pool.Acquire(ctx)
-	if err != nil {
-		return nil, err
+	var pgc *pgx.Conn
+	if c.listenURL != "" {
+		var err error
+		if pgc, err = pgx.Connect(ctx, c.listenURL); err != nil {
+			return nil, fmt.Errorf("pgqueue: LISTEN connection to %s: %w", RedactConnString(c.listenURL), RedactError(err, c.listenURL))
+		}
+	} else {
+		conn, err := c.pool.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		pgc = conn.Hijack()
 	}
-	pgc := conn.Hijack()
 	if _, err := pgc.Exec(ctx, "LISTEN "+channel); err != nil {
 		pgc.Close(context.Background())
 		return nil, err

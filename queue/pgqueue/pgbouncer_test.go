@@ -1,0 +1,143 @@
+package pgqueue_test
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/migrations"
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+)
+
+// TestPgBouncerExecModes: through PgBouncer 1.18 in transaction mode with
+// one server connection, two client connections of one pool run the
+// client's statements (enqueue, claim, heartbeat, finish, a transactional
+// completion). pgx's default mode prepares named statements, which the
+// second client finds already prepared on the shared server connection;
+// exec mode and the simple protocol send args as their Go types, so a
+// []byte for a jsonb column arrives as bytea text. The describing modes
+// work: the README recommends cache_describe.
+func TestPgBouncerExecModes(t *testing.T) {
+	db := pgtest.NewBounced(t, pgtest.BouncedOptions{PoolSize: 1})
+	for _, tt := range []struct {
+		mode    string
+		wantErr string
+	}{
+		{"cache_statement", "already exists"},
+		{"exec", "invalid input syntax for type json"},
+		{"cache_describe", ""},
+		{"describe_exec", ""},
+		{"simple_protocol", "invalid input syntax for type json"},
+	} {
+		t.Run(tt.mode, func(t *testing.T) {
+			err := roundTrips(t, db.BouncedURL, tt.mode)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("%s through PgBouncer: %v", tt.mode, err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("%s through PgBouncer: %v, want an error containing %q", tt.mode, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// roundTrips runs the client's statements in mode on two client
+// connections held at once, so that both use PgBouncer's server
+// connection in turn.
+func roundTrips(t *testing.T, bounced, mode string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	u, err := url.Parse(bounced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("default_query_exec_mode", mode)
+	u.RawQuery = q.Encode()
+	cfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	a, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer a.Release()
+	b, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Release()
+	for _, conn := range []*pgxpool.Conn{a, b} {
+		if _, err := conn.Exec(ctx, `SELECT count(*) FROM jobfence_jobs WHERE queue = $1`, "x"); err != nil {
+			return err
+		}
+	}
+	a.Release()
+	b.Release()
+	c := pgqueue.New(pool, pgqueue.Config{PollOnly: true})
+	if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", Queue: mode, Args: []byte(`{"a":1}`)}); err != nil {
+		return err
+	}
+	if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", Queue: mode, Args: []byte(`{"a":2}`)}); err != nil {
+		return err
+	}
+	jobs, err := c.Claim(ctx, queue.ClaimParams{Queue: mode, Limit: 2, Lease: time.Minute, WorkerID: "w"})
+	if err != nil {
+		return err
+	}
+	if len(jobs) != 2 {
+		t.Fatalf("claimed %d jobs, want 2", len(jobs))
+	}
+	if lost, err := c.Heartbeat(ctx, []queue.Lease{jobs[0].Lease()}, time.Minute); err != nil || len(lost) != 0 {
+		t.Fatalf("heartbeat: lost %v, %v", lost, err)
+	}
+	if stale, err := c.Finish(ctx, []queue.Finish{{Lease: jobs[0].Lease(), Outcome: queue.OutcomeComplete}}); err != nil || len(stale) != 0 {
+		t.Fatalf("finish: stale %v, %v", stale, err)
+	}
+	tx, err := c.BeginTx(ctx, time.Minute)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if err := c.CompleteTx(ctx, tx, jobs[1].Lease()); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// TestPgBouncerMigrations: jobfence's migrations run through PgBouncer in
+// transaction mode (down to nothing and up again), in the README's exec
+// mode, as the role whose default search_path is the schema.
+func TestPgBouncerMigrations(t *testing.T) {
+	db := pgtest.NewBounced(t, pgtest.BouncedOptions{PoolSize: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := migrations.Reset(ctx, db.BouncedURL); err != nil {
+		t.Fatalf("reset through PgBouncer: %v", err)
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = 'jobfence_jobs'`, db.Schema).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("after reset: %d jobs tables, %v", n, err)
+	}
+	if err := migrations.Up(ctx, db.BouncedURL); err != nil {
+		t.Fatalf("up through PgBouncer: %v", err)
+	}
+	c := pgqueue.New(db.BouncedPool(t, 2), pgqueue.Config{PollOnly: true})
+	if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", Args: []byte(`{}`)}); err != nil {
+		t.Fatalf("enqueue after migrating through PgBouncer: %v", err)
+	}
+}
