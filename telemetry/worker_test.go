@@ -1,7 +1,6 @@
 package telemetry_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jobfence/jobfence/internal/logbuf"
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
@@ -119,24 +120,6 @@ func count(t *testing.T, rm metricdata.ResourceMetrics, name, kind string) uint6
 	return n
 }
 
-// syncBuffer is a log sink the worker's goroutines may share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Split(strings.TrimSpace(s.b.String()), "\n")
-}
-
 // TestWorker runs jobs that complete, fail once, panic once, are fenced
 // out once, and commit in a transaction, and checks that the metrics count
 // exactly that, that every attempt's span links to its enqueue's span, and
@@ -183,7 +166,7 @@ func TestWorker(t *testing.T) {
 
 	// Only the worker's tests see these logs: they prove the job's fields
 	// and the trace id are on its lines.
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	wcfg := worker.Config{
 		Queues: map[string]int{"default": 4}, RetryPolicy: noWait{}, PollInterval: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
@@ -257,7 +240,7 @@ func TestWorker(t *testing.T) {
 	metaMu.Unlock()
 
 	checkSpans(t, in.spans.Ended())
-	checkLogs(t, logs.lines())
+	checkLogs(t, strings.Split(strings.TrimSpace(logs.String()), "\n"))
 }
 
 func waitAllCompleted(t *testing.T, db interface {
