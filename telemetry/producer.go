@@ -29,8 +29,8 @@ func PGQueue(cfg *pgqueue.Config, opts Options) error {
 
 // InsertHook returns a queue.InsertHook that starts a producer span per
 // enqueue call ("send <queue>", with messaging.batch.message_count for more
-// than one job) and adds its context, through the propagator, to the jobs'
-// metadata. PGQueue and Kafka install it; use it for a backend of your own.
+// than one job) and, when the span is sampled, adds its context, through
+// the propagator, to the jobs' metadata. PGQueue and Kafka install it; use it for a backend of your own.
 func InsertHook(opts Options) queue.InsertHook {
 	opts = opts.withDefaults()
 	tracer, prop := opts.tracer(), opts.Propagator
@@ -51,8 +51,12 @@ func InsertHook(opts Options) queue.InsertHook {
 			attrs = append(attrs, semconv.MessagingBatchMessageCount(len(ps)))
 		}
 		ctx, span := tracer.Start(ctx, "send "+q, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+		// Only a sampled span's context is worth storing with the jobs: the
+		// attempts link to it rather than inherit its sampling decision, and
+		// an unsampled one would cost every job its bytes (written, read
+		// and parsed) for a trace no one records.
 		var meta map[string]string
-		if span.SpanContext().IsValid() {
+		if span.SpanContext().IsSampled() {
 			meta = map[string]string{}
 			prop.Inject(ctx, propagation.MapCarrier(meta))
 		}
