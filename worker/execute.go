@@ -240,7 +240,7 @@ func (w *Worker) report(job *queue.Job, r *running, o queue.Outcome, delay time.
 	if o == queue.OutcomeRetry && job.Attempt >= job.MaxAttempts {
 		ended = queue.OutcomeDiscard
 	}
-	w.finishCh <- pending{f: f, r: r, err: err, outcome: ended}
+	w.finishCh <- pending{f: f, r: r, outcome: ended}
 }
 
 // finishing marks r as past its handler.

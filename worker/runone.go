@@ -78,10 +78,8 @@ func (w *Worker) RunOne(ctx context.Context, q string) (*Ran, error) {
 	select {
 	case p := <-w.finishCh:
 		w.flush([]pending{p})
-		if p.r != nil {
-			w.untrack(p.r)
-		}
-		ran.Outcome, ran.Delay, ran.Err = p.f.Outcome, p.f.Delay, p.err
+		w.untrack(p.r)
+		ran.Outcome, ran.Delay, ran.Err = p.f.Outcome, p.f.Delay, p.r.err
 		ran.Stale = w.stats.stale.Load() > before.Stale
 	default:
 		after := w.stats.snapshot()

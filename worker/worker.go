@@ -409,8 +409,6 @@ type claimed struct {
 type pending struct {
 	f queue.Finish
 	r *running
-	// err is the handler's error as returned, for RunOne's caller.
-	err error
 	// outcome is the outcome Hooks.JobEnd reports (a retry out of
 	// attempts is a discard).
 	outcome queue.Outcome
