@@ -65,12 +65,9 @@ var (
 // queue.Checker, so a
 // worker.Worker can run on it. A Client is safe for concurrent use.
 type Client struct {
-	pool   *pgxpool.Pool
-	logger *slog.Logger
-	hook   queue.InsertHook
-	// listenURL and pollOnly are Config's ListenURL and PollOnly.
-	listenURL string
-	pollOnly  bool
+	pool *pgxpool.Pool
+	// cfg is the Config New was given, with its defaults filled in.
+	cfg Config
 	// txSlots holds a token for each open BeginTx transaction; nil (a pool
 	// too small to reserve anything) refuses BeginTx.
 	txSlots chan struct{}
@@ -85,7 +82,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 	if cfg.TxReserve <= 0 {
 		cfg.TxReserve = DefaultTxReserve
 	}
-	c := &Client{pool: pool, logger: cfg.Logger, hook: cfg.InsertHook, listenURL: cfg.ListenURL, pollOnly: cfg.PollOnly}
+	c := &Client{pool: pool, cfg: cfg}
 	if pool != nil {
 		if n := int(pool.Config().MaxConns) - cfg.TxReserve; n > 0 {
 			c.txSlots = make(chan struct{}, n)

@@ -28,7 +28,7 @@ const notifySQL = `SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`
 // result names the existing job with Inserted false.
 func (c *Client) Enqueue(ctx context.Context, p queue.EnqueueParams) (queue.EnqueueResult, error) {
 	var res queue.EnqueueResult
-	_, err := queue.Observe(ctx, c.hook, []queue.EnqueueParams{p}, func(ctx context.Context, meta map[string]string) (int64, error) {
+	_, err := queue.Observe(ctx, c.cfg.InsertHook, []queue.EnqueueParams{p}, func(ctx context.Context, meta map[string]string) (int64, error) {
 		tx, err := c.pool.Begin(ctx)
 		if err != nil {
 			return 0, fmt.Errorf("pgqueue: enqueue: %w", err)
@@ -50,7 +50,7 @@ func (c *Client) Enqueue(ctx context.Context, p queue.EnqueueParams) (queue.Enqu
 // and workers are woken, only if tx commits.
 func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, p queue.EnqueueParams) (queue.EnqueueResult, error) {
 	var res queue.EnqueueResult
-	_, err := queue.Observe(ctx, c.hook, []queue.EnqueueParams{p}, func(ctx context.Context, meta map[string]string) (int64, error) {
+	_, err := queue.Observe(ctx, c.cfg.InsertHook, []queue.EnqueueParams{p}, func(ctx context.Context, meta map[string]string) (int64, error) {
 		var err error
 		res, err = enqueue(ctx, tx, p, meta)
 		return inserted(res), err
@@ -159,7 +159,7 @@ ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING`
 // fastest path; jobs with unique keys or a ScheduledAt are inserted with
 // ON CONFLICT DO NOTHING and are not counted when their key was taken.
 func (c *Client) EnqueueMany(ctx context.Context, ps []queue.EnqueueParams) (int64, error) {
-	return queue.Observe(ctx, c.hook, ps, func(ctx context.Context, meta map[string]string) (int64, error) {
+	return queue.Observe(ctx, c.cfg.InsertHook, ps, func(ctx context.Context, meta map[string]string) (int64, error) {
 		tx, err := c.pool.Begin(ctx)
 		if err != nil {
 			return 0, fmt.Errorf("pgqueue: enqueue many: %w", err)
@@ -178,7 +178,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ps []queue.EnqueueParams) (int
 
 // EnqueueManyTx is EnqueueMany inside the caller's transaction.
 func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams) (int64, error) {
-	return queue.Observe(ctx, c.hook, ps, func(ctx context.Context, meta map[string]string) (int64, error) {
+	return queue.Observe(ctx, c.cfg.InsertHook, ps, func(ctx context.Context, meta map[string]string) (int64, error) {
 		return enqueueMany(ctx, tx, ps, meta)
 	})
 }

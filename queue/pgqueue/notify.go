@@ -19,7 +19,7 @@ import (
 // covers the gap. With Config.PollOnly the channel is nil: it never
 // fires, and the worker polls.
 func (c *Client) Wake(ctx context.Context, q string) (<-chan struct{}, error) {
-	if c.pollOnly {
+	if c.cfg.PollOnly {
 		return nil, nil
 	}
 	ch := make(chan struct{}, 1)
@@ -40,14 +40,14 @@ func (c *Client) Wake(ctx context.Context, q string) (<-chan struct{}, error) {
 // Config.PollOnly the channel is nil: a worker then learns of a
 // cancellation at its next heartbeat, which finds the claim gone.
 func (c *Client) Cancelled(ctx context.Context) (<-chan queue.Lease, error) {
-	if c.pollOnly {
+	if c.cfg.PollOnly {
 		return nil, nil
 	}
 	ch := make(chan queue.Lease, 64)
 	c.listen(ctx, cancelChannel, func(payload string) {
 		l, err := parseCancelPayload(payload)
 		if err != nil {
-			c.logger.Warn("pgqueue: cancel notification not understood", "payload", payload, "err", err)
+			c.cfg.Logger.Warn("pgqueue: cancel notification not understood", "payload", payload, "err", err)
 			return
 		}
 		select {
@@ -111,7 +111,7 @@ func (c *Client) relisten(ctx context.Context, channel string, fn func(string), 
 		if ctx.Err() != nil {
 			return
 		}
-		c.logger.Warn("jobfence: LISTEN connection lost; polling until it is back",
+		c.cfg.Logger.Warn("jobfence: LISTEN connection lost; polling until it is back",
 			"channel", channel, "err", err, "retry_in", backoff)
 		select {
 		case <-ctx.Done():
@@ -128,10 +128,10 @@ func (c *Client) relisten(ctx context.Context, channel string, fn func(string), 
 // users), and listens on channel.
 func (c *Client) listenConn(ctx context.Context, channel string) (*pgx.Conn, error) {
 	var pgc *pgx.Conn
-	if c.listenURL != "" {
+	if c.cfg.ListenURL != "" {
 		var err error
-		if pgc, err = pgx.Connect(ctx, c.listenURL); err != nil {
-			return nil, fmt.Errorf("pgqueue: LISTEN connection to %s: %w", RedactConnString(c.listenURL), RedactError(err, c.listenURL))
+		if pgc, err = pgx.Connect(ctx, c.cfg.ListenURL); err != nil {
+			return nil, fmt.Errorf("pgqueue: LISTEN connection to %s: %w", RedactConnString(c.cfg.ListenURL), RedactError(err, c.cfg.ListenURL))
 		}
 	} else {
 		conn, err := c.pool.Acquire(ctx)
