@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -127,37 +126,30 @@ func StartPgBouncer(ctx context.Context, o PgBouncerOptions) (*PgBouncer, error)
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("devenv: auth file: %w", err)
 	}
-	var lastErr error
-	for range 5 {
-		port, err := freePort()
-		if err != nil {
-			lastErr = err
-			continue
-		}
+	port, err := onFreePort(func(port int) error {
 		ini := b.config(port, upHost, upPort)
 		if err := os.WriteFile(filepath.Join(dir, "pgbouncer.ini"), []byte(ini), 0o644); err != nil {
-			lastErr = fmt.Errorf("devenv: pgbouncer.ini: %w", err)
-			break
+			return fmt.Errorf("devenv: pgbouncer.ini: %w", err)
 		}
 		// -d: PgBouncer daemonizes once its socket is bound, or exits non-zero.
 		out, err := b.run(ctx, bin, "-d", filepath.Join(dir, "pgbouncer.ini"))
 		if err != nil {
 			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
-			lastErr = fmt.Errorf("devenv: pgbouncer: %w: %s %s", err, out, log)
-			continue
+			return fmt.Errorf("devenv: pgbouncer: %w: %s %s", err, out, log)
 		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		if err := waitTCP(ctx, addr, 10*time.Second); err != nil {
+		if err := waitTCP(ctx, loopback(port), 10*time.Second); err != nil {
 			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
 			b.kill()
-			lastErr = fmt.Errorf("devenv: pgbouncer not ready: %w: %s", err, log)
-			continue
+			return fmt.Errorf("devenv: pgbouncer not ready: %w: %s", err, log)
 		}
-		b.Port = port
-		return b, nil
+		return nil
+	})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
-	os.RemoveAll(dir)
-	return nil, lastErr
+	b.Port = port
+	return b, nil
 }
 
 func (b *PgBouncer) config(port int, upHost, upPort string) string {
@@ -215,24 +207,10 @@ func (b *PgBouncer) Stop() error {
 	return nil
 }
 
+// kill stops PgBouncer: SIGTERM, then SIGKILL if it has not exited
+// within 5s.
 func (b *PgBouncer) kill() {
-	pidFile := filepath.Join(b.Dir, "pgbouncer.pid")
-	raw, err := os.ReadFile(pidFile)
-	if err != nil {
-		return
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil {
-		return
-	}
-	_ = syscall.Kill(pid, syscall.SIGTERM)
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) && syscall.Kill(pid, 0) == nil && !isZombie(pid) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if syscall.Kill(pid, 0) == nil && !isZombie(pid) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
+	stopPidFile(filepath.Join(b.Dir, "pgbouncer.pid"), syscall.SIGTERM, syscall.SIGKILL)
 }
 
 // CreateRoleSchema creates, on the server adminURL connects to, a login

@@ -15,3 +15,20 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// onFreePort calls start with a free loopback port until it succeeds, five
+// tries at most, since another process may take the port before the server
+// binds it. It returns the port start succeeded on, or the last error.
+func onFreePort(start func(port int) error) (int, error) {
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err == nil {
+			if err = start(port); err == nil {
+				return port, nil
+			}
+		}
+		lastErr = err
+	}
+	return 0, lastErr
+}

@@ -49,26 +49,22 @@ func StartPostgres(ctx context.Context) (*Postgres, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("devenv: initdb: %w: %s", err, out)
 	}
-	var lastErr error
-	for range 5 {
-		port, err := freePort()
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		opts := p.serverOpts(port)
+	port, err := onFreePort(func(port int) error {
 		out, err := p.run(ctx, "pg_ctl", "-D", data, "-l", filepath.Join(dir, "server.log"),
-			"-w", "-t", "60", "-o", opts, "start")
-		if err == nil {
-			p.Port = port
-			p.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-			return p, nil
+			"-w", "-t", "60", "-o", p.serverOpts(port), "start")
+		if err != nil {
+			log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+			return fmt.Errorf("devenv: pg_ctl start: %w: %s %s", err, out, log)
 		}
-		log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
-		lastErr = fmt.Errorf("devenv: pg_ctl start: %w: %s %s", err, out, log)
+		return nil
+	})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
-	os.RemoveAll(dir)
-	return nil, lastErr
+	p.Port = port
+	p.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	return p, nil
 }
 
 func (p *Postgres) run(ctx context.Context, name string, args ...string) ([]byte, error) {

@@ -3,10 +3,14 @@ package devenv
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"strconv"
+	"strings"
+	"syscall"
+	"time"
 )
 
 // serverDir makes a temporary directory for a server that refuses to run
@@ -46,4 +50,67 @@ func runIn(ctx context.Context, dir, asUser, path string, args ...string) ([]byt
 	}
 	cmd.Dir = dir
 	return cmd.CombinedOutput()
+}
+
+// loopback is host:port for port on 127.0.0.1.
+func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// waitTCP waits until addr accepts a TCP connection, for timeout at most.
+func waitTCP(ctx context.Context, addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// stopPidFile sends the process named in pidFile (a daemonized server)
+// each of sigs in turn, waiting up to 5s after each for it to exit, and
+// returns once it has, or after the last signal's wait. It does nothing
+// without a readable pid file.
+func stopPidFile(pidFile string, sigs ...syscall.Signal) {
+	raw, err := os.ReadFile(pidFile)
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		return
+	}
+	alive := func() bool { return syscall.Kill(pid, 0) == nil && !isZombie(pid) }
+	for _, sig := range sigs {
+		_ = syscall.Kill(pid, sig)
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) && alive() {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !alive() {
+			return
+		}
+	}
+}
+
+func isZombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the parenthesised command name.
+	for i := len(b) - 1; i > 0; i-- {
+		if b[i] == ')' && i+2 < len(b) {
+			return b[i+2] == 'Z'
+		}
+	}
+	return false
 }
