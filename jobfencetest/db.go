@@ -134,18 +134,31 @@ func OpenDB(ctx context.Context, baseURL string, opts ...Options) (*DB, error) {
 			return fail(fmt.Errorf("jobfencetest: migrate: %w", err))
 		}
 	}
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		return fail(fmt.Errorf("jobfencetest: parse %s: %w", pgqueue.RedactConnString(db.URL), pgqueue.RedactError(err, db.URL)))
-	}
-	cfg.MaxConns = 20
+	maxConns := int32(20)
 	if o.MaxConns > 0 {
-		cfg.MaxConns = o.MaxConns
+		maxConns = o.MaxConns
 	}
-	if db.Pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
-		return fail(fmt.Errorf("jobfencetest: pool: %w", err))
+	if db.Pool, err = openPool(ctx, db.URL, maxConns); err != nil {
+		return fail(err)
 	}
 	return db, nil
+}
+
+// openPool opens a pool on the connection string u, capped at maxConns
+// when it is positive.
+func openPool(ctx context.Context, u string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		return nil, fmt.Errorf("jobfencetest: parse %s: %w", pgqueue.RedactConnString(u), pgqueue.RedactError(err, u))
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("jobfencetest: pool: %w", err)
+	}
+	return pool, nil
 }
 
 // Close closes Pool and drops the schema with everything in it.
@@ -185,16 +198,9 @@ func (db *DB) NewPoolVia(t testing.TB, addr string, maxConns int32) *pgxpool.Poo
 
 func (db *DB) newPool(t testing.TB, u string, maxConns int32) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(u)
+	pool, err := openPool(context.Background(), u, maxConns)
 	if err != nil {
-		t.Fatalf("jobfencetest: parse %s: %v", pgqueue.RedactConnString(u), pgqueue.RedactError(err, u))
-	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("jobfencetest: pool: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
 	return pool
