@@ -238,11 +238,15 @@ func ShipInChild(ctx context.Context, env *Env, q string, order int) (*Shipping,
 // shipment in the job's transaction. stop stops them; calling it again
 // does nothing.
 func Rescuers(ctx context.Context, env *Env, q string, n int) (ws []*worker.Worker, stop func(), err error) {
+	var pools []*pgxpool.Pool
 	stop = func() {
 		for _, w := range ws {
 			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			w.Stop(stopCtx)
 			cancel()
+		}
+		for _, p := range pools {
+			p.Close()
 		}
 	}
 	for i := range n {
@@ -251,6 +255,7 @@ func Rescuers(ctx context.Context, env *Env, q string, n int) (ws []*worker.Work
 			stop()
 			return nil, nil, err
 		}
+		pools = append(pools, pool)
 		id := fmt.Sprintf("%s-rescuer-%d", q, i+1)
 		reg := worker.NewRegistry()
 		worker.AddTx(reg, func(ctx context.Context, tx pgx.Tx, job *worker.Job[ShipArgs]) error {
@@ -265,13 +270,10 @@ func Rescuers(ctx context.Context, env *Env, q string, n int) (ws []*worker.Work
 			err = w.Start(ctx)
 		}
 		if err != nil {
-			pool.Close()
 			stop()
 			return nil, nil, err
 		}
 		ws = append(ws, w)
-		prev := stop
-		stop = func() { prev(); pool.Close() }
 	}
 	return ws, sync.OnceFunc(stop), nil
 }
