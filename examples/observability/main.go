@@ -11,7 +11,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -32,6 +31,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/jobfence/jobfence/examples/scenario"
 	"github.com/jobfence/jobfence/jobfencetest/devserver"
 	"github.com/jobfence/jobfence/migrations"
 	"github.com/jobfence/jobfence/queue"
@@ -200,23 +200,10 @@ func stealLease(ctx context.Context, pool *pgxpool.Pool, job *queue.Job) error {
 
 // waitCompleted waits until the jobs enqueued since since have completed.
 func waitCompleted(ctx context.Context, pool *pgxpool.Pool, since time.Time) error {
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	return scenario.WaitUntil(ctx, 2*time.Minute, "the jobs to complete", func() (bool, error) {
 		var done int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE queue = $1 AND created_at >= $2 AND state = 'completed'`,
-			queueName, since).Scan(&done); err != nil {
-			return err
-		}
-		if done == jobsToRun {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errors.New("jobs did not complete within 2 minutes")
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE queue = $1 AND created_at >= $2 AND state = 'completed'`,
+			queueName, since).Scan(&done)
+		return done == jobsToRun, err
+	})
 }
