@@ -6,34 +6,18 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/jobfence/jobfence/internal/txbound"
 )
-
-// leaseLeftMsSQL is what the lease of a key's row has left, in whole
-// milliseconds, and at least a second, so a caller whose fn outran the
-// lease still has a moment to commit: nobody could take the key over while
-// its transaction held the row.
-const leaseLeftMsSQL = `greatest(ceil(extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000), 1000)`
-
-// boundTxSQL sets, for the rest of the transaction (set_config's is_local,
-// as SET LOCAL does), the idle and the lock-wait bounds to the lease a key's
-// row has left, keeping a lower bound the transaction already has (0 means
-// none). current_setting gives the value with its unit (500ms, 30s, 1min),
-// which reads as an interval. The two values are returned; callers ignore
-// them.
-const boundTxSQL = `
-    set_config('idle_in_transaction_session_timeout', least(nullif(extract(epoch FROM
-        current_setting('idle_in_transaction_session_timeout')::interval) * 1000, 0), ` + leaseLeftMsSQL + `)::bigint::text, true),
-    set_config('lock_timeout', least(nullif(extract(epoch FROM
-        current_setting('lock_timeout')::interval) * 1000, 0), ` + leaseLeftMsSQL + `)::bigint::text, true)`
 
 // claimKeyTxSQL and extendLeaseTxSQL take a key, and extend its lease, in
 // the caller's transaction, and bound the transaction by the lease in the
 // same statement: a caller frozen right after taking the key is bounded
 // too, at no extra round trip.
 const (
-	claimKeyTxSQL    = claimKeySQL + `,` + boundTxSQL
+	claimKeyTxSQL    = claimKeySQL + `,` + txbound.Set
 	extendLeaseTxSQL = extendLeaseSQL + `
-RETURNING` + boundTxSQL
+RETURNING` + txbound.Set
 )
 
 // completeKeyTxSQL stores the response, as completeKeySQL does, and bounds
@@ -44,7 +28,7 @@ RETURNING` + boundTxSQL
 const completeKeyTxSQL = `
 WITH done AS (` + completeKeySQL + `
     RETURNING 1)
-SELECT` + boundTxSQL + `
+SELECT` + txbound.Set + `
 FROM jobfence_idempotency_keys, done
 WHERE scope = $1 AND key = $2`
 

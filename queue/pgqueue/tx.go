@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/jobfence/jobfence/internal/txbound"
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -16,9 +17,8 @@ import (
 // Config.TxReserve connections to the worker.
 var ErrNoTxSlots = errors.New("pgqueue: the pool has no connection for transactional handlers beyond Config.TxReserve")
 
-// minIdleBound floors the idle-in-transaction timeout set at completion:
-// a lease that has just run out still leaves its holder time to send
-// COMMIT, instead of a session killed on the spot.
+// minIdleBound floors the bounds BeginTx sets, so that a tiny lease does
+// not kill a session on the spot.
 const minIdleBound = 100 * time.Millisecond
 
 // BeginTx starts a transaction for a transactional handler whose claim
@@ -65,31 +65,32 @@ func (t *slotTx) Rollback(ctx context.Context) error {
 }
 
 // completeOneSQL completes one job under its fence and bounds the rest of
-// the transaction by the lease the row still has, by the database's clock:
-// from here until COMMIT the transaction holds the job's row, which the
-// rescuer skips, so a holder frozen before its COMMIT would otherwise pin
-// the job as running, its lease long gone, until it woke.
+// the transaction by the lease the row still has, by the database's clock
+// (txbound): from here until COMMIT the transaction holds the job's row,
+// which the rescuer skips, so a holder frozen before its COMMIT would
+// otherwise pin the job as running, its lease long gone, until it woke. The
+// main query reads the row as it was before the update (a data-modifying
+// WITH is not visible to it), lease included, and returns a row only if the
+// update did, that is if the fence still held the job.
 const completeOneSQL = `
-WITH old AS (
-    SELECT lease_expires_at FROM jobfence_jobs WHERE id = $1
-), done AS (
-    UPDATE jobfence_jobs j SET state = 'completed', finalized_at = now(), lease_expires_at = NULL
-    FROM old
-    WHERE j.id = $1 AND j.fence = $2 AND j.state = 'running'
-    RETURNING old.lease_expires_at
+WITH done AS (
+    UPDATE jobfence_jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL
+    WHERE id = $1 AND fence = $2 AND state = 'running'
+    RETURNING 1
 )
-SELECT set_config('idle_in_transaction_session_timeout',
-    greatest($3::bigint, ceil(extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)::bigint)::text, true)
-FROM done`
+SELECT` + txbound.Set + `
+FROM jobfence_jobs, done
+WHERE id = $1`
 
 // CompleteTx completes a job under its fence inside tx, so the job's
 // completion commits with the handler's own writes. It returns a
 // *queue.StaleFenceError when the fence is stale: the caller must then roll
 // tx back, and none of its writes take effect. From then until COMMIT, the
-// transaction may sit idle only for the lease the job has left: a holder
-// frozen before its COMMIT loses its transaction when its lease ends.
+// transaction may sit idle only for the lease the job has left (at least a
+// second): a holder frozen before its COMMIT loses its transaction when its
+// lease ends.
 func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, l queue.Lease) error {
-	rows, err := tx.Query(ctx, completeOneSQL, l.ID, l.Fence, minIdleBound.Milliseconds())
+	rows, err := tx.Query(ctx, completeOneSQL, l.ID, l.Fence)
 	if err != nil {
 		return fmt.Errorf("pgqueue: complete job %d in tx: %w", l.ID, err)
 	}
