@@ -21,22 +21,19 @@ import (
 const workerProcessEnv = "JOBFENCE_EXAMPLE_WORKER_QUEUE"
 
 // Main is an example program's main: it provides the servers that
-// servers asks for, runs run on them (in a PostgreSQL schema of its own), prints progress and the result, removes what it created and exits
+// servers asks for, runs run on them (in a PostgreSQL schema of its own),
+// prints progress and the result, removes what it created and exits
 // non-zero if the scenario failed. Started as a worker process of the
 // scenario, it runs RunShipWorker instead.
 func Main(name string, servers devserver.Options, run func(context.Context, *Env) (Result, error)) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	var err error
 	if q := os.Getenv(workerProcessEnv); q != "" {
-		err := RunShipWorker(ctx, q, os.Stdout)
-		stop()
-		exit(name, err)
+		err = RunShipWorker(ctx, q, os.Stdout)
+	} else {
+		err = runMain(ctx, name, servers, run)
 	}
-	err := runMain(ctx, name, servers, run)
 	stop()
-	exit(name, err)
-}
-
-func exit(name string, err error) {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)

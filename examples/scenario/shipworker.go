@@ -64,7 +64,7 @@ func RunShipWorker(ctx context.Context, q string, stdout io.Writer) error {
 	// The worker's logs would only say what the scenario reports: that its
 	// heartbeats and completion were refused after the pause.
 	log := slog.New(slog.DiscardHandler)
-	id := fmt.Sprintf("child-%d", os.Getpid())
+	id := shipWorkerID(os.Getpid())
 	stdin := bufio.NewReader(os.Stdin)
 	reg := worker.NewRegistry()
 	worker.AddTx(reg, func(ctx context.Context, tx pgx.Tx, job *worker.Job[ShipArgs]) error {
@@ -117,7 +117,10 @@ type Child struct {
 func (c *Child) Pid() int { return c.Cmd.Process.Pid }
 
 // ID is the process's worker ID.
-func (c *Child) ID() string { return fmt.Sprintf("child-%d", c.Pid()) }
+func (c *Child) ID() string { return shipWorkerID(c.Pid()) }
+
+// shipWorkerID is the worker ID of the RunShipWorker process pid.
+func shipWorkerID(pid int) string { return fmt.Sprintf("child-%d", pid) }
 
 func startChild(ctx context.Context, env *Env, q string) (*Child, error) {
 	cmd := env.WorkerProcess(ctx, q)
