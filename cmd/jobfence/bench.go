@@ -301,13 +301,19 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benc
 	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	w.Stop(stopCtx)
+	res.settle(mode, completed)
+	return res, nil
+}
+
+// settle fills in what the workers' final counters say, once they have
+// stopped: a burn-down's jobs, the stale and error counts, and the rate.
+func (r *benchResult) settle(mode string, completed func() (n, stale, errs int64)) {
 	n, stale, errs := completed()
 	if mode == "burndown" {
-		res.jobs = n
+		r.jobs = n
 	}
-	res.stale, res.errors = stale, errs
-	res.rate = float64(res.jobs) / res.elapsed.Seconds()
-	return res, nil
+	r.stale, r.errors = stale, errs
+	r.rate = float64(r.jobs) / r.elapsed.Seconds()
 }
 
 // runMode waits, in burn-down mode, until cfg.jobs jobs are completed

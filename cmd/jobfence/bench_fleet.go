@@ -127,12 +127,7 @@ func fleetOnce(ctx context.Context, fs fleetSetup, mode string, cfg benchConfig)
 	if err := children.stop(); err != nil {
 		return fleetResult{}, err
 	}
-	n, stale, errs := children.completed()
-	if mode == "burndown" {
-		res.jobs = n
-	}
-	res.stale, res.errors = stale, errs
-	res.rate = float64(res.jobs) / res.elapsed.Seconds()
+	res.settle(mode, children.completed)
 	return res, nil
 }
 
