@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"sync"
 )
 
 // ErrNotInstalled is returned when a server's binaries are missing and cannot
@@ -58,9 +59,8 @@ func aptInstall(ctx context.Context, pkgs []string) error {
 	if _, err := exec.LookPath("apt-get"); err != nil {
 		return fmt.Errorf("%w: no apt-get to install %v", ErrNotInstalled, pkgs)
 	}
-	update := exec.CommandContext(ctx, "apt-get", "update", "-qq")
-	if out, err := update.CombinedOutput(); err != nil {
-		return fmt.Errorf("devenv: apt-get update: %w: %s", err, out)
+	if err := aptUpdate(ctx); err != nil {
+		return err
 	}
 	args := append([]string{"install", "-y", "-qq", "--no-install-recommends"}, pkgs...)
 	install := exec.CommandContext(ctx, "apt-get", args...)
@@ -68,5 +68,28 @@ func aptInstall(ctx context.Context, pkgs []string) error {
 	if out, err := install.CombinedOutput(); err != nil {
 		return fmt.Errorf("devenv: apt-get install %v: %w: %s", pkgs, err, out)
 	}
+	return nil
+}
+
+// aptUpdated says whether this process has already refreshed apt's package
+// lists: jobfence setup installs PostgreSQL and Redis, then PgBouncer, and
+// one apt-get update serves both.
+var aptUpdated struct {
+	sync.Mutex
+	done bool
+}
+
+// aptUpdate runs apt-get update, once per process once it succeeds.
+func aptUpdate(ctx context.Context) error {
+	aptUpdated.Lock()
+	defer aptUpdated.Unlock()
+	if aptUpdated.done {
+		return nil
+	}
+	update := exec.CommandContext(ctx, "apt-get", "update", "-qq")
+	if out, err := update.CombinedOutput(); err != nil {
+		return fmt.Errorf("devenv: apt-get update: %w: %s", err, out)
+	}
+	aptUpdated.done = true
 	return nil
 }
