@@ -137,7 +137,7 @@ func StartPgBouncer(ctx context.Context, o PgBouncerOptions) (*PgBouncer, error)
 			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
 			return fmt.Errorf("devenv: pgbouncer: %w: %s %s", err, out, log)
 		}
-		if err := waitTCP(ctx, loopback(port), 10*time.Second); err != nil {
+		if err := waitDaemon(ctx, loopback(port), filepath.Join(dir, "pgbouncer.pid"), 10*time.Second); err != nil {
 			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
 			b.kill()
 			return fmt.Errorf("devenv: pgbouncer not ready: %w: %s", err, log)

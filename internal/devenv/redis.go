@@ -42,7 +42,7 @@ func StartRedis(ctx context.Context) (*Redis, error) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("devenv: redis-server: %w: %s", err, out)
 		}
-		if err := waitTCP(ctx, loopback(port), 10*time.Second); err != nil {
+		if err := waitDaemon(ctx, loopback(port), filepath.Join(dir, "redis.pid"), 10*time.Second); err != nil {
 			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
 			return fmt.Errorf("devenv: redis-server not ready: %w: %s", err, log)
 		}

@@ -75,16 +75,47 @@ func waitTCP(ctx context.Context, addr string, timeout time.Duration) error {
 	}
 }
 
+// waitDaemon waits, for timeout at most, until a daemonized server
+// accepts TCP connections on addr and has written its pid file. A server
+// can accept before it writes the file (PgBouncer and redis-server bind
+// first), and Stop, which finds the server by that file, would then leave
+// it running.
+func waitDaemon(ctx context.Context, addr, pidFile string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	if err := waitTCP(ctx, addr, timeout); err != nil {
+		return err
+	}
+	for {
+		_, err := readPid(pidFile)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no pid file: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// readPid reads the pid a daemon wrote to pidFile.
+func readPid(pidFile string) (int, error) {
+	raw, err := os.ReadFile(pidFile)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(raw)))
+}
+
 // stopPidFile sends the process named in pidFile (a daemonized server)
 // each of sigs in turn, waiting up to 5s after each for it to exit, and
 // returns once it has, or after the last signal's wait. It does nothing
 // without a readable pid file.
 func stopPidFile(pidFile string, sigs ...syscall.Signal) {
-	raw, err := os.ReadFile(pidFile)
-	if err != nil {
-		return
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	pid, err := readPid(pidFile)
 	if err != nil {
 		return
 	}
