@@ -22,10 +22,7 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.Usage()
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if err := devenv.Install(ctx); err != nil {
-		return err
-	}
-	if err := devenv.InstallPgBouncer(ctx); err != nil {
+	if err := devenv.InstallAll(ctx); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "PostgreSQL, redis-server and PgBouncer are installed")

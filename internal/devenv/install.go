@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"sync"
 )
 
 // ErrNotInstalled is returned when a server's binaries are missing and cannot
@@ -38,12 +37,28 @@ func redisBinary() (string, bool) {
 // installing the Debian packages postgresql and redis-server when the
 // process runs as root. It does nothing when both are already installed.
 func Install(ctx context.Context) error {
+	return installMissing(ctx, false)
+}
+
+// InstallAll is Install and InstallPgBouncer in one apt-get run: what
+// jobfence setup does before the tests.
+func InstallAll(ctx context.Context) error {
+	return installMissing(ctx, true)
+}
+
+// installMissing installs, in one apt-get run, the packages of the servers
+// whose binaries are missing: PostgreSQL and Redis, and PgBouncer too when
+// pgbouncer is set.
+func installMissing(ctx context.Context, pgbouncer bool) error {
 	var pkgs []string
 	if _, ok := postgresBinDir(); !ok {
 		pkgs = append(pkgs, "postgresql")
 	}
 	if _, ok := redisBinary(); !ok {
 		pkgs = append(pkgs, "redis-server")
+	}
+	if _, ok := pgbouncerBinary(); pgbouncer && !ok {
+		pkgs = append(pkgs, "pgbouncer")
 	}
 	if len(pkgs) == 0 {
 		return nil
@@ -71,25 +86,11 @@ func aptInstall(ctx context.Context, pkgs []string) error {
 	return nil
 }
 
-// aptUpdated says whether this process has already refreshed apt's package
-// lists: jobfence setup installs PostgreSQL and Redis, then PgBouncer, and
-// one apt-get update serves both.
-var aptUpdated struct {
-	sync.Mutex
-	done bool
-}
-
-// aptUpdate runs apt-get update, once per process once it succeeds.
+// aptUpdate refreshes apt's package lists, which a fresh machine lacks.
 func aptUpdate(ctx context.Context) error {
-	aptUpdated.Lock()
-	defer aptUpdated.Unlock()
-	if aptUpdated.done {
-		return nil
-	}
 	update := exec.CommandContext(ctx, "apt-get", "update", "-qq")
 	if out, err := update.CombinedOutput(); err != nil {
 		return fmt.Errorf("devenv: apt-get update: %w: %s", err, out)
 	}
-	aptUpdated.done = true
 	return nil
 }
