@@ -50,6 +50,10 @@ type Worker struct {
 	afterCompleteTx func(*queue.Job)
 	// one serialises RunOne calls, which read the outcome they queued.
 	one sync.Mutex
+	// pokes wake each queue's fetch loops when this worker's promoter
+	// made jobs of the queue available: the backend's wake-up (NOTIFY)
+	// may be off (poll-only) or down. Set by Start, read-only after.
+	pokes map[string]chan struct{}
 }
 
 // running is one job whose handler is running.
@@ -190,6 +194,14 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.bgWG.Add(1)
 		go w.maintenanceLoop(bgCtx, m)
 	}
+	w.pokes = make(map[string]chan struct{}, len(w.cfg.Queues))
+	for q := range w.cfg.Queues {
+		w.pokes[q] = make(chan struct{}, 1)
+	}
+	if p, ok := w.backend.(queue.Promoter); ok {
+		w.bgWG.Add(1)
+		go w.promoteLoop(bgCtx, p)
+	}
 	for q, n := range w.cfg.Queues {
 		var wake <-chan struct{}
 		if wk, ok := w.backend.(queue.Waker); ok {
@@ -221,7 +233,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			w.fetchWG.Add(1)
 			go func() {
 				defer loops.Done()
-				w.fetchLoop(fetchCtx, q, slots, freed, jobs, wake)
+				w.fetchLoop(fetchCtx, q, slots, freed, jobs, wake, w.pokes[q])
 			}()
 		}
 		go func() { loops.Wait(); close(jobs) }()
@@ -283,7 +295,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 // fetchLoop claims jobs of queue q while slots has room; the queue's
 // fetch loops share slots (its concurrency) and freed (a job ended).
-func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan struct{}, out chan<- claimed, wake <-chan struct{}) {
+func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan struct{}, out chan<- claimed, wake, poke <-chan struct{}) {
 	defer w.fetchWG.Done()
 	n := cap(slots)
 	// Claiming a handful of jobs at a time wastes round trips when many
@@ -313,6 +325,8 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan stru
 				return
 			case <-freed:
 			case <-wake:
+				force = true
+			case <-poke:
 				force = true
 			case <-poll.C:
 				force = true
@@ -392,6 +406,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan stru
 		case <-ctx.Done():
 			return
 		case <-wake:
+		case <-poke:
 		case <-poll.C:
 		}
 	}

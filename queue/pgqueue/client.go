@@ -56,14 +56,14 @@ var (
 	_ queue.Backend    = (*Client)(nil)
 	_ queue.Waker      = (*Client)(nil)
 	_ queue.Maintainer = (*Client)(nil)
+	_ queue.Promoter   = (*Client)(nil)
 	_ queue.Canceller  = (*Client)(nil)
 	_ queue.Checker    = (*Client)(nil)
 )
 
 // Client enqueues, claims and finishes jobs in PostgreSQL. It implements
-// queue.Backend, queue.Waker, queue.Maintainer, queue.Canceller and
-// queue.Checker, so a
-// worker.Worker can run on it. A Client is safe for concurrent use.
+// queue.Backend, queue.Waker, queue.Maintainer, queue.Promoter,
+// queue.Canceller and queue.Checker, so a worker.Worker can run on it. A Client is safe for concurrent use.
 type Client struct {
 	pool *pgxpool.Pool
 	// cfg is the Config New was given, with its defaults filled in.
