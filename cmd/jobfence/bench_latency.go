@@ -87,9 +87,9 @@ func runLatencyBench(ctx context.Context, dbURL string, cfg benchConfig, runs in
 		return v[len(v)/2]
 	}
 	m := percentiles{
-		p50: med(func(r latencyResult) time.Duration { return r.start.p50 }),
-		p90: med(func(r latencyResult) time.Duration { return r.start.p90 }),
-		p99: med(func(r latencyResult) time.Duration { return r.start.p99 }),
+		p50:  med(func(r latencyResult) time.Duration { return r.start.p50 }),
+		p90:  med(func(r latencyResult) time.Duration { return r.start.p90 }),
+		p99:  med(func(r latencyResult) time.Duration { return r.start.p99 }),
 		pmax: med(func(r latencyResult) time.Duration { return r.start.pmax }),
 	}
 	fmt.Fprintf(stdout, "latency    median of %d at %.0f jobs/s: enqueue-to-start %s\n", len(rs), cfg.rate, m)
