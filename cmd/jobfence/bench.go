@@ -47,6 +47,8 @@ type benchConfig struct {
 	producers int
 	// claim mode
 	claim claimConfig
+	// heartbeat mode
+	heartbeat heartbeatConfig
 }
 
 // benchFlags are the flags of jobfence bench that are not a run's
@@ -65,7 +67,7 @@ type benchFlags struct {
 }
 
 // benchModes are the modes --mode takes.
-const benchModes = "burndown, continuous, both, latency or claim"
+const benchModes = "burndown, continuous, both, latency, claim or heartbeat"
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -98,6 +100,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.claim.ready, "ready", 5, "claim: of them, jobs ready to run")
 	fs.IntVar(&cfg.claim.due, "due", 0, "claim: of them, retries whose time has come (an outage's retry storm)")
 	fs.IntVar(&cfg.claim.claims, "claims", 21, "claim: claims measured; the median is reported")
+	fs.BoolVar(&cfg.heartbeat.leaseIndex, "lease-index", false, "heartbeat: recreate the index on lease_expires_at that migrations before 00006 had")
+	fs.IntVar(&cfg.heartbeat.fillfactor, "fillfactor", 0, "heartbeat: set the jobs table's fillfactor (10-100) before inserting")
 	fs.IntVar(&bf.runs, "runs", 1, "runs of each mode; the median is reported")
 	fs.BoolVar(&bf.unsafeFast, "unsafe-fast", false, "run the throwaway PostgreSQL with fsync, synchronous_commit and full_page_writes off: faster, not durable, not comparable")
 	fs.StringVar(&bf.sharedBuffers, "shared-buffers", "2GB", "the throwaway PostgreSQL's shared_buffers")
@@ -116,10 +120,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	bf.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { bf.set[f.Name] = true })
 	bf.dbURL = databaseURL()
-	if bf.mode == "latency" && !bf.set["concurrency"] {
-		// Latency is measured with the worker's default concurrency, as
-		// a service runs it; throughput runs keep River's 2,000.
-		cfg.concurrency = 100
+	if !bf.set["concurrency"] {
+		switch bf.mode {
+		case "latency":
+			// Latency is measured with the worker's default concurrency,
+			// as a service runs it; throughput runs keep River's 2,000.
+			cfg.concurrency = 100
+		case "heartbeat":
+			cfg.concurrency = 500
+		}
 	}
 	if err := bf.validate(cfg); err != nil {
 		return err
@@ -179,6 +188,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runClaimBench(ctx, dbURL, cfg, stdout)
 	case "latency":
 		return runLatencyBench(ctx, dbURL, cfg, bf.runs, settings, stdout)
+	case "heartbeat":
+		return runHeartbeatBench(ctx, dbURL, cfg, stdout)
 	}
 	modes := []string{bf.mode}
 	if bf.mode == "both" {
@@ -213,7 +224,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // validate refuses flags the bench cannot honour, saying why.
 func (bf benchFlags) validate(cfg benchConfig) error {
 	switch bf.mode {
-	case "burndown", "continuous", "both", "latency", "claim":
+	case "burndown", "continuous", "both", "latency", "claim", "heartbeat":
 	default:
 		return fmt.Errorf("unknown --mode %q: want %s", bf.mode, benchModes)
 	}
@@ -273,6 +284,20 @@ func (bf benchFlags) validate(cfg benchConfig) error {
 	for _, name := range []string{"rows", "future", "ready", "due", "claims"} {
 		if bf.set[name] {
 			return fmt.Errorf("--%s is for --mode claim, not --mode %s", name, bf.mode)
+		}
+	}
+	if bf.mode == "heartbeat" {
+		if cfg.instances > 0 {
+			return errors.New("--mode heartbeat runs one worker in this process: leave out --instances")
+		}
+		if f := cfg.heartbeat.fillfactor; f != 0 && (f < 10 || f > 100) {
+			return fmt.Errorf("--fillfactor %d: want 10 to 100 (PostgreSQL's range)", f)
+		}
+		return nil
+	}
+	for _, name := range []string{"lease-index", "fillfactor"} {
+		if bf.set[name] {
+			return fmt.Errorf("--%s is for --mode heartbeat, not --mode %s", name, bf.mode)
 		}
 	}
 	return nil
