@@ -32,8 +32,14 @@ type latencyResult struct {
 	// to the handler's first instruction, one process, one clock.
 	warmup time.Duration
 	start  percentiles
-	// insert are the insert calls' times (BEGIN to COMMIT acknowledged).
+	// insert are the insert calls' times (the insert committed and its
+	// wake-up sent).
 	insert percentiles
+	// claims are the worker's claims' round trips; claimed the jobs they
+	// took (empty claims included); finishes the outcome batches.
+	claims            percentiles
+	claimed, finishes int64
+	finished          int64
 	cost   cost
 	conns  int
 	load   string
@@ -42,8 +48,11 @@ type latencyResult struct {
 func (r latencyResult) String() string {
 	return fmt.Sprintf("offered %.0f jobs/s for %s, each inserted in a transaction of its own by %d producers (%d offers, %d waited for a free producer)\n"+
 		"    enqueue-to-start %s (%d jobs offered after a %s warm-up; from the clock read before the insert to the handler's start)\n"+
-		"    insert call %s; cost: %s; connections max %d; load %s",
-		r.rate, r.duration, r.producers, r.offered, r.late, r.start, r.start.n, r.warmup, r.insert, r.cost, r.conns, r.load)
+		"    insert call %s; claims %s, %.2f jobs each (%d claims); %.1f outcomes per completion batch\n"+
+		"    cost: %s; connections max %d; load %s",
+		r.rate, r.duration, r.producers, r.offered, r.late, r.start, r.start.n, r.warmup, r.insert,
+		r.claims, float64(r.claimed)/float64(max(r.claims.n, 1)), r.claims.n, float64(r.finished)/float64(max(r.finishes, 1)),
+		r.cost, r.conns, r.load)
 }
 
 // percentiles summarises durations.
@@ -148,7 +157,28 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 		completed.Add(1)
 		return nil
 	})
-	w, err := worker.New(pgqueue.New(workPool, pgqueue.Config{Logger: quiet}), reg, benchWorkerConfig("bench", cfg, quiet))
+	var hookMu sync.Mutex
+	var claimTimes []time.Duration
+	wcfg := benchWorkerConfig("bench", cfg, quiet)
+	wcfg.Hooks.Claim = func(ctx context.Context, ci worker.ClaimInfo) {
+		if time.Now().UnixNano() < warmFrom.Load() {
+			return
+		}
+		hookMu.Lock()
+		claimTimes = append(claimTimes, ci.Duration)
+		res.claimed += int64(ci.Jobs)
+		hookMu.Unlock()
+	}
+	wcfg.Hooks.Finish = func(ctx context.Context, fi worker.FinishInfo) {
+		if time.Now().UnixNano() < warmFrom.Load() {
+			return
+		}
+		hookMu.Lock()
+		res.finishes++
+		res.finished += int64(fi.Jobs)
+		hookMu.Unlock()
+	}
+	w, err := worker.New(pgqueue.New(workPool, pgqueue.Config{Logger: quiet}), reg, wcfg)
 	if err != nil {
 		return latencyResult{}, err
 	}
@@ -260,6 +290,9 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 	res.start = summarise(startTimes)
 	started.Unlock()
 	res.insert = summarise(insertTimes)
+	hookMu.Lock()
+	res.claims = summarise(claimTimes)
+	hookMu.Unlock()
 	res.cost = costBetween(c0, c1, int64(res.start.n))
 	return res, nil
 }

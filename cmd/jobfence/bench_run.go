@@ -113,8 +113,12 @@ func medianLine(mode string, rs []benchResult) string {
 		return v[len(v)/2]
 	}
 	perJob := func(n float64, c cost) float64 { return n / float64(max(c.jobs, 1)) }
-	s := fmt.Sprintf("median of %d: %.0f jobs/s from the workers' start, %.0f jobs/s after the warm-up; %.4f commits/job, %.0f WAL bytes/job",
-		len(rs), med(func(r benchResult) float64 { return r.rate }), med(benchResult.warmRate),
+	warm := "no run outlasted the warm-up"
+	if w := med(benchResult.warmRate); w > 0 {
+		warm = fmt.Sprintf("%.0f jobs/s after the warm-up", w)
+	}
+	s := fmt.Sprintf("median of %d: %.0f jobs/s from the workers' start, %s; %.4f commits/job, %.0f WAL bytes/job",
+		len(rs), med(func(r benchResult) float64 { return r.rate }), warm,
 		med(func(r benchResult) float64 { return perJob(float64(r.cost.commits), r.cost) }),
 		med(func(r benchResult) float64 { return perJob(float64(r.cost.walBytes), r.cost) }))
 	if mode == "continuous" {

@@ -172,9 +172,8 @@ func (p *Postgres) serverOpts(port int) string {
 // command line takes it: digits and a unit (kB, MB, GB or TB), or digits
 // alone (8kB pages).
 func CheckMemorySetting(v string) error {
-	digits := strings.TrimRight(v, "kMGTB")
-	unit := v[len(digits):]
-	if digits == "" || strings.Trim(digits, "0123456789") != "" {
+	unit := strings.TrimLeft(v, "0123456789")
+	if len(unit) == len(v) {
 		return fmt.Errorf("%q: want a size such as 256MB or 2GB", v)
 	}
 	switch unit {
