@@ -40,9 +40,9 @@ type latencyResult struct {
 	claims            percentiles
 	claimed, finishes int64
 	finished          int64
-	cost   cost
-	conns  int
-	load   string
+	cost              cost
+	conns             int
+	load              string
 }
 
 func (r latencyResult) String() string {
