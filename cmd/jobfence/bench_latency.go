@@ -41,8 +41,10 @@ type latencyResult struct {
 	claimed, finishes int64
 	finished          int64
 	cost              cost
-	conns             int
-	load              string
+	// top lists the costliest statements (--statements).
+	top   string
+	conns int
+	load  string
 }
 
 func (r latencyResult) String() string {
@@ -52,7 +54,7 @@ func (r latencyResult) String() string {
 		"    cost: %s; connections max %d; load %s",
 		r.rate, r.duration, r.producers, r.offered, r.late, r.start, r.start.n, r.warmup, r.insert,
 		r.claims, float64(r.claimed)/float64(max(r.claims.n, 1)), r.claims.n, float64(r.finished)/float64(max(r.finishes, 1)),
-		r.cost, r.conns, r.load)
+		r.cost, r.conns, r.load) + r.top
 }
 
 // percentiles summarises durations.
@@ -294,5 +296,8 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 	res.claims = summarise(claimTimes)
 	hookMu.Unlock()
 	res.cost = costBetween(c0, c1, int64(res.start.n))
+	if cfg.statements {
+		res.top = res.cost.topStatements(5)
+	}
 	return res, nil
 }
