@@ -49,6 +49,8 @@ type benchConfig struct {
 	claim claimConfig
 	// heartbeat mode
 	heartbeat heartbeatConfig
+	// fillfactor, when not zero, is set on the jobs table before a run.
+	fillfactor int
 }
 
 // benchFlags are the flags of jobfence bench that are not a run's
@@ -101,7 +103,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.claim.due, "due", 0, "claim: of them, retries whose time has come (an outage's retry storm)")
 	fs.IntVar(&cfg.claim.claims, "claims", 21, "claim: claims measured; the median is reported")
 	fs.BoolVar(&cfg.heartbeat.leaseIndex, "lease-index", false, "heartbeat: recreate the index on lease_expires_at that migrations before 00006 had")
-	fs.IntVar(&cfg.heartbeat.fillfactor, "fillfactor", 0, "heartbeat: set the jobs table's fillfactor (10-100) before inserting")
+	fs.IntVar(&cfg.fillfactor, "fillfactor", 0, "set the jobs table's fillfactor (10-100) before inserting (0: PostgreSQL's default, 100)")
 	fs.IntVar(&bf.runs, "runs", 1, "runs of each mode; the median is reported")
 	fs.BoolVar(&bf.unsafeFast, "unsafe-fast", false, "run the throwaway PostgreSQL with fsync, synchronous_commit and full_page_writes off: faster, not durable, not comparable")
 	fs.StringVar(&bf.sharedBuffers, "shared-buffers", "2GB", "the throwaway PostgreSQL's shared_buffers")
@@ -286,19 +288,17 @@ func (bf benchFlags) validate(cfg benchConfig) error {
 			return fmt.Errorf("--%s is for --mode claim, not --mode %s", name, bf.mode)
 		}
 	}
+	if f := cfg.fillfactor; f != 0 && (f < 10 || f > 100) {
+		return fmt.Errorf("--fillfactor %d: want 10 to 100 (PostgreSQL's range)", f)
+	}
 	if bf.mode == "heartbeat" {
 		if cfg.instances > 0 {
 			return errors.New("--mode heartbeat runs one worker in this process: leave out --instances")
 		}
-		if f := cfg.heartbeat.fillfactor; f != 0 && (f < 10 || f > 100) {
-			return fmt.Errorf("--fillfactor %d: want 10 to 100 (PostgreSQL's range)", f)
-		}
 		return nil
 	}
-	for _, name := range []string{"lease-index", "fillfactor"} {
-		if bf.set[name] {
-			return fmt.Errorf("--%s is for --mode heartbeat, not --mode %s", name, bf.mode)
-		}
+	if bf.set["lease-index"] {
+		return fmt.Errorf("--lease-index is for --mode heartbeat, not --mode %s", bf.mode)
 	}
 	return nil
 }

@@ -9,8 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/jobfence/jobfence/internal/pgtest"
-	"github.com/jobfence/jobfence/migrations"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
@@ -66,14 +64,11 @@ func runClaimBench(ctx context.Context, baseURL string, cfg benchConfig, stdout 
 		return err
 	}
 	defer admin.Close(context.Background())
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
+	url, drop, err := runSchema(ctx, admin, baseURL, name, cfg.fillfactor)
+	if err != nil {
 		return err
 	}
-	defer admin.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE")
-	url := pgtest.WithSearchPath(baseURL, name)
-	if err := migrations.Up(ctx, url); err != nil {
-		return err
-	}
+	defer drop()
 	pool, err := newBenchPool(ctx, url, 4)
 	if err != nil {
 		return err

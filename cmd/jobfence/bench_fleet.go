@@ -78,6 +78,9 @@ func fleetOnce(ctx context.Context, fs fleetSetup, mode string, cfg benchConfig,
 	if err := migrations.Up(ctx, workURL); err != nil {
 		return fleetResult{}, err
 	}
+	if err := setFillfactor(ctx, pr.conn, name, cfg.fillfactor); err != nil {
+		return fleetResult{}, err
+	}
 	res := fleetResult{instances: cfg.instances, via: "PostgreSQL directly"}
 	if fs.bouncer {
 		b, err := devenv.StartPgBouncer(ctx, devenv.PgBouncerOptions{

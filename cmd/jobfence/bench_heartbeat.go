@@ -11,8 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/jobfence/jobfence/internal/pgtest"
-	"github.com/jobfence/jobfence/migrations"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -23,9 +21,6 @@ type heartbeatConfig struct {
 	// leaseIndex recreates the index on lease_expires_at that migrations
 	// before 00006 had, to see what it costs.
 	leaseIndex bool
-	// fillfactor, when not zero, is set on the jobs table before the jobs
-	// are inserted.
-	fillfactor int
 }
 
 // tableStats is what pg_stat_user_tables and the relation sizes say of
@@ -72,21 +67,15 @@ func runHeartbeatBench(ctx context.Context, baseURL string, cfg benchConfig, std
 		return err
 	}
 	defer admin.Close(context.Background())
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
+	url, drop, err := runSchema(ctx, admin, baseURL, name, cfg.fillfactor)
+	if err != nil {
 		return err
 	}
-	defer admin.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE")
-	url := pgtest.WithSearchPath(baseURL, name)
-	if err := migrations.Up(ctx, url); err != nil {
-		return err
-	}
+	defer drop()
 	table := pgx.Identifier{name, "jobfence_jobs"}.Sanitize()
 	setup := []string{}
 	if cfg.heartbeat.leaseIndex {
 		setup = append(setup, "CREATE INDEX jobfence_jobs_lease ON "+table+" (lease_expires_at) WHERE lease_expires_at IS NOT NULL")
-	}
-	if ff := cfg.heartbeat.fillfactor; ff > 0 {
-		setup = append(setup, fmt.Sprintf("ALTER TABLE %s SET (fillfactor = %d)", table, ff))
 	}
 	for _, sql := range setup {
 		if _, err := admin.Exec(ctx, sql); err != nil {
@@ -155,8 +144,8 @@ func runHeartbeatBench(ctx context.Context, baseURL string, cfg benchConfig, std
 	if cfg.heartbeat.leaseIndex {
 		variant = "with the pre-00006 index on lease_expires_at"
 	}
-	if cfg.heartbeat.fillfactor > 0 {
-		variant += fmt.Sprintf(", fillfactor %d", cfg.heartbeat.fillfactor)
+	if cfg.fillfactor > 0 {
+		variant += fmt.Sprintf(", fillfactor %d", cfg.fillfactor)
 	}
 	fmt.Fprintf(stdout, "heartbeat: %d jobs running for %s, heartbeating every second (%s): %d updates, %d HOT (%.0f%%); dead tuples %d → %d; load %s\n",
 		cfg.concurrency, cfg.duration, variant, upd, hot, 100*float64(hot)/float64(max(upd, 1)), s0.dead, s1.dead, loadAverage())

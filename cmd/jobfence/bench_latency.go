@@ -10,10 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/jobfence/jobfence/internal/pgtest"
-	"github.com/jobfence/jobfence/migrations"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
 )
@@ -118,14 +114,11 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 		return latencyResult{}, err
 	}
 	defer pr.close()
-	if _, err := pr.conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
+	url, drop, err := runSchema(ctx, pr.conn, baseURL, name, cfg.fillfactor)
+	if err != nil {
 		return latencyResult{}, err
 	}
-	defer pr.conn.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE")
-	url := pgtest.WithSearchPath(baseURL, name)
-	if err := migrations.Up(ctx, url); err != nil {
-		return latencyResult{}, err
-	}
+	defer drop()
 	if url, err = withApplicationName(url, name); err != nil {
 		return latencyResult{}, err
 	}

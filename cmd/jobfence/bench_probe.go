@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/migrations"
 )
 
 // probe reads, on a connection of its own, what a run costs the server:
@@ -93,4 +96,36 @@ func withApplicationName(dbURL, name string) (string, error) {
 	q.Set("application_name", name)
 	u.RawQuery = q.Encode()
 	return u.String(), nil
+}
+
+// runSchema creates the schema name through conn, migrates it and sets
+// the jobs table's fillfactor when asked (--fillfactor). It returns a URL
+// whose search_path is the schema, and a function that drops it.
+func runSchema(ctx context.Context, conn *pgx.Conn, baseURL, name string, fillfactor int) (string, func(), error) {
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", nil, err
+	}
+	drop := func() { conn.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE") }
+	url := pgtest.WithSearchPath(baseURL, name)
+	if err := migrations.Up(ctx, url); err != nil {
+		drop()
+		return "", nil, err
+	}
+	if err := setFillfactor(ctx, conn, name, fillfactor); err != nil {
+		drop()
+		return "", nil, err
+	}
+	return url, drop, nil
+}
+
+// setFillfactor sets the fillfactor of schema's jobs table; zero leaves it.
+func setFillfactor(ctx context.Context, conn *pgx.Conn, schema string, fillfactor int) error {
+	if fillfactor == 0 {
+		return nil
+	}
+	sql := fmt.Sprintf("ALTER TABLE %s SET (fillfactor = %d)", pgx.Identifier{schema, "jobfence_jobs"}.Sanitize(), fillfactor)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("bench: %s: %w", sql, err)
+	}
+	return nil
 }

@@ -12,11 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/jobfence/jobfence/internal/pgtest"
-	"github.com/jobfence/jobfence/migrations"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -138,14 +135,11 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, setti
 		return benchResult{}, err
 	}
 	defer pr.close()
-	if _, err := pr.conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
+	url, drop, err := runSchema(ctx, pr.conn, baseURL, name, cfg.fillfactor)
+	if err != nil {
 		return benchResult{}, err
 	}
-	defer pr.conn.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE")
-	url := pgtest.WithSearchPath(baseURL, name)
-	if err := migrations.Up(ctx, url); err != nil {
-		return benchResult{}, err
-	}
+	defer drop()
 	if url, err = withExecMode(url, cfg.execMode); err != nil {
 		return benchResult{}, err
 	}
