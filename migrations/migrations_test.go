@@ -172,14 +172,27 @@ func TestClaimIndexMigrationOnABigTable(t *testing.T) {
 		"jobfence_jobs_claim": "(queue, priority, scheduled_at, id) WHERE (state = ANY (ARRAY['available'::text, 'scheduled'::text, 'retryable'::text]))",
 		"jobfence_jobs_lease": "(lease_expires_at) WHERE (lease_expires_at IS NOT NULL)",
 	}
+	fillfactor := func() string {
+		var opts []string
+		if err := db.Pool.QueryRow(ctx, `SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = 'jobfence_jobs'::regclass`).Scan(&opts); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(opts, ",")
+	}
 	if err := migrations.Up(ctx, db.URL); err != nil {
 		t.Fatal(err)
 	}
 	want("up", newIndexes, "jobfence_jobs_claim", "jobfence_jobs_lease")
+	if got := fillfactor(); got != "fillfactor=70" {
+		t.Errorf("after up: the table's options are %q, want fillfactor=70", got)
+	}
 	if err := migrations.Down(ctx, db.URL); err != nil {
 		t.Fatal(err)
 	}
 	want("down", oldIndexes, "jobfence_jobs_available", "jobfence_jobs_waiting", "jobfence_jobs_running")
+	if got := fillfactor(); got != "" {
+		t.Errorf("after down: the table's options are %q, want none", got)
+	}
 	if err := migrations.Up(ctx, db.URL); err != nil {
 		t.Fatal(err)
 	}

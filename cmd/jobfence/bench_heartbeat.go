@@ -33,6 +33,10 @@ type tableStats struct {
 
 const tableStatsSQL = `SELECT n_tup_upd, n_tup_hot_upd, n_dead_tup, pg_relation_size(relid) FROM pg_stat_user_tables WHERE relid = $1::regclass`
 
+// fillfactorSQL reads a table's fillfactor (PostgreSQL's default is 100).
+const fillfactorSQL = `SELECT coalesce((SELECT split_part(o, '=', 2) FROM unnest(reloptions) AS o WHERE o LIKE 'fillfactor=%'), '100')
+FROM pg_class WHERE oid = $1::regclass`
+
 const indexSizesSQL = `SELECT indexrelid::regclass::text, pg_relation_size(indexrelid) FROM pg_index WHERE indrelid = $1::regclass`
 
 func readTableStats(ctx context.Context, conn *pgx.Conn, table string) (tableStats, error) {
@@ -140,13 +144,15 @@ func runHeartbeatBench(ctx context.Context, baseURL string, cfg benchConfig, std
 	}
 	close(done)
 	upd, hot := s1.updates-s0.updates, s1.hot-s0.hot
-	variant := "migrations as shipped"
+	variant := "indexes as migrated"
 	if cfg.heartbeat.leaseIndex {
 		variant = "with the pre-00006 index on lease_expires_at"
 	}
-	if cfg.fillfactor > 0 {
-		variant += fmt.Sprintf(", fillfactor %d", cfg.fillfactor)
+	var ff string
+	if err := admin.QueryRow(ctx, fillfactorSQL, table).Scan(&ff); err != nil {
+		return fmt.Errorf("bench: the jobs table's fillfactor: %w", err)
 	}
+	variant += ", fillfactor " + ff
 	fmt.Fprintf(stdout, "heartbeat: %d jobs running for %s, heartbeating every second (%s): %d updates, %d HOT (%.0f%%); dead tuples %d → %d; load %s\n",
 		cfg.concurrency, cfg.duration, variant, upd, hot, 100*float64(hot)/float64(max(upd, 1)), s0.dead, s1.dead, loadAverage())
 	names := make([]string, 0, len(s1.indexBytes))

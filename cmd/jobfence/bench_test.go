@@ -175,8 +175,8 @@ func TestBenchModesOnYourServer(t *testing.T) {
 			"5 jobs claimed in all", "promoting the 1500 due retries in batches of 1000",
 			"3 promotions with nothing due",
 		}},
-		{[]string{"--mode", "heartbeat", "--concurrency", "20", "--duration", "3s", "--fillfactor", "70"}, []string{
-			"heartbeat: 20 jobs running for 3s, heartbeating every second (migrations as shipped, fillfactor 70):",
+		{[]string{"--mode", "heartbeat", "--concurrency", "20", "--duration", "3s"}, []string{
+			"heartbeat: 20 jobs running for 3s, heartbeating every second (indexes as migrated, fillfactor 70):",
 			"HOT (", "jobfence_jobs_running",
 		}},
 	} {
