@@ -78,27 +78,35 @@ func (w *Worker) promoteLoop(ctx context.Context, p queue.Promoter) {
 	// Instances that started together spread over the interval.
 	t := time.NewTimer(rand.N(w.cfg.PromoteInterval))
 	defer t.Stop()
+	wait := w.cfg.PromoteInterval
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		w.promote(ctx, p)
-		t.Reset(w.cfg.PromoteInterval)
+		if err := w.promote(ctx, p); err != nil {
+			// An unreachable database is retried less and less often
+			// (5s at most), as the fetch loops do, not logged every
+			// interval.
+			wait = min(2*wait, max(5*time.Second, w.cfg.PromoteInterval))
+			if ctx.Err() == nil {
+				w.log.Warn("jobfence: promoting due jobs failed; will try again", "err", err, "retry_in", wait)
+			}
+		} else {
+			wait = w.cfg.PromoteInterval
+		}
+		t.Reset(wait)
 	}
 }
 
 // promote promotes due jobs in batches until a batch is not full, and
 // wakes this worker's fetch loops of the queues that got jobs.
-func (w *Worker) promote(ctx context.Context, p queue.Promoter) {
+func (w *Worker) promote(ctx context.Context, p queue.Promoter) error {
 	for ctx.Err() == nil {
 		byQueue, err := p.Promote(ctx, promoteBatch)
 		if err != nil {
-			if ctx.Err() == nil {
-				w.log.Warn("jobfence: promoting due jobs failed; will try again", "err", err, "retry_in", w.cfg.PromoteInterval)
-			}
-			return
+			return err
 		}
 		n := 0
 		for q, k := range byQueue {
@@ -112,7 +120,8 @@ func (w *Worker) promote(ctx context.Context, p queue.Promoter) {
 		}
 		w.stats.promoted.Add(int64(n))
 		if n < promoteBatch {
-			return
+			return nil
 		}
 	}
+	return nil
 }
