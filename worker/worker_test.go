@@ -533,7 +533,7 @@ func TestDatabaseDownAtStart(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	c := pgqueue.New(pool, pgqueue.Config{Logger: logger})
 	_, err = c.Insert(ctx, effectArgs{}, nil)
-	if err == nil || !strings.Contains(err.Error(), "pgqueue: enqueue:") || !strings.Contains(err.Error(), "connect") {
+	if err == nil || !strings.Contains(err.Error(), "pgqueue: enqueue effect:") || !strings.Contains(err.Error(), "connect") {
 		t.Fatalf("enqueue with the database down = %v", err)
 	}
 	t.Logf("enqueue error a user sees: %v", err)
