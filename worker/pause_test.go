@@ -54,10 +54,8 @@ func pauseLogs(logs *logbuf.Buffer, q string) (paused, resumed int) {
 }
 
 // TestPauseQueue: pausing a queue stops a running worker claiming from it
-// within a second, by NOTIFY and, with PollOnly, by polling; its running
-// job finishes meanwhile, its other queue keeps running, and resuming
-// runs the waiting job promptly. The worker logs the pause and the resume
-// once each, however often they are repeated.
+// within a second, by NOTIFY and, with PollOnly, by polling; see
+// checkPause. TestPgBouncerPausePollOnly does the same through PgBouncer.
 func TestPauseQueue(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
@@ -65,85 +63,97 @@ func TestPauseQueue(t *testing.T) {
 		within time.Duration
 	}{
 		{"notify", pgqueue.Config{}, time.Second},
-		// A poll every PausePollInterval (1s), and the query's round trip.
-		{"poll", pgqueue.Config{PollOnly: true}, pgqueue.DefaultPausePollInterval + 500*time.Millisecond},
+		{"poll", pgqueue.Config{PollOnly: true}, pollPauseBound},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			db := pgtest.New(t)
-			ctx := context.Background()
-			logs := &logbuf.Buffer{}
 			tt.cfg.Logger = quietLogger()
-			c := pgqueue.New(db.NewPool(t, 8), tt.cfg)
-			started, release := make(chan string, 8), make(chan struct{})
-			startWorker(t, c, gatedHandlers(started, release), worker.Config{
-				Queues:       map[string]int{"q": 4, "other": 1},
-				PollInterval: 100 * time.Millisecond,
-				Logger:       slog.New(slog.NewTextHandler(logs, nil)),
-			})
-			enqueue := func(q, name string) int64 {
-				t.Helper()
-				res, err := c.Insert(ctx, gatedArgs{Name: name}, &queue.InsertOpts{Queue: q})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return res.ID
-			}
-			a := enqueue("q", "a")
-			if got := <-started; got != "a" {
-				t.Fatalf("started %q, want a", got)
-			}
-
-			pausedAt := time.Now()
-			if err := c.PauseQueue(ctx, "q", "test"); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, 10*time.Second, "the worker to log the pause", func() bool { p, _ := pauseLogs(logs, "q"); return p > 0 })
-			took := time.Since(pausedAt)
-			t.Logf("pause reached the worker after %s", took)
-			if took > tt.within {
-				t.Fatalf("pause reached the worker after %s, want within %s", took, tt.within)
-			}
-			if err := c.PauseQueue(ctx, "q", "someone else"); err != nil {
-				t.Fatal(err)
-			}
-
-			b := enqueue("q", "b")
-			enqueue("other", "o")
-			if got := <-started; got != "o" {
-				t.Fatalf("started %q while q is paused, want o of the other queue", got)
-			}
-			// Several claim polls of q go by.
-			time.Sleep(500 * time.Millisecond)
-			if j := stateOf(t, c, b); j.State != queue.StateAvailable {
-				t.Fatalf("job b of the paused queue is %s, want available", j.State)
-			}
-			close(release)
-			waitFor(t, 10*time.Second, "the running job a to complete while q is paused", func() bool {
-				return stateOf(t, c, a).State == queue.StateCompleted
-			})
-			if j := stateOf(t, c, b); j.State != queue.StateAvailable {
-				t.Fatalf("job b of the paused queue is %s, want available", j.State)
-			}
-
-			resumedAt := time.Now()
-			if err := c.ResumeQueue(ctx, "q", "test"); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, 10*time.Second, "job b to run after the resume", func() bool {
-				return stateOf(t, c, b).State == queue.StateCompleted
-			})
-			took = time.Since(resumedAt)
-			t.Logf("resume ran the waiting job after %s", took)
-			if took > tt.within {
-				t.Fatalf("resume ran the waiting job after %s, want within %s", took, tt.within)
-			}
-			if p, r := pauseLogs(logs, "q"); p != 1 || r != 1 {
-				t.Fatalf("the worker logged %d pauses and %d resumes of q, want one each; logs:\n%s", p, r, logs)
-			}
-			if p, r := pauseLogs(logs, "other"); p != 0 || r != 0 {
-				t.Fatalf("the worker logged %d pauses and %d resumes of the other queue, want none; logs:\n%s", p, r, logs)
-			}
+			checkPause(t, pgqueue.New(db.NewPool(t, 8), tt.cfg), tt.within)
 		})
+	}
+}
+
+// pollPauseBound is how soon a poll-only worker must see a pause: a poll
+// every PausePollInterval (1s), and the query's round trip.
+const pollPauseBound = pgqueue.DefaultPausePollInterval + 500*time.Millisecond
+
+// checkPause runs a worker on c and pauses its queue q while a job of q
+// runs: the worker must stop claiming from q within the bound, let the
+// running job finish, keep running its other queue, and run q's waiting
+// job within the bound of the resume. It logs the pause and the resume
+// once each, however often they are repeated.
+func checkPause(t *testing.T, c *pgqueue.Client, within time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	logs := &logbuf.Buffer{}
+	started, release := make(chan string, 8), make(chan struct{})
+	startWorker(t, c, gatedHandlers(started, release), worker.Config{
+		Queues:       map[string]int{"q": 4, "other": 1},
+		PollInterval: 100 * time.Millisecond,
+		Logger:       slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	enqueue := func(q, name string) int64 {
+		t.Helper()
+		res, err := c.Insert(ctx, gatedArgs{Name: name}, &queue.InsertOpts{Queue: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.ID
+	}
+	a := enqueue("q", "a")
+	if got := <-started; got != "a" {
+		t.Fatalf("started %q, want a", got)
+	}
+
+	pausedAt := time.Now()
+	if err := c.PauseQueue(ctx, "q", "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the worker to log the pause", func() bool { p, _ := pauseLogs(logs, "q"); return p > 0 })
+	took := time.Since(pausedAt)
+	t.Logf("pause reached the worker after %s", took)
+	if took > within {
+		t.Fatalf("pause reached the worker after %s, want within %s", took, within)
+	}
+	if err := c.PauseQueue(ctx, "q", "someone else"); err != nil {
+		t.Fatal(err)
+	}
+
+	b := enqueue("q", "b")
+	enqueue("other", "o")
+	if got := <-started; got != "o" {
+		t.Fatalf("started %q while q is paused, want o of the other queue", got)
+	}
+	// Several claim polls of q go by.
+	time.Sleep(500 * time.Millisecond)
+	if j := stateOf(t, c, b); j.State != queue.StateAvailable {
+		t.Fatalf("job b of the paused queue is %s, want available", j.State)
+	}
+	close(release)
+	waitFor(t, 10*time.Second, "the running job a to complete while q is paused", func() bool {
+		return stateOf(t, c, a).State == queue.StateCompleted
+	})
+	if j := stateOf(t, c, b); j.State != queue.StateAvailable {
+		t.Fatalf("job b of the paused queue is %s, want available", j.State)
+	}
+
+	resumedAt := time.Now()
+	if err := c.ResumeQueue(ctx, "q", "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "job b to run after the resume", func() bool {
+		return stateOf(t, c, b).State == queue.StateCompleted
+	})
+	took = time.Since(resumedAt)
+	t.Logf("resume ran the waiting job after %s", took)
+	if took > within {
+		t.Fatalf("resume ran the waiting job after %s, want within %s", took, within)
+	}
+	if p, r := pauseLogs(logs, "q"); p != 1 || r != 1 {
+		t.Fatalf("the worker logged %d pauses and %d resumes of q, want one each; logs:\n%s", p, r, logs)
+	}
+	if p, r := pauseLogs(logs, "other"); p != 0 || r != 0 {
+		t.Fatalf("the worker logged %d pauses and %d resumes of the other queue, want none; logs:\n%s", p, r, logs)
 	}
 }
 
