@@ -29,7 +29,7 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"setup":      {"install PostgreSQL, redis-server and PgBouncer from Debian's packages if missing", runSetup},
+		"setup":      {"install PostgreSQL, redis-server, PgBouncer and Chromium (browser test) from Debian's packages if missing", runSetup},
 		"migrate":    {"migrate up|down|reset|status|version: jobfence's schema", runMigrate},
 		"bench":      {"bench [--mode burndown|continuous|both]: jobs/s of the Postgres queue", runBench},
 		"jobs":       {"jobs list|show ID|retry ID|cancel ID: inspect and steer jobs", runJobs},
