@@ -46,7 +46,7 @@ type ListParams struct {
 // listQuery returns List's statement and arguments for p: a condition for
 // each set filter only, so that the planner can use the index that serves
 // it (the unique key's, the primary key's for paging) rather than plan for
-// "$1 = ” OR ..." with any value.
+// "$1 = empty OR ..." with any value.
 func listQuery(p ListParams) (string, []any) {
 	var where []string
 	var args []any
