@@ -18,10 +18,10 @@ func TestCheck(t *testing.T) {
 	if !errors.As(err, &nm) || !errors.Is(err, migrations.ErrNotMigrated) {
 		t.Fatalf("Check on an empty schema = %v, want a *NotMigratedError", err)
 	}
-	if nm.Schema != db.Schema || len(nm.Missing) != 5 {
-		t.Fatalf("Check = %+v, want schema %q and 5 missing relations", nm, db.Schema)
+	if nm.Schema != db.Schema || len(nm.Missing) != 7 {
+		t.Fatalf("Check = %+v, want schema %q and 7 missing relations", nm, db.Schema)
 	}
-	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs, jobfence_fence_seq, jobfence_schedules, jobfence_idempotency_keys, jobfence_results): run ` + "`jobfence migrate up`"
+	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs, jobfence_fence_seq, jobfence_schedules, jobfence_idempotency_keys, jobfence_results, jobfence_queues, jobfence_workers): run ` + "`jobfence migrate up`"
 	if !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("message:\n%s\nwant prefix:\n%s", err, want)
 	}
