@@ -42,11 +42,10 @@ func newDash(t *testing.T, opts dashboard.Options) *dash {
 	opts.Logger = slog.New(slog.NewTextHandler(d.Log, nil))
 	h := dashboard.New(db.Pool, opts)
 	mux := http.NewServeMux()
-	if opts.BasePath == "" {
-		mux.Handle("/", h)
-	} else {
-		mux.Handle(opts.BasePath+"/", h)
-		mux.Handle(opts.BasePath, h)
+	base := strings.TrimRight("/"+strings.Trim(opts.BasePath, "/"), "/")
+	mux.Handle(base+"/", h)
+	if base != "" {
+		mux.Handle(base, h)
 	}
 	d.srv = httptest.NewServer(mux)
 	t.Cleanup(d.srv.Close)
@@ -56,7 +55,7 @@ func newDash(t *testing.T, opts dashboard.Options) *dash {
 		Timeout:       30 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	d.URL = d.srv.URL + opts.BasePath
+	d.URL = d.srv.URL + base
 	return d
 }
 

@@ -34,6 +34,7 @@ func commands() map[string]command {
 		"bench":      {"bench [--mode burndown|continuous|both]: jobs/s of the Postgres queue", runBench},
 		"jobs":       {"jobs list|show ID|retry ID|cancel ID: inspect and steer jobs", runJobs},
 		"schedules":  {"schedules list: the registered cron schedules", runSchedules},
+		"ui":         {"ui [--listen ADDR] [--read-only] [--basic-auth USER:PASS]: the web dashboard", runUI},
 		"dlq":        {"dlq redrive --queue Q: move a Kafka queue's dead letters back to run again", runDLQ},
 		"demo":       {"demo [--only 4,5]: the seven scenarios on a simulated fleet, with a verdict table", runDemo},
 		"demo-child": {"(internal) a worker process that jobfence demo pauses or kills", runDemoChild},
