@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,10 @@ type Worker struct {
 	afterCompleteTx func(*queue.Job)
 	// one serialises RunOne calls, which read the outcome they queued.
 	one sync.Mutex
+
+	// host and startedAt are reported to a queue.Registrar.
+	host      string
+	startedAt time.Time
 }
 
 // running is one job whose handler is running.
@@ -90,6 +95,7 @@ func New(backend queue.Backend, reg *Registry, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("worker", cfg.ID)
+	host, _ := os.Hostname()
 	if err := checkTx(backend, reg, cfg, log); err != nil {
 		return nil, err
 	}
@@ -102,6 +108,7 @@ func New(backend queue.Backend, reg *Registry, cfg Config) (*Worker, error) {
 		finishCh:    make(chan pending, 4*cfg.FinishBatch),
 		giveUp:      make(chan struct{}),
 		leaseMargin: min(cfg.Lease/10, time.Second),
+		host:        host,
 	}, nil
 }
 
@@ -166,6 +173,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	w.started = true
+	w.startedAt = time.Now()
 
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	w.bgCancel = bgCancel
@@ -190,6 +198,11 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.bgWG.Add(1)
 		go w.maintenanceLoop(bgCtx, m)
 	}
+	if r, ok := w.backend.(queue.Registrar); ok {
+		w.bgWG.Add(1)
+		go w.registryLoop(bgCtx, r)
+	}
+	gates := w.watchPauses(bgCtx)
 	for q, n := range w.cfg.Queues {
 		var wake <-chan struct{}
 		if wk, ok := w.backend.(queue.Waker); ok {
@@ -221,7 +234,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			w.fetchWG.Add(1)
 			go func() {
 				defer loops.Done()
-				w.fetchLoop(fetchCtx, q, slots, freed, jobs, wake)
+				w.fetchLoop(fetchCtx, q, gates[q], slots, freed, jobs, wake)
 			}()
 		}
 		go func() { loops.Wait(); close(jobs) }()
@@ -277,13 +290,17 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	w.bgCancel()
 	w.bgWG.Wait()
+	if r, ok := w.backend.(queue.Registrar); ok {
+		w.deregister(ctx, r)
+	}
 	w.log.Info("jobfence: worker stopped", "stats", w.Stats())
 	return stopErr
 }
 
-// fetchLoop claims jobs of queue q while slots has room; the queue's
-// fetch loops share slots (its concurrency) and freed (a job ended).
-func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan struct{}, out chan<- claimed, wake <-chan struct{}) {
+// fetchLoop claims jobs of queue q while slots has room and paused lets
+// it; the queue's fetch loops share slots (its concurrency) and freed (a
+// job ended).
+func (w *Worker) fetchLoop(ctx context.Context, q string, paused *gate, slots, freed chan struct{}, out chan<- claimed, wake <-chan struct{}) {
 	defer w.fetchWG.Done()
 	n := cap(slots)
 	// Claiming a handful of jobs at a time wastes round trips when many
@@ -305,6 +322,15 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, slots, freed chan stru
 	poll := time.NewTimer(wait)
 	defer poll.Stop()
 	for {
+		if resumed := paused.wait(); resumed != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-resumed:
+				force = true
+			}
+			continue
+		}
 		free := n - len(slots)
 		if free == 0 || (free < threshold && !force) {
 			poll.Reset(wait)

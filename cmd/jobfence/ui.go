@@ -15,10 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/jobfence/jobfence/dashboard"
-	"github.com/jobfence/jobfence/migrations"
 )
 
 // basicAuthEnv may hold --basic-auth's USER:PASSWORD, so that the password
@@ -58,18 +55,11 @@ func runUI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return errors.New("--basic-auth wants USER:PASSWORD, both non-empty")
 		}
 	}
-	dbURL := databaseURL()
-	if dbURL == "" {
-		return errors.New("no database: pass --database-url or set DATABASE_URL")
-	}
-	pool, err := pgxpool.New(ctx, dbURL)
+	_, pool, err := openClient(ctx, databaseURL())
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := migrations.Check(ctx, pool); err != nil {
-		return err
-	}
 
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	var h http.Handler = dashboard.New(pool, dashboard.Options{BasePath: *basePath, ReadOnly: *readOnly, Logger: logger})

@@ -3,6 +3,7 @@ package pgqueue
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -37,14 +38,23 @@ type Config struct {
 	// cancel notifications go instead of the pool: a connection straight to
 	// PostgreSQL when the pool goes through PgBouncer in transaction mode,
 	// where LISTEN does not work. It must reach the same database. Each
-	// worker opens two such connections (wake-ups, cancellations).
+	// worker opens one such connection per queue (wake-ups), one for
+	// cancellations and one for queue pauses.
 	ListenURL string
 	// PollOnly turns LISTEN off: workers find jobs by polling
-	// (worker.Config.PollInterval) and learn of cancelled jobs at their
-	// next heartbeat (worker.Config.HeartbeatInterval). Use it behind
+	// (worker.Config.PollInterval), learn of cancelled jobs at their next
+	// heartbeat (worker.Config.HeartbeatInterval) and of paused queues
+	// within PausePollInterval. Use it behind
 	// PgBouncer in transaction mode when no direct connection is at hand.
 	// It takes precedence over ListenURL.
 	PollOnly bool
+	// PausePollInterval is how often a worker reads which of its queues
+	// are paused (PauseQueue) when no notification can tell it: with
+	// PollOnly, or while its LISTEN connection is down. With LISTEN up a
+	// pause reaches it at once, and it reads the set every 30
+	// PausePollIntervals only in case the connection died silently. Zero
+	// means DefaultPausePollInterval (1s).
+	PausePollInterval time.Duration
 }
 
 // DefaultTxReserve is the default of Config.TxReserve: one connection for
@@ -53,16 +63,18 @@ const DefaultTxReserve = 2
 
 // The interfaces a worker finds by assertion: a Client must keep them all.
 var (
-	_ queue.Backend    = (*Client)(nil)
-	_ queue.Waker      = (*Client)(nil)
-	_ queue.Maintainer = (*Client)(nil)
-	_ queue.Canceller  = (*Client)(nil)
-	_ queue.Checker    = (*Client)(nil)
+	_ queue.Backend      = (*Client)(nil)
+	_ queue.Waker        = (*Client)(nil)
+	_ queue.Maintainer   = (*Client)(nil)
+	_ queue.Canceller    = (*Client)(nil)
+	_ queue.Checker      = (*Client)(nil)
+	_ queue.PauseWatcher = (*Client)(nil)
+	_ queue.Registrar    = (*Client)(nil)
 )
 
 // Client enqueues, claims and finishes jobs in PostgreSQL. It implements
-// queue.Backend, queue.Waker, queue.Maintainer, queue.Canceller and
-// queue.Checker, so a
+// queue.Backend, queue.Waker, queue.Maintainer, queue.Canceller,
+// queue.Checker, queue.PauseWatcher and queue.Registrar, so a
 // worker.Worker can run on it. A Client is safe for concurrent use.
 type Client struct {
 	pool *pgxpool.Pool
@@ -81,6 +93,9 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 	}
 	if cfg.TxReserve <= 0 {
 		cfg.TxReserve = DefaultTxReserve
+	}
+	if cfg.PausePollInterval <= 0 {
+		cfg.PausePollInterval = DefaultPausePollInterval
 	}
 	c := &Client{pool: pool, cfg: cfg}
 	if pool != nil {

@@ -31,7 +31,7 @@ func (c *Client) Wake(ctx context.Context, q string) (<-chan struct{}, error) {
 		case ch <- struct{}{}:
 		default:
 		}
-	})
+	}, nil)
 	return ch, nil
 }
 
@@ -54,7 +54,7 @@ func (c *Client) Cancelled(ctx context.Context) (<-chan queue.Lease, error) {
 		case ch <- l:
 		case <-ctx.Done():
 		}
-	})
+	}, nil)
 	return ch, nil
 }
 
@@ -82,22 +82,32 @@ func parseCancelPayload(s string) (queue.Lease, error) {
 // listen delivers the payloads of channel to fn until ctx ends. The first
 // LISTEN is in place when listen returns (unless the database is down), so
 // no notification sent afterwards is missed; the rest runs in a goroutine.
-func (c *Client) listen(ctx context.Context, channel string, fn func(string)) {
+// up, when not nil, is told each time a LISTEN is in place (true) and each
+// time its connection is lost (false): notifications sent in between are
+// lost, and a caller that keeps state from them re-reads it on true.
+func (c *Client) listen(ctx context.Context, channel string, fn func(string), up func(bool)) {
+	if up == nil {
+		up = func(bool) {}
+	}
 	// Bounded: a database that accepts connections but does not answer must
 	// not hold up the caller (a worker's Start); the goroutine keeps trying.
 	first, cancel := context.WithTimeout(ctx, 5*time.Second)
 	pgc, err := c.listenConn(first, channel)
 	cancel()
+	if err == nil {
+		up(true)
+	}
 	go func() {
 		if err == nil {
 			err = c.receive(ctx, pgc, fn)
+			up(false)
 		}
-		c.relisten(ctx, channel, fn, err)
+		c.relisten(ctx, channel, fn, up, err)
 	}()
 }
 
 // relisten reconnects with backoff after the LISTEN connection failed.
-func (c *Client) relisten(ctx context.Context, channel string, fn func(string), err error) {
+func (c *Client) relisten(ctx context.Context, channel string, fn func(string), up func(bool), err error) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		if err == nil {
@@ -105,7 +115,9 @@ func (c *Client) relisten(ctx context.Context, channel string, fn func(string), 
 			pgc, err = c.listenConn(ctx, channel)
 			if err == nil {
 				backoff = 100 * time.Millisecond
+				up(true)
 				err = c.receive(ctx, pgc, fn)
+				up(false)
 			}
 		}
 		if ctx.Err() != nil {
