@@ -36,6 +36,7 @@ func parsePages() *pages {
 		"pretty":    prettyJSON,
 		"states":    queue.States,
 		"lastError": lastError,
+		"short":     short,
 		"navItems":  navItems,
 	}
 	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
@@ -193,6 +194,18 @@ func roundDuration(d time.Duration) string {
 		return d.Round(time.Minute).String()
 	}
 	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// shortLen is how many characters of a job's arguments a list shows.
+const shortLen = 160
+
+// short is the start of b for a table cell: arguments may be megabytes.
+func short(b []byte) string {
+	r := []rune(string(b))
+	if len(r) <= shortLen {
+		return string(r)
+	}
+	return string(r[:shortLen]) + "…"
 }
 
 // prettyJSON indents JSON for reading; text that is not JSON is returned
