@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/jobfence/jobfence/internal/logbuf"
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/queue"
@@ -235,4 +237,69 @@ func TestPauseFleet(t *testing.T) {
 	if n, err := admin.Counts(ctx, queue.DefaultQueue); err != nil || n[queue.StateAvailable] != 10 {
 		t.Fatalf("counts with the queue paused: %v, %v; want 10 available", n, err)
 	}
+}
+
+// TestPauseAfterLostListen: when the worker's LISTEN connection for pauses
+// is cut, a pause made meanwhile still reaches it within about a second:
+// the lost connection switches it to polling, and the new LISTEN re-reads
+// the paused set, since notifications sent in between are lost.
+func TestPauseAfterLostListen(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := "pause-" + db.Schema
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	clientLogs, logs := &logbuf.Buffer{}, &logbuf.Buffer{}
+	c := pgqueue.New(pool, pgqueue.Config{Logger: slog.New(slog.NewTextHandler(clientLogs, nil))})
+	started, release := make(chan string, 1), make(chan struct{})
+	defer close(release)
+	startWorker(t, c, gatedHandlers(started, release), worker.Config{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+
+	const listeners = `SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND query = 'LISTEN ` + "jobfence_pause" + `'`
+	var pid int
+	waitFor(t, 10*time.Second, "the worker's LISTEN for pauses", func() bool {
+		return db.Pool.QueryRow(ctx, listeners, app).Scan(&pid) == nil
+	})
+	var killed bool
+	if err := db.Pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminate the LISTEN connection: %v, %v", killed, err)
+	}
+	// Pause once the old connection is gone, while the worker waits to
+	// reconnect (100ms): no notification can reach it then.
+	waitFor(t, 10*time.Second, "the LISTEN connection to end", func() bool {
+		var n int
+		return db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&n) == nil && n == 0
+	})
+	at := time.Now()
+	if err := c.PauseQueue(ctx, queue.DefaultQueue, "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the worker to log the pause", func() bool { p, _ := pauseLogs(logs, queue.DefaultQueue); return p == 1 })
+	took := time.Since(at)
+	t.Logf("pause reached the worker %s after its LISTEN connection was cut", took)
+	if took > pollPauseBound {
+		t.Fatalf("pause reached the worker after %s, want within %s", took, pollPauseBound)
+	}
+	waitFor(t, 10*time.Second, "the lost LISTEN logged", func() bool {
+		return strings.Contains(clientLogs.String(), "LISTEN connection lost") && strings.Contains(clientLogs.String(), "channel=jobfence_pause")
+	})
+	// A new LISTEN is in place, and a resume comes by NOTIFY again.
+	waitFor(t, 10*time.Second, "a new LISTEN for pauses", func() bool {
+		var again int
+		return db.Pool.QueryRow(ctx, listeners, app).Scan(&again) == nil && again != pid
+	})
+	at = time.Now()
+	if err := c.ResumeQueue(ctx, queue.DefaultQueue, "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the worker to log the resume", func() bool { _, r := pauseLogs(logs, queue.DefaultQueue); return r == 1 })
+	t.Logf("resume reached the worker after %s", time.Since(at))
 }

@@ -57,10 +57,11 @@ func (c *Client) WatchPaused(ctx context.Context, queues []string) (<-chan []str
 				refresh()
 			}
 		}, func(up bool) {
+			// Either way the set is re-read: a new LISTEN may have missed
+			// notifications, and a lost one must switch the watcher to
+			// polling at once, not at the end of its slow safety wait.
 			listening.Store(up)
-			if up {
-				refresh()
-			}
+			refresh()
 		})
 	}
 	// The LISTEN just set up precedes this read, which makes its kick
