@@ -45,7 +45,7 @@ func TestUnmigratedDatabase(t *testing.T) {
 		"jobfence_idempotency_keys, jobfence_results, jobfence_queues, jobfence_workers): run `jobfence migrate up`", db.Schema)
 	for _, args := range [][]string{
 		{"jobs", "list"}, {"jobs", "show", "1"}, {"jobs", "retry", "1"}, {"jobs", "cancel", "1"},
-		{"schedules", "list"}, {"schedules", "delete", "nightly"},
+		{"schedules", "list"}, {"schedules", "delete", "nightly"}, {"ui", "--listen", "127.0.0.1:0"},
 		{"queues", "list"}, {"queues", "pause", "mail"}, {"queues", "resume", "mail"}, {"workers", "list"},
 	} {
 		_, errs, code := cli(t, append(args, "--database-url", db.URL)...)

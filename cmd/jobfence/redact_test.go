@@ -51,6 +51,7 @@ func TestNoPasswordPrinted(t *testing.T) {
 		{"workers", "list"}, {"workers", "list", "--json"},
 		{"migrate", "status"}, {"migrate", "version"}, {"migrate", "down"}, {"migrate", "up"},
 		{"bench", "--mode", "burndown", "--jobs", "20", "--batch", "10", "--concurrency", "4"},
+		{"ui", "--listen", "127.0.0.1:0"},
 	}
 	helps := [][]string{{"--help"}, {"help"}, {"nonsense"}}
 	for name := range commands() {
