@@ -1,5 +1,5 @@
 # The README's commands. `make test` installs what is missing (PostgreSQL,
-# redis-server and PgBouncer from Debian's packages when run as root), then runs every test
+# redis-server, PgBouncer and Chromium from Debian's packages when run as root), then runs every test
 # against real servers that the tests start themselves on loopback.
 GO ?= go
 TESTFLAGS ?= -race -count=1 -timeout 20m

@@ -2,7 +2,9 @@ package migrations_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -18,10 +20,10 @@ func TestCheck(t *testing.T) {
 	if !errors.As(err, &nm) || !errors.Is(err, migrations.ErrNotMigrated) {
 		t.Fatalf("Check on an empty schema = %v, want a *NotMigratedError", err)
 	}
-	if nm.Schema != db.Schema || len(nm.Missing) != 5 {
-		t.Fatalf("Check = %+v, want schema %q and 5 missing relations", nm, db.Schema)
+	if nm.Schema != db.Schema || len(nm.Missing) != 7 {
+		t.Fatalf("Check = %+v, want schema %q and 7 missing relations", nm, db.Schema)
 	}
-	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs, jobfence_fence_seq, jobfence_schedules, jobfence_idempotency_keys, jobfence_results): run ` + "`jobfence migrate up`"
+	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs, jobfence_fence_seq, jobfence_schedules, jobfence_idempotency_keys, jobfence_results, jobfence_queues, jobfence_workers): run ` + "`jobfence migrate up`"
 	if !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("message:\n%s\nwant prefix:\n%s", err, want)
 	}
@@ -40,5 +42,42 @@ func TestDownNothingToRollBack(t *testing.T) {
 	err := migrations.Down(context.Background(), db.URL)
 	if want := "migrations: down: nothing to roll back: no jobfence migration is applied"; !errors.Is(err, migrations.ErrNothingToRollBack) || err.Error() != want {
 		t.Fatalf("Down on a fresh schema = %v, want %q", err, want)
+	}
+}
+
+// TestCheckBeforeUpgrade: a database migrated before the queue pause and
+// worker registry tables (version 4) is told to run `jobfence migrate up`,
+// naming just those tables; Down of version 5 removes them again.
+func TestCheckBeforeUpgrade(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
+	sqlDB, err := sql.Open("pgx", db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sqlDB.Close()
+	p, err := migrations.NewProvider(sqlDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_queues, jobfence_workers): run ` + "`jobfence migrate up`"
+	if err := migrations.Check(ctx, db.Pool); !errors.Is(err, migrations.ErrNotMigrated) || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("Check at version 4 = %v, want prefix %q", err, want)
+	}
+	if err := migrations.Up(ctx, db.URL); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Check(ctx, db.Pool); err != nil {
+		t.Fatalf("Check after Up = %v", err)
+	}
+	// Back to version 4, past any later migration.
+	if _, err := p.DownTo(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Check(ctx, db.Pool); !strings.HasPrefix(fmt.Sprint(err), want) {
+		t.Fatalf("Check after going down to version 4 = %v, want prefix %q", err, want)
 	}
 }

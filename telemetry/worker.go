@@ -135,6 +135,10 @@ func newWorkerTelemetry(opts Options) (*workerTelemetry, error) {
 		s.spanName = "process " + k.queue
 		s.start = []trace.SpanStartOption{
 			trace.WithSpanKind(trace.SpanKindConsumer),
+			// Each attempt is a trace of its own, linked to its enqueue:
+			// never a child of whatever span the context that started the
+			// worker carried.
+			trace.WithNewRoot(),
 			trace.WithAttributes(
 				semconv.MessagingSystemKey.String("jobfence"),
 				semconv.MessagingOperationTypeProcess,
@@ -202,7 +206,12 @@ func (t *workerTelemetry) jobEnd(ctx context.Context, job *queue.Job, end worker
 		}
 	}
 	if span.IsRecording() {
-		if end.Outcome != 0 {
+		// A completed attempt carries no outcome attribute: the SDK keeps
+		// a span's attributes deduplicated with a map, and a ninth
+		// attribute on every span makes that map (and the attribute
+		// slice) outgrow their smallest size, a cost each of tens of
+		// thousands of spans a second would pay.
+		if end.Outcome != 0 && end.Outcome != queue.OutcomeComplete {
 			span.SetAttributes(attrOutcome.String(end.Outcome.String()))
 		}
 		if end.Err != nil && (end.Panicked || isFailure(end.Outcome)) {

@@ -21,8 +21,10 @@ type Config struct {
 	// paused or cut off for longer loses its jobs to the rescuer, and its
 	// late outcomes are stale. Default: 30s.
 	Lease time.Duration
-	// HeartbeatInterval is how often running jobs' leases are extended.
-	// Default: Lease/3.
+	// HeartbeatInterval is how often running jobs' leases are extended,
+	// and how often the worker reports itself to a backend that keeps a
+	// registry of live instances (queue.Registrar; `jobfence workers
+	// list`). Default: Lease/3.
 	HeartbeatInterval time.Duration
 	// JobTimeout bounds one attempt unless the kind's HandlerOptions say
 	// otherwise; negative means no timeout. Default: 1m.

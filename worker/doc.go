@@ -5,7 +5,12 @@
 // fenced completions and a graceful Stop that drains.
 //
 // The worker drives any queue.Backend: pgqueue for PostgreSQL, kafkaqueue
-// for Kafka. Handlers do not change between them.
+// for Kafka. Handlers do not change between them. Backends may offer more,
+// which the worker uses when they do: wake-ups (queue.Waker), cancellation
+// of running jobs (queue.Canceller), upkeep (queue.Maintainer), queues
+// paused for the whole fleet, from which it claims nothing until they are
+// resumed (queue.PauseWatcher), and a registry of live instances to which
+// it reports at every heartbeat interval (queue.Registrar).
 //
 // Every outcome the worker reports carries the claim's fence, so a worker
 // that was paused past its lease and woke up changes nothing: its outcome is

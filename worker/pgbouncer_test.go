@@ -177,6 +177,19 @@ func TestPgBouncerListenURL(t *testing.T) {
 	}
 }
 
+// TestPgBouncerPausePollOnly: poll-only through PgBouncer, a paused queue
+// stops the worker within about a second (a poll of the paused set), and
+// the worker reports itself to the registry.
+func TestPgBouncerPausePollOnly(t *testing.T) {
+	db := pgtest.NewBounced(t, pgtest.BouncedOptions{PoolSize: 4})
+	c := pgqueue.New(db.BouncedPool(t, 6), pgqueue.Config{PollOnly: true, Logger: quietLogger()})
+	checkPause(t, c, pollPauseBound)
+	ws, err := c.Workers(context.Background())
+	if err != nil || len(ws) != 1 || !ws[0].Live {
+		t.Fatalf("registry through PgBouncer: %+v, %v; want the one live worker", ws, err)
+	}
+}
+
 // BenchmarkPgBouncerPollOnlyLatency measures enqueue-to-start of one job
 // on a poll-only worker through PgBouncer (PollInterval 1s, the default):
 // "busy" enqueues right after the previous job started (the last claim

@@ -45,6 +45,9 @@ type Ran struct {
 // the lease (Config.Lease); past it, its context is cancelled as it would
 // be in a worker whose heartbeats fail.
 //
+// RunOne claims from q even when q is paused (queue.PauseWatcher): the
+// call is the operator's explicit request.
+//
 // RunOne exists for tests (see package jobfencetest) and one-off tools. It
 // returns ErrNoJob when no job of q is ready and ErrStarted on a started
 // worker; calls to it are serialised.

@@ -28,6 +28,10 @@ func TestMain(m *testing.M) {
 		// Re-executed by TestFrozenTxHolderLosesTheJob as the worker that freezes.
 		os.Exit(frozenTxChild())
 	}
+	if os.Getenv(registryChildEnv) != "" {
+		// Re-executed by TestWorkerRegistry as the worker it kills.
+		os.Exit(registryChild())
+	}
 	pgtest.Main(m)
 }
 

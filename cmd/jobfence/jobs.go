@@ -11,8 +11,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
@@ -48,15 +46,11 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("--state: %w", err)
 		}
 	}
-	pool, err := pgxpool.New(ctx, dbURL)
+	c, pool, err := openClient(ctx, dbURL)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	c := pgqueue.New(pool, pgqueue.Config{})
-	if err := c.Check(ctx); err != nil {
-		return err
-	}
 
 	action := rest[0]
 	if *asJSON && action != "list" && action != "show" {

@@ -8,6 +8,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/scheduler"
 )
 
@@ -55,6 +56,33 @@ type scheduleJSON struct {
 	LastFire      *time.Time `json:"last_fire"`
 	CreatedAt     *time.Time `json:"created_at"`
 	UpdatedAt     *time.Time `json:"updated_at"`
+}
+
+type queueJSON struct {
+	Name      string     `json:"name"`
+	Paused    bool       `json:"paused"`
+	PausedAt  *time.Time `json:"paused_at"`
+	PausedBy  string     `json:"paused_by"`
+	UpdatedAt *time.Time `json:"updated_at"`
+	UpdatedBy string     `json:"updated_by"`
+	// Counts has every state, those without jobs at zero.
+	Counts            map[string]int64 `json:"counts"`
+	OldestAvailableAt *time.Time       `json:"oldest_available_at"`
+}
+
+type workerJSON struct {
+	ID                  string     `json:"id"`
+	Host                string     `json:"host"`
+	PID                 int        `json:"pid"`
+	Queues              []string   `json:"queues"`
+	Running             int        `json:"running"`
+	Completed           int64      `json:"completed"`
+	Stale               int64      `json:"stale"`
+	Lost                int64      `json:"lost"`
+	StartedAt           *time.Time `json:"started_at"`
+	LastSeenAt          *time.Time `json:"last_seen_at"`
+	HeartbeatIntervalMS int64      `json:"heartbeat_interval_ms"`
+	Live                bool       `json:"live"`
 }
 
 type migrationJSON struct {
@@ -106,6 +134,39 @@ func toSchedulesJSON(infos []scheduler.Info) []scheduleJSON {
 			Name: i.Name, Spec: i.Spec, TimeZone: i.TimeZone, Kind: i.Kind, Queue: i.Queue, CatchUp: i.CatchUp,
 			SkipIfRunning: i.SkipIfRunning, NextFire: jsonTime(i.NextFire), LastFire: jsonTime(i.LastFire),
 			CreatedAt: jsonTime(i.CreatedAt), UpdatedAt: jsonTime(i.UpdatedAt),
+		})
+	}
+	return out
+}
+
+func toQueuesJSON(qs []pgqueue.QueueInfo) []queueJSON {
+	out := make([]queueJSON, 0, len(qs))
+	for _, q := range qs {
+		counts := make(map[string]int64, len(queue.States()))
+		for _, s := range queue.States() {
+			counts[string(s)] = q.Counts[s]
+		}
+		out = append(out, queueJSON{
+			Name: q.Name, Paused: q.Paused, PausedAt: jsonTime(q.PausedAt), PausedBy: q.PausedBy,
+			UpdatedAt: jsonTime(q.UpdatedAt), UpdatedBy: q.UpdatedBy, Counts: counts,
+			OldestAvailableAt: jsonTime(q.OldestAvailable),
+		})
+	}
+	return out
+}
+
+func toWorkersJSON(ws []pgqueue.WorkerInfo) []workerJSON {
+	out := make([]workerJSON, 0, len(ws))
+	for _, w := range ws {
+		queues := w.Queues
+		if queues == nil {
+			queues = []string{}
+		}
+		out = append(out, workerJSON{
+			ID: w.ID, Host: w.Host, PID: w.PID, Queues: queues, Running: w.Running,
+			Completed: w.Completed, Stale: w.Stale, Lost: w.Lost,
+			StartedAt: jsonTime(w.StartedAt), LastSeenAt: jsonTime(w.LastSeenAt),
+			HeartbeatIntervalMS: w.HeartbeatInterval.Milliseconds(), Live: w.Live,
 		})
 	}
 	return out

@@ -1,5 +1,5 @@
-// Command jobfence runs jobfence's migrations, inspects and steers jobs and
-// schedules, benchmarks the queue and runs the demo.
+// Command jobfence runs jobfence's migrations, inspects and steers jobs,
+// schedules, queues and workers, benchmarks the queue and runs the demo.
 //
 // Usage:
 //
@@ -29,11 +29,14 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"setup":      {"install PostgreSQL, redis-server and PgBouncer from Debian's packages if missing", runSetup},
+		"setup":      {"install PostgreSQL, redis-server, PgBouncer and Chromium (browser test) from Debian's packages if missing", runSetup},
 		"migrate":    {"migrate up|down|reset|status|version: jobfence's schema", runMigrate},
 		"bench":      {"bench [--mode burndown|continuous|both]: jobs/s of the Postgres queue", runBench},
 		"jobs":       {"jobs list|show ID|retry ID|cancel ID: inspect and steer jobs", runJobs},
 		"schedules":  {"schedules list: the registered cron schedules", runSchedules},
+		"ui":         {"ui [--listen ADDR] [--read-only] [--basic-auth USER:PASS]: the web dashboard", runUI},
+		"queues":     {"queues list|pause NAME|resume NAME: queue counts, and pausing queues fleet-wide", runQueues},
+		"workers":    {"workers list: the worker instances running now, from the registry", runWorkers},
 		"dlq":        {"dlq redrive --queue Q: move a Kafka queue's dead letters back to run again", runDLQ},
 		"demo":       {"demo [--only 4,5]: the seven scenarios on a simulated fleet, with a verdict table", runDemo},
 		"demo-child": {"(internal) a worker process that jobfence demo pauses or kills", runDemoChild},

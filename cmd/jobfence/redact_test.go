@@ -47,8 +47,11 @@ func TestNoPasswordPrinted(t *testing.T) {
 		{"jobs", "list"}, {"jobs", "list", "--state", "bogus"}, {"jobs", "show", "1"}, {"jobs", "retry", "1"},
 		{"jobs", "retry", "--force", "1"}, {"jobs", "cancel", "1"}, {"jobs"},
 		{"schedules", "list"}, {"schedules", "delete", "nightly"},
+		{"queues", "list"}, {"queues", "list", "--json"}, {"queues", "pause", "q", "--by", "me"}, {"queues", "resume", "q"}, {"queues"},
+		{"workers", "list"}, {"workers", "list", "--json"},
 		{"migrate", "status"}, {"migrate", "version"}, {"migrate", "down"}, {"migrate", "up"},
 		{"bench", "--mode", "burndown", "--jobs", "20", "--batch", "10", "--concurrency", "4"},
+		{"ui", "--listen", "127.0.0.1:0"},
 	}
 	helps := [][]string{{"--help"}, {"help"}, {"nonsense"}}
 	for name := range commands() {

@@ -13,7 +13,7 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("setup", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: jobfence setup   (installs PostgreSQL, redis-server and PgBouncer from Debian's packages if missing; needs root)")
+		fmt.Fprintln(stderr, "usage: jobfence setup   (installs PostgreSQL, redis-server, PgBouncer and Chromium from Debian's packages if missing; needs root)")
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -25,6 +25,6 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := devenv.InstallAll(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "PostgreSQL, redis-server and PgBouncer are installed")
+	fmt.Fprintln(stdout, "PostgreSQL, redis-server, PgBouncer and Chromium are installed")
 	return nil
 }

@@ -40,16 +40,16 @@ func Install(ctx context.Context) error {
 	return installMissing(ctx, false)
 }
 
-// InstallAll is Install and InstallPgBouncer in one apt-get run: what
-// jobfence setup does before the tests.
+// InstallAll is Install, InstallPgBouncer and InstallChromium in one
+// apt-get run: what jobfence setup does before the tests.
 func InstallAll(ctx context.Context) error {
 	return installMissing(ctx, true)
 }
 
 // installMissing installs, in one apt-get run, the packages of the servers
-// whose binaries are missing: PostgreSQL and Redis, and PgBouncer too when
-// pgbouncer is set.
-func installMissing(ctx context.Context, pgbouncer bool) error {
+// whose binaries are missing: PostgreSQL and Redis, and PgBouncer and
+// Chromium (for the dashboard's browser test) too when all is set.
+func installMissing(ctx context.Context, all bool) error {
 	var pkgs []string
 	if _, ok := postgresBinDir(); !ok {
 		pkgs = append(pkgs, "postgresql")
@@ -57,14 +57,22 @@ func installMissing(ctx context.Context, pgbouncer bool) error {
 	if _, ok := redisBinary(); !ok {
 		pkgs = append(pkgs, "redis-server")
 	}
-	if _, ok := pgbouncerBinary(); pgbouncer && !ok {
+	if _, ok := pgbouncerBinary(); all && !ok {
 		pkgs = append(pkgs, "pgbouncer")
+	}
+	if _, ok := ChromiumBinary(); all && !ok {
+		pkgs = append(pkgs, "chromium")
 	}
 	if len(pkgs) == 0 {
 		return nil
 	}
 	return aptInstall(ctx, pkgs)
 }
+
+// aptLockWait makes apt-get wait for the package database's lock rather
+// than fail at once: two test runs on one machine (or an unattended
+// upgrade) may install at the same time.
+const aptLockWait = "-oDPkg::Lock::Timeout=300"
 
 // aptInstall installs Debian packages as root, or says which to install.
 func aptInstall(ctx context.Context, pkgs []string) error {
@@ -77,7 +85,7 @@ func aptInstall(ctx context.Context, pkgs []string) error {
 	if err := aptUpdate(ctx); err != nil {
 		return err
 	}
-	args := append([]string{"install", "-y", "-qq", "--no-install-recommends"}, pkgs...)
+	args := append([]string{"install", "-y", "-qq", "--no-install-recommends", aptLockWait}, pkgs...)
 	install := exec.CommandContext(ctx, "apt-get", args...)
 	install.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 	if out, err := install.CombinedOutput(); err != nil {
@@ -88,7 +96,7 @@ func aptInstall(ctx context.Context, pkgs []string) error {
 
 // aptUpdate refreshes apt's package lists, which a fresh machine lacks.
 func aptUpdate(ctx context.Context) error {
-	update := exec.CommandContext(ctx, "apt-get", "update", "-qq")
+	update := exec.CommandContext(ctx, "apt-get", "update", "-qq", aptLockWait)
 	if out, err := update.CombinedOutput(); err != nil {
 		return fmt.Errorf("devenv: apt-get update: %w: %s", err, out)
 	}

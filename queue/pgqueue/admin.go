@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -31,19 +32,69 @@ type ListParams struct {
 	// State must be one of queue.States(): List refuses an unknown state
 	// rather than find no job in it.
 	State queue.State
+	// UniqueKey finds the job that holds this unique key.
+	UniqueKey string
+	// Before and After page through the jobs by ID (keyset paging, which
+	// costs the same on the last page as on the first, unlike OFFSET):
+	// Before lists the jobs older than ID Before, After the jobs newer than
+	// ID After (the Limit oldest of them). Set one at most.
+	Before, After int64
 	// Limit defaults to 100.
 	Limit int
 }
 
-const listSQL = `SELECT ` + jobColumns + ` FROM jobfence_jobs j
-WHERE ($1 = '' OR j.queue = $1) AND ($2 = '' OR j.kind = $2) AND ($3 = '' OR j.state = $3)
-ORDER BY j.id DESC LIMIT $4`
+// listQuery returns List's statement and arguments for p: a condition for
+// each set filter only, so that the planner can use the index that serves
+// it (the unique key's, the primary key's for paging) rather than plan for
+// "$1 = empty OR ..." with any value.
+func listQuery(p ListParams) (string, []any) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, fmt.Sprintf(cond, len(args)))
+	}
+	if p.Queue != "" {
+		add("j.queue = $%d", p.Queue)
+	}
+	if p.Kind != "" {
+		add("j.kind = $%d", p.Kind)
+	}
+	if p.State != "" {
+		add("j.state = $%d", string(p.State))
+	}
+	if p.UniqueKey != "" {
+		add("j.unique_key = $%d", p.UniqueKey)
+	}
+	order := "DESC"
+	switch {
+	case p.Before > 0:
+		add("j.id < $%d", p.Before)
+	case p.After > 0:
+		add("j.id > $%d", p.After)
+		order = "ASC"
+	}
+	q := `SELECT ` + jobColumns + ` FROM jobfence_jobs j`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	args = append(args, p.Limit)
+	q += fmt.Sprintf(" ORDER BY j.id %s LIMIT $%d", order, len(args))
+	if order == "ASC" {
+		// The page just above After, shown newest first like every page.
+		q = `SELECT * FROM (` + q + `) j ORDER BY j.id DESC`
+	}
+	return q, args
+}
 
 // List returns stored jobs, newest first. An unknown p.State is an error
 // wrapping queue.ErrUnknownState.
 func (c *Client) List(ctx context.Context, p ListParams) ([]*queue.Job, error) {
 	return ListIn(ctx, c.pool, p)
 }
+
+// ErrBadListParams reports ListParams that contradict each other.
+var ErrBadListParams = errors.New("jobfence: bad list parameters")
 
 // ListIn is List through db, for example inside a transaction that has
 // not committed yet (jobfencetest.RequireInsertedTx reads jobs so).
@@ -53,10 +104,14 @@ func ListIn(ctx context.Context, db DB, p ListParams) ([]*queue.Job, error) {
 			return nil, fmt.Errorf("pgqueue: list: %w", err)
 		}
 	}
+	if p.Before > 0 && p.After > 0 {
+		return nil, fmt.Errorf("pgqueue: list: %w: Before and After both set", ErrBadListParams)
+	}
 	if p.Limit <= 0 {
 		p.Limit = 100
 	}
-	rows, err := db.Query(ctx, listSQL, p.Queue, p.Kind, string(p.State), p.Limit)
+	q, args := listQuery(p)
+	rows, err := db.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgqueue: list: %w", err)
 	}
@@ -110,12 +165,16 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 // email). RetryForce runs it again anyway.
 var ErrJobCompleted = errors.New("jobfence: the job completed already; retrying it would run it again")
 
+// retrySet makes a job ready now, with one more attempt if it had none
+// left: what Retry and RetryMatching do to each job.
+const retrySet = `state = 'available', scheduled_at = now(), finalized_at = NULL,
+    max_attempts = greatest(max_attempts, attempt + 1)`
+
 // retrySQL makes job $1 ready now unless it is running, or completed and $2
 // (force) is false.
 const retrySQL = `
 UPDATE jobfence_jobs
-SET state = 'available', scheduled_at = now(), finalized_at = NULL,
-    max_attempts = greatest(max_attempts, attempt + 1)
+SET ` + retrySet + `
 WHERE id = $1 AND state <> 'running' AND ($2 OR state <> 'completed')
 RETURNING queue`
 
@@ -152,6 +211,30 @@ func (c *Client) retry(ctx context.Context, id int64, force bool) error {
 	}
 	if _, err := c.pool.Exec(ctx, notifySQL, insertChannel, []string{q}); err != nil {
 		return fmt.Errorf("pgqueue: retry job %d: notify: %w", id, err)
+	}
+	return nil
+}
+
+// ErrJobRunning reports a Delete of a running job: its worker still holds
+// it, and deleting the row would leave that worker's outcome nowhere to go.
+// Cancel it first.
+var ErrJobRunning = errors.New("jobfence: the job is running; cancel it first")
+
+const deleteSQL = `DELETE FROM jobfence_jobs WHERE id = $1 AND state <> 'running' RETURNING id`
+
+// Delete removes a job that is not running, whatever its state; its unique
+// key, if any, is free again. A running job is refused with an error
+// wrapping ErrJobRunning; an unknown ID wraps queue.ErrJobNotFound.
+func (c *Client) Delete(ctx context.Context, id int64) error {
+	err := c.pool.QueryRow(ctx, deleteSQL, id).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, gerr := c.Get(ctx, id); gerr != nil {
+			return gerr
+		}
+		return fmt.Errorf("pgqueue: delete job %d: %w", id, ErrJobRunning)
+	}
+	if err != nil {
+		return fmt.Errorf("pgqueue: delete job %d: %w", id, err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package pgqueue
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -33,18 +34,30 @@ type Config struct {
 	// Insert, InsertTx, EnqueueMany, EnqueueManyTx) and may add metadata
 	// to its jobs; see queue.InsertHook. telemetry.PGQueue sets it.
 	InsertHook queue.InsertHook
-	// ListenURL, when set, is where LISTEN connections for wake-ups and
-	// cancel notifications go instead of the pool: a connection straight to
-	// PostgreSQL when the pool goes through PgBouncer in transaction mode,
-	// where LISTEN does not work. It must reach the same database. Each
-	// worker opens two such connections (wake-ups, cancellations).
+	// ListenURL, when set, is where the LISTEN connection for wake-ups,
+	// cancel notifications and queue pauses goes instead of the pool: a
+	// connection straight to PostgreSQL when the pool goes through
+	// PgBouncer in transaction mode, where LISTEN does not work. It must
+	// reach the same database. A Client opens at most one such connection,
+	// shared by all its workers and queues, and only while something
+	// listens. Without ListenURL that connection is taken out of the pool
+	// for good (the pool may open another in its place), so the server
+	// sees at most one connection more than the pool's MaxConns.
 	ListenURL string
 	// PollOnly turns LISTEN off: workers find jobs by polling
-	// (worker.Config.PollInterval) and learn of cancelled jobs at their
-	// next heartbeat (worker.Config.HeartbeatInterval). Use it behind
+	// (worker.Config.PollInterval), learn of cancelled jobs at their next
+	// heartbeat (worker.Config.HeartbeatInterval) and of paused queues
+	// within PausePollInterval. Use it behind
 	// PgBouncer in transaction mode when no direct connection is at hand.
 	// It takes precedence over ListenURL.
 	PollOnly bool
+	// PausePollInterval is how often a worker reads which of its queues
+	// are paused (PauseQueue) when no notification can tell it: with
+	// PollOnly, or while its LISTEN connection is down. With LISTEN up a
+	// pause reaches it at once, and it reads the set every 30
+	// PausePollIntervals only in case the connection died silently. Zero
+	// means DefaultPausePollInterval (1s).
+	PausePollInterval time.Duration
 }
 
 // DefaultTxReserve is the default of Config.TxReserve: one connection for
@@ -53,17 +66,20 @@ const DefaultTxReserve = 2
 
 // The interfaces a worker finds by assertion: a Client must keep them all.
 var (
-	_ queue.Backend    = (*Client)(nil)
-	_ queue.Waker      = (*Client)(nil)
-	_ queue.Maintainer = (*Client)(nil)
-	_ queue.Promoter   = (*Client)(nil)
-	_ queue.Canceller  = (*Client)(nil)
-	_ queue.Checker    = (*Client)(nil)
+	_ queue.Backend      = (*Client)(nil)
+	_ queue.Waker        = (*Client)(nil)
+	_ queue.Maintainer   = (*Client)(nil)
+	_ queue.Promoter     = (*Client)(nil)
+	_ queue.Canceller    = (*Client)(nil)
+	_ queue.Checker      = (*Client)(nil)
+	_ queue.PauseWatcher = (*Client)(nil)
+	_ queue.Registrar    = (*Client)(nil)
 )
 
 // Client enqueues, claims and finishes jobs in PostgreSQL. It implements
 // queue.Backend, queue.Waker, queue.Maintainer, queue.Promoter,
-// queue.Canceller and queue.Checker, so a worker.Worker can run on it. A Client is safe for concurrent use.
+// queue.Canceller, queue.Checker, queue.PauseWatcher and queue.Registrar,
+// so a worker.Worker can run on it. A Client is safe for concurrent use.
 type Client struct {
 	pool *pgxpool.Pool
 	// cfg is the Config New was given, with its defaults filled in.
@@ -71,6 +87,8 @@ type Client struct {
 	// txSlots holds a token for each open BeginTx transaction; nil (a pool
 	// too small to reserve anything) refuses BeginTx.
 	txSlots chan struct{}
+	// listener holds the client's one LISTEN connection.
+	listener *listener
 }
 
 // New returns a Client on pool. The pool's search_path decides the schema
@@ -82,7 +100,11 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 	if cfg.TxReserve <= 0 {
 		cfg.TxReserve = DefaultTxReserve
 	}
+	if cfg.PausePollInterval <= 0 {
+		cfg.PausePollInterval = DefaultPausePollInterval
+	}
 	c := &Client{pool: pool, cfg: cfg}
+	c.listener = newListener(cfg.Logger, c.listenConn)
 	if pool != nil {
 		if n := int(pool.Config().MaxConns) - cfg.TxReserve; n > 0 {
 			c.txSlots = make(chan struct{}, n)

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+)
+
+func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("queues", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	databaseURL := databaseURLFlag(fs)
+	asJSON := fs.Bool("json", false, "list: print a JSON array for scripts")
+	by := fs.String("by", "", "pause, resume: who does it, as recorded and shown by list (default user@host)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: jobfence queues [--database-url URL] [--json] [--by WHO] list | pause NAME | resume NAME")
+		fs.PrintDefaults()
+	}
+	action, rest, err := parseAction(fs, args, "list, pause NAME or resume NAME")
+	if err != nil {
+		return err
+	}
+	var name string
+	switch action {
+	case "list":
+	case "pause", "resume":
+		if len(rest) == 0 || rest[0] == "" {
+			fs.Usage()
+			return fmt.Errorf("%s wants the queue's name", action)
+		}
+		name, rest = rest[0], rest[1:]
+	default:
+		return fmt.Errorf("unknown queues action %q: want list, pause or resume", action)
+	}
+	if *asJSON && action != "list" {
+		return fmt.Errorf("--json applies to list, not %s", action)
+	}
+	if *by != "" && action == "list" {
+		return errors.New("--by applies to pause and resume, not list")
+	}
+	if len(rest) != 0 {
+		fs.Usage()
+		return fmt.Errorf("unexpected arguments after %s: %q", action, rest)
+	}
+	c, pool, err := openClient(ctx, databaseURL())
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	who := *by
+	if who == "" {
+		who = defaultActor()
+	}
+	switch action {
+	case "pause":
+		return pauseQueue(ctx, c, name, who, stdout)
+	case "resume":
+		return resumeQueue(ctx, c, name, who, stdout)
+	}
+	qs, err := c.Queues(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(stdout, toQueuesJSON(qs))
+	}
+	if len(qs) == 0 {
+		fmt.Fprintln(stdout, "no queues: no job was enqueued and no queue was paused")
+		return nil
+	}
+	now := time.Now()
+	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "QUEUE\tSTATUS\tAVAILABLE\tSCHEDULED\tRUNNING\tRETRYABLE\tCOMPLETED\tDISCARDED\tCANCELLED\tOLDEST READY\tPAUSED SINCE\tPAUSED BY")
+	for _, q := range qs {
+		status, pausedBy := "running", "-"
+		if q.Paused {
+			status, pausedBy = "paused", q.PausedBy
+		}
+		oldest := "-"
+		if !q.OldestAvailable.IsZero() {
+			oldest = formatAge(now.Sub(q.OldestAvailable))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", q.Name, status,
+			q.Counts[queue.StateAvailable], q.Counts[queue.StateScheduled], q.Counts[queue.StateRunning],
+			q.Counts[queue.StateRetryable], q.Counts[queue.StateCompleted], q.Counts[queue.StateDiscarded],
+			q.Counts[queue.StateCancelled], oldest, formatTime(q.PausedAt), pausedBy)
+	}
+	return w.Flush()
+}
+
+// pauseQueue pauses q and says so. A queue without a single job is most
+// likely a misspelt name: the pause stands (it holds back jobs enqueued
+// later), and the note says how to undo it.
+func pauseQueue(ctx context.Context, c *pgqueue.Client, q, by string, stdout io.Writer) error {
+	if err := c.PauseQueue(ctx, q, by); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "queue %q paused by %s: workers stop claiming its jobs within about a second; running jobs finish\n", q, by)
+	counts, err := c.Counts(ctx, q)
+	if err != nil {
+		return err
+	}
+	if len(counts) == 0 {
+		fmt.Fprintf(stdout, "note: queue %q has no jobs; if the name is misspelt, undo with: jobfence queues resume %s\n", q, q)
+	}
+	return nil
+}
+
+// resumeQueue resumes q and says so, or says that it was not paused.
+func resumeQueue(ctx context.Context, c *pgqueue.Client, q, by string, stdout io.Writer) error {
+	paused, err := c.PausedQueues(ctx, []string{q})
+	if err != nil {
+		return err
+	}
+	if err := c.ResumeQueue(ctx, q, by); err != nil {
+		return err
+	}
+	if len(paused) == 0 {
+		fmt.Fprintf(stdout, "queue %q was not paused; nothing changed\n", q)
+		return nil
+	}
+	fmt.Fprintf(stdout, "queue %q resumed by %s: workers claim its jobs again\n", q, by)
+	return nil
+}
+
+// defaultActor names whoever runs the command, for --by: user@host.
+func defaultActor() string {
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if name == "" {
+		name = "unknown"
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return name
+	}
+	return name + "@" + host
+}
+
+// formatAge prints d to the second, or to the millisecond below a second.
+func formatAge(d time.Duration) string {
+	if d < time.Second {
+		return max(d, 0).Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}

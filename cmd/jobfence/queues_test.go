@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+)
+
+// words joins line's whitespace-separated fields with single spaces:
+// tabwriter pads columns, the test compares their contents.
+func words(line string) string { return strings.Join(strings.Fields(line), " ") }
+
+// TestQueuesCLI: list shows each queue's counts and pause; pause and
+// resume say what they did and who did it; a pause of a queue without
+// jobs says the name may be misspelt; resuming a running queue says
+// nothing changed; --json gives scripts every state's count.
+func TestQueuesCLI(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := pgqueue.New(db.Pool, pgqueue.Config{})
+	if out, errs, code := cli(t, "queues", "list", "--database-url", db.URL); code != 0 || out != "no queues: no job was enqueued and no queue was paused\n" {
+		t.Fatalf("empty: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	for _, p := range []queue.EnqueueParams{
+		{Kind: "k", Queue: "mail"}, {Kind: "k", Queue: "mail"},
+		{Kind: "k", Queue: "reports", ScheduledAt: time.Now().Add(time.Hour)},
+	} {
+		if _, err := c.Enqueue(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	out, errs, code := cli(t, "queues", "pause", "mail", "--by", "alice@ops", "--database-url", db.URL)
+	if want := `queue "mail" paused by alice@ops: workers stop claiming its jobs within about a second; running jobs finish` + "\n"; code != 0 || out != want {
+		t.Fatalf("pause: exit %d, stderr %q, stdout:\n%s\nwant:\n%s", code, errs, out, want)
+	}
+	out, errs, code = cli(t, "queues", "list", "--database-url", db.URL)
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if code != 0 || len(lines) != 3 {
+		t.Fatalf("list: exit %d, stderr %q, stdout:\n%s\nwant a header and two rows", code, errs, out)
+	}
+	if got, want := words(lines[0]), "QUEUE STATUS AVAILABLE SCHEDULED RUNNING RETRYABLE COMPLETED DISCARDED CANCELLED OLDEST READY PAUSED SINCE PAUSED BY"; got != want {
+		t.Errorf("header %q, want %q", got, want)
+	}
+	qs, err := c.Queues(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mail := strings.Fields(lines[1])
+	if want := "mail paused 2 0 0 0 0 0 0"; strings.Join(mail[:9], " ") != want || mail[len(mail)-1] != "alice@ops" ||
+		strings.Join(mail[10:12], " ") != formatTime(qs[0].PausedAt) {
+		t.Errorf("mail row %q, want %q, an age, paused since %s by alice@ops", lines[1], want, formatTime(qs[0].PausedAt))
+	}
+	if _, err := time.ParseDuration(mail[9]); err != nil {
+		t.Errorf("mail row %q: oldest ready %q is not an age: %v", lines[1], mail[9], err)
+	}
+	if got, want := words(lines[2]), "reports running 0 1 0 0 0 0 0 - - -"; got != want {
+		t.Errorf("reports row %q, want %q", got, want)
+	}
+
+	out, errs, code = cli(t, "queues", "list", "--json", "--database-url", db.URL)
+	var js []map[string]any
+	if err := json.Unmarshal([]byte(out), &js); code != 0 || err != nil || len(js) != 2 {
+		t.Fatalf("list --json: exit %d, stderr %q, %v, stdout:\n%s", code, errs, err, out)
+	}
+	if js[0]["name"] != "mail" || js[0]["paused"] != true || js[0]["paused_by"] != "alice@ops" || js[0]["paused_at"] == nil ||
+		js[0]["oldest_available_at"] == nil || len(js[0]["counts"].(map[string]any)) != len(queue.States()) ||
+		js[0]["counts"].(map[string]any)["available"] != 2.0 || js[0]["counts"].(map[string]any)["discarded"] != 0.0 {
+		t.Errorf("mail as JSON: %v", js[0])
+	}
+	if js[1]["name"] != "reports" || js[1]["paused"] != false || js[1]["paused_at"] != nil || js[1]["oldest_available_at"] != nil {
+		t.Errorf("reports as JSON: %v", js[1])
+	}
+
+	out, errs, code = cli(t, "queues", "pause", "--database-url", db.URL, "--by", "bob", "mial")
+	if want := `queue "mial" paused by bob: workers stop claiming its jobs within about a second; running jobs finish` + "\n" +
+		`note: queue "mial" has no jobs; if the name is misspelt, undo with: jobfence queues resume mial` + "\n"; code != 0 || out != want {
+		t.Fatalf("pause of a queue without jobs: exit %d, stderr %q, stdout:\n%s\nwant:\n%s", code, errs, out, want)
+	}
+	out, errs, code = cli(t, "queues", "resume", "mial", "--database-url", db.URL)
+	if want := `queue "mial" resumed by ` + defaultActor() + ": workers claim its jobs again\n"; code != 0 || out != want {
+		t.Fatalf("resume: exit %d, stderr %q, stdout %q; want %q", code, errs, out, want)
+	}
+	out, errs, code = cli(t, "queues", "resume", "reports", "--database-url", db.URL)
+	if want := `queue "reports" was not paused; nothing changed` + "\n"; code != 0 || out != want {
+		t.Fatalf("resume of a running queue: exit %d, stderr %q, stdout %q; want %q", code, errs, out, want)
+	}
+	if qs, err := c.Queues(ctx); err != nil || len(qs) != 3 || !qs[0].Paused || qs[1].Name != "mial" || qs[1].Paused || qs[2].Paused {
+		t.Fatalf("queues after the CLI: %+v, %v; want mail paused, mial and reports running", qs, err)
+	}
+}
+
+// TestQueuesBadInput: each mistake gets a message that says what is wrong,
+// exit status 1, and changes nothing.
+func TestQueuesBadInput(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	usage := "usage: jobfence queues [--database-url URL] [--json] [--by WHO] list | pause NAME | resume NAME\n"
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"queues"}, "jobfence queues: want an action: list, pause NAME or resume NAME\n"},
+		{[]string{"queues", "pause"}, "jobfence queues: pause wants the queue's name\n"},
+		{[]string{"queues", "resume", ""}, "jobfence queues: resume wants the queue's name\n"},
+		{[]string{"queues", "frobnicate"}, `jobfence queues: unknown queues action "frobnicate": want list, pause or resume` + "\n"},
+		{[]string{"queues", "pause", "a", "b"}, `jobfence queues: unexpected arguments after pause: ["b"]` + "\n"},
+		{[]string{"queues", "pause", "a", "--json"}, "jobfence queues: --json applies to list, not pause\n"},
+		{[]string{"queues", "list", "--by", "me"}, "jobfence queues: --by applies to pause and resume, not list\n"},
+		{[]string{"workers"}, "jobfence workers: want an action: list\n"},
+		{[]string{"workers", "kill", "w1"}, `jobfence workers: unknown workers action "kill": want list` + "\n"},
+		{[]string{"workers", "list", "w1"}, `jobfence workers: unexpected arguments after list: ["w1"]` + "\n"},
+	}
+	for _, tt := range tests {
+		out, errs, code := cli(t, append(tt.args, "--database-url", db.URL)...)
+		// The message is the last line; a usage may come before it.
+		if code != 1 || out != "" || !strings.HasSuffix(errs, tt.want) {
+			t.Errorf("jobfence %q: exit %d, stdout %q, stderr:\n%s\nwant 1 and a last line:\n%s", tt.args, code, out, errs, tt.want)
+		}
+		if strings.Contains(errs, "usage:") && tt.args[0] == "queues" && !strings.HasPrefix(errs, usage) {
+			t.Errorf("jobfence %q: usage is not the queues usage:\n%s", tt.args, errs)
+		}
+	}
+	c := pgqueue.New(db.Pool, pgqueue.Config{})
+	if qs, err := c.Queues(context.Background()); err != nil || len(qs) != 0 {
+		t.Fatalf("bad input changed the queues: %+v, %v", qs, err)
+	}
+	_, errs, code := cli(t, "queues", "list", "--database-url", "")
+	if want := "jobfence queues: no database: pass --database-url or set DATABASE_URL\n"; code != 1 || errs != want {
+		t.Errorf("no database: exit %d, stderr %q; want %q", code, errs, want)
+	}
+}

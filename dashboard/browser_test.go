@@ -1,0 +1,194 @@
+package dashboard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/jobfence/jobfence/dashboard"
+	"github.com/jobfence/jobfence/internal/devenv"
+	"github.com/jobfence/jobfence/queue"
+)
+
+// screenshotsEnv names a directory to keep the browser test's screenshots
+// in; by default they go to the test's temporary directory.
+const screenshotsEnv = "JOBFENCE_SCREENSHOTS"
+
+// newBrowser starts a headless Chromium for t, installing Debian's package
+// when the test runs as root, and skipping the test, saying why, when it
+// cannot. It collects what the page reports: console errors (a script or
+// style the Content-Security-Policy blocked, for one) and dialogs.
+func newBrowser(t *testing.T) (context.Context, *pageEvents) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	if err := devenv.InstallChromium(ctx); errors.Is(err, devenv.ErrNotInstalled) {
+		t.Skipf("the browser test needs Chromium: %v (run make test as root, or apt-get install chromium)", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	bin, _ := devenv.ChromiumBinary()
+	// The flags keep Chromium off the network (this machine's is closed)
+	// and out of the user's profile.
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(bin),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		// No UserDataDir: chromedp makes a fresh one for this browser and
+		// removes it once Chromium has exited.
+		chromedp.WindowSize(1400, 1000),
+	)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
+	t.Cleanup(cancelBrowser)
+	ev := &pageEvents{}
+	chromedp.ListenTarget(bctx, ev.listen)
+	if err := chromedp.Run(bctx, chromedp.ActionFunc(func(ctx context.Context) error { return cdplog.Enable().Do(ctx) })); err != nil {
+		t.Fatalf("start Chromium (%s): %v", bin, err)
+	}
+	return bctx, ev
+}
+
+// pageEvents records the page's errors and dialogs.
+type pageEvents struct {
+	mu     sync.Mutex
+	errors []string
+}
+
+func (p *pageEvents) listen(ev any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch ev := ev.(type) {
+	case *cdplog.EventEntryAdded:
+		if ev.Entry.Level == cdplog.LevelError {
+			p.errors = append(p.errors, "console: "+ev.Entry.Text+" "+ev.Entry.URL)
+		}
+	case *runtime.EventExceptionThrown:
+		p.errors = append(p.errors, "exception: "+ev.ExceptionDetails.Text)
+	case *page.EventJavascriptDialogOpening:
+		// A dialog the test did not ask for: job data that ran as script.
+		p.errors = append(p.errors, "dialog: "+ev.Message)
+	}
+}
+
+func (p *pageEvents) check(t *testing.T) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range p.errors {
+		t.Errorf("the page reported %s", e)
+	}
+}
+
+// TestBrowser drives the dashboard in headless Chromium as an on-call
+// engineer would: open the overview, filter the jobs down to the failed
+// one, open it, click Retry, and see its state change; a screenshot of
+// each step is saved.
+func TestBrowser(t *testing.T) {
+	ctx, events := newBrowser(t)
+	d := newDash(t, dashboard.Options{})
+	for range 3 {
+		d.enqueue(queue.EnqueueParams{Kind: "welcome", Queue: "email"})
+	}
+	id := d.enqueue(queue.EnqueueParams{Kind: "charge", Queue: "billing", Args: []byte(`{"note":"<script>alert('xss')</script>","amount":1250}`), MaxAttempts: 1})
+	j := d.claim("billing", 1)[0]
+	d.finish(j, queue.OutcomeRetry, &queue.AttemptError{Attempt: 1, At: time.Now(), Error: "card declined <img src=x onerror=alert(1)>"})
+	d.enqueue(queue.EnqueueParams{Kind: "charge", Queue: "billing"})
+
+	shots := os.Getenv(screenshotsEnv)
+	if shots == "" {
+		shots = t.TempDir()
+	} else if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	screenshot := func(name string) chromedp.Action {
+		return chromedp.ActionFunc(func(ctx context.Context) error {
+			var png []byte
+			if err := chromedp.FullScreenshot(&png, 100).Do(ctx); err != nil {
+				return err
+			}
+			path := filepath.Join(shots, name+".png")
+			t.Logf("screenshot %s", path)
+			return os.WriteFile(path, png, 0o644)
+		})
+	}
+
+	// run runs actions; navigate runs one that loads a page (a link, a
+	// form) and returns once that page has loaded, so that what follows
+	// reads the new page and not the one it replaces.
+	run := func(step string, actions ...chromedp.Action) {
+		t.Helper()
+		if err := chromedp.Run(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	navigate := func(step string, action chromedp.Action) {
+		t.Helper()
+		resp, err := chromedp.RunResponse(ctx, action)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if resp.Status != 200 {
+			t.Fatalf("%s: %s answered %d", step, resp.URL, resp.Status)
+		}
+	}
+	var discarded, listed, stateBefore, args, stateAfter, flash string
+	navigate("open the overview", chromedp.Navigate(d.URL+"/"))
+	run("read the overview",
+		chromedp.WaitVisible(`tr[data-queue="billing"]`),
+		chromedp.Text(`tr[data-queue="billing"] td:nth-of-type(5)`, &discarded),
+		screenshot("1-overview"))
+	navigate("open the jobs", chromedp.Click(`nav a[href="/jobs"]`))
+	run("fill in the filter",
+		chromedp.SetValue(`#filter-state`, "discarded"),
+		chromedp.SendKeys(`#filter-queue`, "billing"))
+	navigate("filter", chromedp.Click(`#filter-submit`))
+	run("read the filtered jobs",
+		chromedp.Text(`#jobs-table tbody`, &listed),
+		screenshot("2-jobs-filtered"))
+	navigate("open the job", chromedp.Click(fmt.Sprintf(`a.job-link[href="/jobs/%d"]`, id)))
+	run("read the job",
+		chromedp.Text(`#job-state`, &stateBefore),
+		chromedp.Text(`#job-args`, &args),
+		screenshot("3-job"))
+	navigate("retry", chromedp.Click(`#retry`))
+	run("read the retried job",
+		chromedp.Text(`#job-state`, &stateAfter),
+		chromedp.Text(`p.flash`, &flash),
+		screenshot("4-job-retried"))
+	if strings.TrimSpace(discarded) != "1" {
+		t.Errorf("the overview shows %q discarded jobs in billing, want 1", discarded)
+	}
+	if !strings.Contains(listed, fmt.Sprint(id)) || strings.Count(listed, "charge") != 1 || strings.Contains(listed, "welcome") {
+		t.Errorf("the filtered list is not the one discarded billing job:\n%s", listed)
+	}
+	if stateBefore != "discarded" || stateAfter != "available" || flash != "The job will run again now." {
+		t.Errorf("state %q, then %q after Retry with %q; want discarded, then available", stateBefore, stateAfter, flash)
+	}
+	if !strings.Contains(args, `"note": "<script>alert('xss')</script>"`) {
+		t.Errorf("the job's arguments do not read as text:\n%s", args)
+	}
+	if st := d.state(id); st != queue.StateAvailable {
+		t.Errorf("in the database the job is %s, want available", st)
+	}
+	events.check(t)
+}

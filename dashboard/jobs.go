@@ -1,0 +1,202 @@
+package dashboard
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+)
+
+// jobsPageSize is how many jobs one page of /jobs shows.
+const jobsPageSize = 50
+
+// jobFilter is the /jobs form: what it filters by, as the user typed it.
+type jobFilter struct {
+	State, Queue, Kind, ID, Key string
+}
+
+// query is the filter as a query string, for paging links and the bulk
+// actions' return.
+func (f jobFilter) query() url.Values {
+	v := url.Values{}
+	for k, s := range map[string]string{"state": f.State, "queue": f.Queue, "kind": f.Kind, "key": f.Key} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	return v
+}
+
+// jobsPage is /jobs' data.
+type jobsPage struct {
+	Filter jobFilter
+	Jobs   []*queue.Job
+	// Newer and Older are the links to the neighbouring pages, empty
+	// when there is none; Newest is the filter's first page.
+	Newer, Older, Newest string
+	// Bulk says whether the bulk actions apply: the filter selects a set,
+	// not one job by its unique key.
+	Bulk bool
+}
+
+// jobs serves /jobs: the jobs that match the filter, newest first, a page
+// at a time by keyset (before= and after= IDs, never OFFSET).
+func (h *handler) jobs(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	f := jobFilter{State: q.Get("state"), Queue: q.Get("queue"), Kind: q.Get("kind"), ID: strings.TrimSpace(q.Get("id")), Key: q.Get("key")}
+	if f.ID != "" {
+		id, err := strconv.ParseInt(f.ID, 10, 64)
+		if err != nil || id <= 0 {
+			return badRequest("job ID %q is not a number", f.ID)
+		}
+		http.Redirect(w, r, fmt.Sprintf("%s/jobs/%d", h.opts.BasePath, id), http.StatusSeeOther)
+		return nil
+	}
+	p := pgqueue.ListParams{Queue: f.Queue, Kind: f.Kind, UniqueKey: f.Key, Limit: jobsPageSize + 1}
+	if f.State != "" {
+		st, err := queue.ParseState(f.State)
+		if err != nil {
+			return badRequest("%v", err)
+		}
+		p.State = st
+	}
+	for name, dst := range map[string]*int64{"before": &p.Before, "after": &p.After} {
+		if s := q.Get(name); s != "" {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || n <= 0 {
+				return badRequest("%s=%q is not a job ID", name, s)
+			}
+			*dst = n
+		}
+	}
+	jobs, err := h.client.List(r.Context(), p)
+	if errors.Is(err, pgqueue.ErrBadListParams) {
+		return badRequest("%v", err)
+	}
+	if err != nil {
+		return err
+	}
+	page := jobsPage{Filter: f, Bulk: f.Key == "", Newest: h.opts.BasePath + "/jobs?" + f.query().Encode()}
+	// One job more than a page says whether there is a page beyond: older
+	// ones for a first or before= page, newer ones for an after= page.
+	more := len(jobs) > jobsPageSize
+	if more && p.After > 0 {
+		jobs = jobs[1:]
+	} else if more {
+		jobs = jobs[:jobsPageSize]
+	}
+	page.Jobs = jobs
+	link := func(k string, id int64) string {
+		v := f.query()
+		v.Set(k, strconv.FormatInt(id, 10))
+		return h.opts.BasePath + "/jobs?" + v.Encode()
+	}
+	if len(jobs) > 0 {
+		if (p.After == 0 && more) || p.After > 0 {
+			page.Older = link("before", jobs[len(jobs)-1].ID)
+		}
+		if p.Before > 0 || (p.After > 0 && more) {
+			page.Newer = link("after", jobs[0].ID)
+		}
+	}
+	return h.render(w, r, http.StatusOK, "jobs", "Jobs", time.Time{}, page)
+}
+
+// lastError is the text of the job's latest attempt error, on one line.
+func lastError(j *queue.Job) string {
+	if len(j.Errors) == 0 {
+		return ""
+	}
+	return strings.Join(strings.Fields(j.Errors[len(j.Errors)-1].Error), " ")
+}
+
+// event is one line of a job's timeline.
+type event struct {
+	At   time.Time
+	What string
+	// Error, when set, is the attempt's error and Trace its panic stack.
+	Error, Trace string
+}
+
+// jobPage is /jobs/{id}'s data.
+type jobPage struct {
+	Job         *queue.Job
+	FinalizedAt time.Time
+	// Attempts are the attempts' errors, newest first.
+	Attempts []queue.AttemptError
+	Timeline []event
+	// CanRetry, CanCancel and CanDelete say which actions its state allows.
+	CanRetry, CanCancel, CanDelete bool
+}
+
+const finalizedSQL = `SELECT finalized_at FROM jobfence_jobs WHERE id = $1`
+
+// job serves /jobs/{id}: the job, its arguments, every attempt with its
+// error and stack, and a timeline.
+func (h *handler) job(w http.ResponseWriter, r *http.Request) error {
+	id, err := jobID(r)
+	if err != nil {
+		return err
+	}
+	j, err := h.client.Get(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	var finalized *time.Time
+	if err := h.pool.QueryRow(r.Context(), finalizedSQL, id).Scan(&finalized); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("dashboard: job %d: %w", id, err)
+	}
+	p := jobPage{
+		Job:       j,
+		Attempts:  slices.Clone(j.Errors),
+		CanRetry:  j.State != queue.StateRunning,
+		CanCancel: !j.State.Final(),
+		CanDelete: j.State != queue.StateRunning,
+	}
+	if finalized != nil {
+		p.FinalizedAt = *finalized
+	}
+	slices.Reverse(p.Attempts)
+	p.Timeline = timeline(j, p.FinalizedAt)
+	return h.render(w, r, http.StatusOK, "job", fmt.Sprintf("Job %d", id), time.Time{}, p)
+}
+
+// timeline orders what is known of the job's life: enqueued, due, each
+// failed attempt, the last claim, its lease, and its end.
+func timeline(j *queue.Job, finalized time.Time) []event {
+	ev := []event{{At: j.CreatedAt, What: "enqueued"}}
+	if j.ScheduledAt.Sub(j.CreatedAt) > time.Second || j.ScheduledAt.Before(j.CreatedAt) {
+		ev = append(ev, event{At: j.ScheduledAt, What: "due"})
+	}
+	for _, e := range j.Errors {
+		what := fmt.Sprintf("attempt %d failed", e.Attempt)
+		if e.PutBack {
+			what = fmt.Sprintf("attempt %d put back (not spent)", e.Attempt)
+		}
+		ev = append(ev, event{At: e.At, What: what, Error: e.Error, Trace: e.Trace})
+	}
+	if !j.AttemptedAt.IsZero() {
+		by := ""
+		if n := len(j.AttemptedBy); n > 0 {
+			by = " by " + j.AttemptedBy[n-1]
+		}
+		ev = append(ev, event{At: j.AttemptedAt, What: fmt.Sprintf("attempt %d claimed%s with fence %d", j.Attempt, by, j.Fence)})
+	}
+	if j.State == queue.StateRunning && !j.LeaseExpiresAt.IsZero() {
+		ev = append(ev, event{At: j.LeaseExpiresAt, What: "lease expires unless extended"})
+	}
+	if !finalized.IsZero() {
+		ev = append(ev, event{At: finalized, What: string(j.State)})
+	}
+	slices.SortStableFunc(ev, func(a, b event) int { return a.At.Compare(b.At) })
+	return ev
+}

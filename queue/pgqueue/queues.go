@@ -1,0 +1,158 @@
+package pgqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jobfence/jobfence/queue"
+)
+
+// pauseChannel carries pause and resume notifications; the payload is the
+// queue's name. A worker that hears one re-reads the paused set rather
+// than trust the payload, so a notification from another schema of the same
+// database (NOTIFY is per database) costs one small query and changes
+// nothing.
+const pauseChannel = "jobfence_pause"
+
+// ErrNoQueueName reports a pause or resume without a queue name.
+var ErrNoQueueName = errors.New("jobfence: a queue name is required")
+
+// pauseSQL marks queue $1 paused by $2 unless it already is (then its first
+// pauser stays on record), and tells every worker in the same statement:
+// the notification is delivered when, and only if, the change commits.
+const pauseSQL = `
+WITH up AS (
+    INSERT INTO jobfence_queues AS q (name, paused_at, paused_by, updated_at, updated_by)
+    VALUES ($1, now(), $2, now(), $2)
+    ON CONFLICT (name) DO UPDATE SET paused_at = now(), paused_by = $2, updated_at = now(), updated_by = $2
+    WHERE q.paused_at IS NULL
+    RETURNING 1
+)
+SELECT pg_notify('` + pauseChannel + `', $1), (SELECT count(*) FROM up)`
+
+// resumeSQL clears the pause of queue $1. A queue without a row was never
+// paused, and resuming it writes nothing.
+const resumeSQL = `
+WITH up AS (
+    UPDATE jobfence_queues SET paused_at = NULL, paused_by = NULL, updated_at = now(), updated_by = $2
+    WHERE name = $1 AND paused_at IS NOT NULL
+    RETURNING 1
+)
+SELECT pg_notify('` + pauseChannel + `', $1), (SELECT count(*) FROM up)`
+
+// PauseQueue stops every worker of the fleet from claiming jobs of the
+// queue within about a second (see Client.WatchPaused); jobs already
+// running finish normally, and jobs can still be enqueued. by says who
+// paused it (a user, a host) for `jobfence queues list` and the dashboard.
+// Pausing a paused queue changes nothing; pausing a queue that has no jobs
+// yet pauses it for the jobs to come.
+func (c *Client) PauseQueue(ctx context.Context, q, by string) error {
+	return c.setPaused(ctx, "pause", pauseSQL, q, by)
+}
+
+// ResumeQueue lets workers claim jobs of the queue again; by says who
+// resumed it. Resuming a queue that is not paused changes nothing.
+func (c *Client) ResumeQueue(ctx context.Context, q, by string) error {
+	return c.setPaused(ctx, "resume", resumeSQL, q, by)
+}
+
+func (c *Client) setPaused(ctx context.Context, verb, sql, q, by string) error {
+	if q == "" {
+		return fmt.Errorf("pgqueue: %s queue: %w", verb, ErrNoQueueName)
+	}
+	var changed int64
+	if err := c.pool.QueryRow(ctx, sql, q, by).Scan(nil, &changed); err != nil {
+		return fmt.Errorf("pgqueue: %s queue %q: %w", verb, q, err)
+	}
+	if changed > 0 {
+		c.cfg.Logger.Info("jobfence: queue "+verb+"d", "queue", q, "by", by)
+	}
+	return nil
+}
+
+// QueueInfo describes one queue for operators.
+type QueueInfo struct {
+	// Name is the queue's name.
+	Name string
+	// Paused reports whether workers are kept from claiming its jobs.
+	Paused bool
+	// PausedAt and PausedBy say when and by whom it was paused; zero when
+	// it runs.
+	PausedAt time.Time
+	PausedBy string
+	// UpdatedAt and UpdatedBy say when and by whom it was last paused or
+	// resumed; zero for a queue that never was.
+	UpdatedAt time.Time
+	UpdatedBy string
+	// Counts holds how many of its jobs are in each state; states without
+	// jobs are absent.
+	Counts map[queue.State]int64
+	// OldestAvailable is when the longest-waiting of its ready jobs
+	// (available, or scheduled or retryable and due) became ready; zero if
+	// none is waiting.
+	OldestAvailable time.Time
+}
+
+// queuesSQL reads every queue that has jobs or a row in jobfence_queues:
+// the counts and the oldest ready job come from one pass over the jobs.
+const queuesSQL = `
+WITH byState AS (
+    SELECT queue, state, count(*) AS n,
+           min(scheduled_at) FILTER (WHERE state IN ('available', 'scheduled', 'retryable') AND scheduled_at <= now()) AS oldest
+    FROM jobfence_jobs
+    GROUP BY queue, state
+), byQueue AS (
+    SELECT queue, array_agg(state) AS states, array_agg(n) AS counts, min(oldest) AS oldest
+    FROM byState
+    GROUP BY queue
+)
+SELECT coalesce(j.queue, q.name), q.paused_at, q.paused_by, q.updated_at, q.updated_by,
+       coalesce(j.states, '{}'), coalesce(j.counts, '{}'), j.oldest
+FROM byQueue j FULL JOIN jobfence_queues q ON q.name = j.queue
+ORDER BY 1`
+
+// Queues lists every queue that has jobs or was ever paused, by name.
+func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
+	rows, err := c.pool.Query(ctx, queuesSQL)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: queues: %w", err)
+	}
+	defer rows.Close()
+	var out []QueueInfo
+	for rows.Next() {
+		var (
+			qi                          QueueInfo
+			pausedAt, updatedAt, oldest *time.Time
+			pausedBy, updatedBy         *string
+			states                      []string
+			counts                      []int64
+		)
+		if err := rows.Scan(&qi.Name, &pausedAt, &pausedBy, &updatedAt, &updatedBy, &states, &counts, &oldest); err != nil {
+			return nil, fmt.Errorf("pgqueue: queues: %w", err)
+		}
+		qi.Paused = pausedAt != nil
+		qi.PausedAt, qi.UpdatedAt, qi.OldestAvailable = deref(pausedAt), deref(updatedAt), deref(oldest)
+		qi.PausedBy, qi.UpdatedBy = deref(pausedBy), deref(updatedBy)
+		qi.Counts = make(map[queue.State]int64, len(states))
+		for i, s := range states {
+			qi.Counts[queue.State(s)] = counts[i]
+		}
+		out = append(out, qi)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgqueue: queues: %w", err)
+	}
+	return out, nil
+}
+
+// deref returns *p, or the zero value for nil: NULL columns become zero
+// fields.
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}
