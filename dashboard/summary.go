@@ -49,9 +49,11 @@ type summary struct {
 
 // summarySQL reads the summary in one statement, one branch per state so
 // that each is served by an index whose predicate that state implies:
-// the claim's index (or whichever partial index covers the waiting states)
-// for available, scheduled and retryable; the lease index for running
-// (only running jobs have a lease); jobfence_jobs_discarded for discarded;
+// jobfence_jobs_available and jobfence_jobs_waiting (migration 00006) for
+// available, scheduled and retryable; jobfence_jobs_running for running,
+// whose predicate (attempted_at IS NOT NULL, which every claim sets) the
+// branch repeats so that the planner can prove it; jobfence_jobs_discarded
+// for discarded;
 // the finalized index, by time, for the recent completions. None reads the
 // completed jobs that make up most of the table. Each row is (queue, what,
 // n, n2, at):
@@ -68,7 +70,7 @@ FROM jobfence_jobs WHERE state = 'available' OR state = 'scheduled' OR state = '
 GROUP BY queue, state
 UNION ALL
 SELECT queue, 'running', count(*), 0, NULL FROM jobfence_jobs
-WHERE state = 'running' AND lease_expires_at IS NOT NULL GROUP BY queue
+WHERE state = 'running' AND attempted_at IS NOT NULL GROUP BY queue
 UNION ALL
 SELECT queue, 'discarded', count(*), 0, NULL FROM jobfence_jobs WHERE state = 'discarded' GROUP BY queue
 UNION ALL

@@ -54,8 +54,9 @@ type Config struct {
 	// come (scheduled, retrying after a backoff, snoozed) ready to claim,
 	// on a backend that needs it (queue.Promoter, such as pgqueue). Any
 	// instance may; none leads. A job with a time of its own so starts up
-	// to about PromoteInterval after that time; one enqueued to run now,
-	// and one put back or retried without a delay, is ready at once.
+	// to about PromoteInterval after that time (a retry too, even with no
+	// backoff); one enqueued to run now, and one put back without a delay,
+	// is ready at once.
 	// Promotion runs even with DisableMaintenance: without it such jobs
 	// would never run. Default: 1s.
 	PromoteInterval time.Duration

@@ -22,9 +22,11 @@ RETURNING j.id, j.fence`
 
 // finishSQL applies any mix of outcomes (1 complete, 2 retry, 3 discard,
 // 4 snooze, 5 cancel), each only under its fence. A retry out of attempts
-// becomes a discard; a snooze gives its attempt back. A retry or snooze
-// without a delay (a put-back) is available at once; one with a delay
-// waits as retryable or scheduled until Promote makes it available.
+// becomes a discard; a snooze gives its attempt back. A retry waits as
+// retryable, and a snooze with a delay as scheduled, until Promote makes
+// it available (a failed job stays recognisable as one meanwhile); a
+// snooze without a delay (a put-back: a stopping worker, an unknown
+// kind's first time) is available at once.
 const finishSQL = `
 WITH f AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::smallint[], $4::bigint[], $5::jsonb[])
@@ -33,7 +35,7 @@ WITH f AS (
     SELECT j.id, f.delay, f.err, f.outcome,
         CASE f.outcome
             WHEN 1 THEN 'completed'
-            WHEN 2 THEN CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' WHEN f.delay > 0 THEN 'retryable' ELSE 'available' END
+            WHEN 2 THEN CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END
             WHEN 3 THEN 'discarded'
             WHEN 4 THEN CASE WHEN f.delay > 0 THEN 'scheduled' ELSE 'available' END
             WHEN 5 THEN 'cancelled'

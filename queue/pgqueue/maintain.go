@@ -29,15 +29,15 @@ ORDER BY j.lease_expires_at
 LIMIT $1
 FOR UPDATE SKIP LOCKED`
 
-// rescueSQL makes the locked jobs retryable after their delay (available
-// at once without one), or discards those out of attempts. A job claimed
-// before the server last started gives its attempt back: the restart, not
-// the job, ended it. The expired owner's fence stays on the row, but the
+// rescueSQL makes the locked jobs retryable after their delay, or discards
+// those out of attempts. A job claimed before the server last started
+// gives its attempt back and is available at once: the restart, not the
+// job, ended it. The expired owner's fence stays on the row, but the
 // state is no longer 'running', so its late outcomes are stale.
 const rescueSQL = `
 UPDATE jobfence_jobs j
 SET state = CASE WHEN NOT r.restarted AND j.attempt >= j.max_attempts THEN 'discarded'
-                 WHEN r.delay > 0 THEN 'retryable' ELSE 'available' END,
+                 WHEN r.restarted THEN 'available' ELSE 'retryable' END,
     attempt = CASE WHEN r.restarted THEN j.attempt - 1 ELSE j.attempt END,
     scheduled_at = now() + r.delay * interval '1 microsecond',
     errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error',

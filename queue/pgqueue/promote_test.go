@@ -194,9 +194,10 @@ func TestSnoozeAndPutBackComeBack(t *testing.T) {
 	}
 }
 
-// TestRescueWithoutBackoffIsAvailable: a rescued job whose retry policy
-// says no wait is available at once; with a wait it is retryable.
-func TestRescueWithoutBackoffIsAvailable(t *testing.T) {
+// TestRescuedJobWaitsForItsTime: a rescued job is retryable, not
+// claimable, until its backoff has passed and a promoter has made it
+// available; with no backoff, the next promotion does.
+func TestRescuedJobWaitsForItsTime(t *testing.T) {
 	c, _ := newClient(t)
 	ctx := context.Background()
 	for range 2 {
@@ -215,11 +216,19 @@ func TestRescueWithoutBackoffIsAvailable(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("rescue = %d, %v; want 2", n, err)
 	}
-	if st, _ := stateAndAttempt(t, c, jobs[0].ID); st != queue.StateAvailable {
-		t.Fatalf("rescued job without backoff is %s, want available", st)
+	for _, j := range jobs {
+		if st, _ := stateAndAttempt(t, c, j.ID); st != queue.StateRetryable {
+			t.Fatalf("rescued job %d is %s, want retryable", j.ID, st)
+		}
 	}
-	if st, _ := stateAndAttempt(t, c, jobs[1].ID); st != queue.StateRetryable {
-		t.Fatalf("rescued job with backoff is %s, want retryable", st)
+	if got := claim(t, c, "r", 2, time.Minute); len(got) != 0 {
+		t.Fatalf("claimed %d rescued jobs before promotion", len(got))
+	}
+	if p, err := c.Promote(ctx, 10); err != nil || p["r"] != 1 {
+		t.Fatalf("Promote = %v, %v; want the job without backoff", p, err)
+	}
+	if got := claim(t, c, "r", 2, time.Minute); len(got) != 1 || got[0].ID != jobs[0].ID || got[0].Attempt != 2 {
+		t.Fatalf("claimed %v after promotion, want job %d on attempt 2", got, jobs[0].ID)
 	}
 }
 
