@@ -186,7 +186,7 @@ func TestClaimIndexMigrationOnABigTable(t *testing.T) {
 	if got := fillfactor(); got != "fillfactor=70" {
 		t.Errorf("after up: the table's options are %q, want fillfactor=70", got)
 	}
-	if err := migrations.Down(ctx, db.URL); err != nil {
+	if _, err := p.DownTo(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
 	want("down", oldIndexes, "jobfence_jobs_available", "jobfence_jobs_waiting", "jobfence_jobs_running")

@@ -68,7 +68,7 @@ func TestBenchFleetThroughPgBouncer(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	m := regexp.MustCompile(`2 instances via PgBouncer \(transaction mode, pool size 3\): (\d+) jobs .* = (\d+) jobs/s; server connections max (\d+); .*stale 0, errors 0`).FindStringSubmatch(out.String())
+	m := regexp.MustCompile(`2 instances via PgBouncer \(transaction mode, pool size 3\): (\d+) jobs in [0-9.]+s = (\d+) jobs/s .*stale 0, errors 0(?s:.*)server connections max (\d+);`).FindStringSubmatch(out.String())
 	if m == nil {
 		t.Fatal("no fleet line with stale 0, errors 0")
 	}
