@@ -233,6 +233,9 @@ func (bf benchFlags) validate(cfg benchConfig) error {
 	if bf.runs < 1 {
 		return fmt.Errorf("--runs %d: want at least 1", bf.runs)
 	}
+	if (bf.mode == "claim" || bf.mode == "heartbeat") && bf.set["runs"] {
+		return fmt.Errorf("--runs repeats burn-down, continuous and latency runs; --mode %s runs once (claim mode takes the median of --claims claims): run it again for another table", bf.mode)
+	}
 	if bf.dbURL != "" && bf.unsafeFast {
 		return errors.New("--unsafe-fast turns durability off on the bench's throwaway PostgreSQL; with --database-url or $DATABASE_URL your server's settings apply: leave it out")
 	}

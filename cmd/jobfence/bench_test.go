@@ -39,6 +39,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"bench", "--mode", "burndown", "--rate", "100"}, "--rate and --producers are for --mode latency, not --mode burndown"},
 		{[]string{"bench", "--mode", "claim", "--rows", "10", "--future", "20"}, "--future 20 + --ready 5 + --due 0 is more than --rows 10"},
 		{[]string{"bench", "--mode", "claim", "--claims", "0"}, "--claims 0: want at least 1"},
+		{[]string{"bench", "--mode", "heartbeat", "--runs", "3"}, "--mode heartbeat runs once"},
 		{[]string{"bench", "--mode", "continuous", "--future", "10"}, "--future is for --mode claim, not --mode continuous"},
 		{[]string{"bench", "--mode", "heartbeat", "--fillfactor", "5"}, "--fillfactor 5: want 10 to 100"},
 		{[]string{"bench", "--mode", "latency", "--rate", "1", "--lease-index"}, "--lease-index is for --mode heartbeat, not --mode latency"},
