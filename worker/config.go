@@ -32,8 +32,15 @@ type Config struct {
 	// FetchLimit caps how many jobs one claim takes; a claim never takes
 	// more than the free slots. Default: 1000.
 	FetchLimit int
-	// Fetchers is how many claim loops each queue runs side by side, so one
-	// claim's round trip overlaps another's. Default: 2.
+	// Fetchers is how many claim loops each queue runs side by side. The
+	// first claims whenever a quarter of a batch of slots is free; the
+	// others claim only while claims come back with FetchLimit jobs, so
+	// that one claim's round trip overlaps another's when more jobs are
+	// ready than one claim takes and slots free faster than one loop
+	// refills them. Otherwise (a fleet of instances, each claiming the
+	// few slots that freed since its last claim) they stay idle, since
+	// each claim in flight makes the others skip the rows it has locked.
+	// Default: 2.
 	Fetchers int
 	// Completers is how many outcome batches may be in flight at once.
 	// Default: 2.

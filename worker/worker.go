@@ -224,33 +224,24 @@ func (w *Worker) Start(ctx context.Context) error {
 			}
 			wake = ch
 		}
+		f := newQueueFetch(q, n, gates[q], wake, w.pokes[q])
 		// Long-lived runners, one per slot, keep their grown stacks (see
 		// runnerStackReserve): a goroutine per job would grow a fresh
 		// stack for every job.
-		slots := make(chan struct{}, n)
-		freed := make(chan struct{}, 1)
-		jobs := make(chan claimed, n)
-		release := func() {
-			<-slots
-			select {
-			case freed <- struct{}{}:
-			default:
-			}
-		}
 		for range n {
 			w.jobsWG.Add(1)
-			go w.runner(jobs, release)
+			go w.runner(f.out, f.release)
 		}
 		var loops sync.WaitGroup
-		for range min(w.cfg.Fetchers, n) {
+		for i := range min(w.cfg.Fetchers, n) {
 			loops.Add(1)
 			w.fetchWG.Add(1)
 			go func() {
 				defer loops.Done()
-				w.fetchLoop(fetchCtx, q, gates[q], slots, freed, jobs, wake, w.pokes[q])
+				w.fetchLoop(fetchCtx, f, i > 0)
 			}()
 		}
-		go func() { loops.Wait(); close(jobs) }()
+		go func() { loops.Wait(); close(f.out) }()
 	}
 	w.log.Info("jobfence: worker started", "queues", w.cfg.Queues, "kinds", w.reg.Kinds())
 	return nil
@@ -310,135 +301,6 @@ func (w *Worker) Stop(ctx context.Context) error {
 	return stopErr
 }
 
-// fetchLoop claims jobs of queue q while slots has room and paused lets
-// it; the queue's fetch loops share slots (its concurrency) and freed (a
-// job ended). wake is the backend's wake-up, poke this worker's promoter's.
-func (w *Worker) fetchLoop(ctx context.Context, q string, paused *gate, slots, freed chan struct{}, out chan<- claimed, wake, poke <-chan struct{}) {
-	defer w.fetchWG.Done()
-	n := cap(slots)
-	// Claiming a handful of jobs at a time wastes round trips when many
-	// slots turn over: wait until a useful batch of slots is free.
-	threshold := max(1, min(n, w.cfg.FetchLimit)/4)
-	backoff := 50 * time.Millisecond
-	// force claims whatever is free after a wake-up or a poll interval,
-	// so slots below the threshold do not idle while jobs are ready.
-	force := false
-	// The poll adapts to load: a queue whose last claim found jobs is
-	// polled again after minPoll, and each empty claim doubles the wait up
-	// to PollInterval. Without wake-ups (pgqueue.Config.PollOnly, behind
-	// PgBouncer) jobs of a busy queue then wait about minPoll, while an
-	// idle fleet sends a claim per PollInterval per loop.
-	minPoll := min(w.cfg.PollInterval, max(w.cfg.PollInterval/16, 10*time.Millisecond))
-	wait := w.cfg.PollInterval
-	// One timer for every wait: a wait begins each time a job ends while
-	// the slots are full, thousands of times a second.
-	poll := time.NewTimer(wait)
-	defer poll.Stop()
-	for {
-		if resumed := paused.wait(); resumed != nil {
-			select {
-			case <-ctx.Done():
-				return
-			case <-resumed:
-				force = true
-			}
-			continue
-		}
-		free := n - len(slots)
-		if free == 0 || (free < threshold && !force) {
-			poll.Reset(wait)
-			select {
-			case <-ctx.Done():
-				return
-			case <-freed:
-			case <-wake:
-				force = true
-			case <-poke:
-				force = true
-			case <-poll.C:
-				force = true
-			}
-			continue
-		}
-		force = false
-		limit := min(free, w.cfg.FetchLimit)
-		// Reserve the slots before claiming so side-by-side loops never
-		// claim more than the queue's concurrency.
-		reserved := 0
-		for reserved < limit {
-			select {
-			case slots <- struct{}{}:
-				reserved++
-				continue
-			default:
-			}
-			break
-		}
-		if reserved == 0 {
-			continue
-		}
-		limit = reserved
-		// The claim is not cut off by Stop: a claim whose rows were taken
-		// but whose reply was dropped would leave them to the rescuer.
-		// Jobs it returns go to the runners, which drain before Stop ends.
-		claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease)
-		claimStart := time.Now()
-		jobs, err := w.backend.Claim(claimCtx, queue.ClaimParams{Queue: q, Limit: limit, Lease: w.cfg.Lease, WorkerID: w.cfg.ID})
-		cancelClaim()
-		if w.cfg.Hooks.Claim != nil {
-			w.cfg.Hooks.Claim(ctx, ClaimInfo{Queue: q, Jobs: len(jobs), Duration: time.Since(claimStart), Err: err})
-		}
-		if unused := limit - len(jobs); unused > 0 {
-			for range unused {
-				<-slots
-			}
-			// A sibling loop may be waiting for free slots.
-			select {
-			case freed <- struct{}{}:
-			default:
-			}
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			w.stats.fetchErrors.Add(1)
-			w.log.Error("jobfence: cannot claim jobs; retrying", "queue", q, "err", err, "retry_in", backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(backoff*2, 5*time.Second)
-			continue
-		}
-		backoff = 50 * time.Millisecond
-		if len(jobs) > 0 {
-			wait = minPoll
-		} else {
-			wait = min(2*wait, w.cfg.PollInterval)
-		}
-		w.stats.claimed.Add(int64(len(jobs)))
-		// The lease as this worker's clock sees it: claimed no earlier
-		// than claimStart, so it holds at least until claimStart+Lease.
-		until := claimStart.Add(w.cfg.Lease)
-		for _, j := range jobs {
-			out <- claimed{job: j, until: until} // never blocks: a slot is reserved for each job
-		}
-		if len(jobs) == limit {
-			continue
-		}
-		poll.Reset(wait)
-		select {
-		case <-ctx.Done():
-			return
-		case <-wake:
-		case <-poke:
-		case <-poll.C:
-		}
-	}
-}
-
 // claimed is a claimed job on its way to a runner.
 type claimed struct {
 	job *queue.Job
@@ -456,7 +318,7 @@ type pending struct {
 	outcome queue.Outcome
 }
 
-// runner executes jobs until jobs is closed.
+// runner executes jobs until jobs is closed, calling release after each.
 func (w *Worker) runner(jobs <-chan claimed, release func()) {
 	defer w.jobsWG.Done()
 	var reserve [runnerStackReserve]byte

@@ -425,6 +425,11 @@ func keepBacklog(ctx context.Context, c *pgqueue.Client, cfg benchConfig, insert
 		}
 		n, err := c.EnqueueMany(ctx, ps)
 		if err != nil {
+			// The run's end cuts an insert off: pgx then reports the
+			// closed connection, not the context.
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			return err
 		}
 		inserted.Add(n)

@@ -1,0 +1,208 @@
+package worker
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/jobfence/jobfence/queue"
+)
+
+// queueFetch is what the fetch loops and runners of one queue share.
+type queueFetch struct {
+	name   string
+	paused *gate
+	// slots holds a token for each of the queue's jobs claimed and not
+	// yet ended: its capacity is the queue's concurrency.
+	slots chan struct{}
+	// freed tells the lead loop, and helped the helper loops, that slots
+	// came free (a job ended, or a claim found fewer jobs than it
+	// reserved slots for). Each side has a channel of its own, so that
+	// one never takes the signal the other waits for.
+	freed, helped chan struct{}
+	// full is set while the queue's last claim came back with FetchLimit
+	// jobs: ready jobs outnumber what one claim takes, and the helpers
+	// claim too.
+	full atomic.Bool
+	// out takes claimed jobs to the runners.
+	out chan claimed
+	// wake is the backend's wake-up, poke this worker's promoter's.
+	wake, poke <-chan struct{}
+}
+
+func newQueueFetch(name string, concurrency int, paused *gate, wake, poke <-chan struct{}) *queueFetch {
+	return &queueFetch{
+		name: name, paused: paused,
+		slots: make(chan struct{}, concurrency),
+		freed: make(chan struct{}, 1), helped: make(chan struct{}, 1),
+		out:  make(chan claimed, concurrency),
+		wake: wake, poke: poke,
+	}
+}
+
+// release frees one slot, when a runner is done with a job.
+func (f *queueFetch) release() {
+	<-f.slots
+	f.signal()
+}
+
+// signal tells the waiting loops that slots came free.
+func (f *queueFetch) signal() {
+	select {
+	case f.freed <- struct{}{}:
+	default:
+	}
+	select {
+	case f.helped <- struct{}{}:
+	default:
+	}
+}
+
+// fetchLoop claims jobs of queue f while its slots have room and its
+// pause gate lets it.
+//
+// The first loop of a queue (the lead) claims whenever a useful batch of
+// slots is free, and polls. The others (helpers, Config.Fetchers beyond
+// the first) claim only while the queue's claims come back with
+// FetchLimit jobs, so that a worker with more free slots than one claim
+// fills overlaps its round trips. In a fleet, where each instance's claims
+// take no more than the few slots that freed since its last one, they
+// stay idle: every claim in flight makes every other claim of the queue
+// skip the rows it has locked, and on a fleet of 20 instances through
+// PgBouncer a second loop per instance cost more server time per job
+// than it saved round trips.
+func (w *Worker) fetchLoop(ctx context.Context, f *queueFetch, helper bool) {
+	defer w.fetchWG.Done()
+	n := cap(f.slots)
+	// Claiming a handful of jobs at a time wastes round trips when many
+	// slots turn over: wait until a useful batch of slots is free.
+	threshold := max(1, min(n, w.cfg.FetchLimit)/4)
+	backoff := 50 * time.Millisecond
+	// force claims whatever is free after a wake-up or a poll interval,
+	// so slots below the threshold do not idle while jobs are ready.
+	force := false
+	// The poll adapts to load: a queue whose last claim found jobs is
+	// polled again after minPoll, and each empty claim doubles the wait up
+	// to PollInterval. Without wake-ups (pgqueue.Config.PollOnly, behind
+	// PgBouncer) jobs of a busy queue then wait about minPoll, while an
+	// idle fleet sends a claim per PollInterval per loop.
+	minPoll := min(w.cfg.PollInterval, max(w.cfg.PollInterval/16, 10*time.Millisecond))
+	wait := w.cfg.PollInterval
+	// One timer for every wait: a wait begins each time a job ends while
+	// the slots are full, thousands of times a second.
+	poll := time.NewTimer(wait)
+	defer poll.Stop()
+	for {
+		// A loop that keeps finding free slots and ready jobs never waits:
+		// Stop must still end it.
+		if ctx.Err() != nil {
+			return
+		}
+		if resumed := f.paused.wait(); resumed != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-resumed:
+				force = true
+			}
+			continue
+		}
+		free := n - len(f.slots)
+		switch {
+		case helper && (free < threshold || !f.full.Load()):
+			select {
+			case <-ctx.Done():
+				return
+			case <-f.helped:
+			}
+			continue
+		case !helper && (free == 0 || (free < threshold && !force)):
+			poll.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-f.freed:
+			case <-f.wake:
+				force = true
+			case <-f.poke:
+				force = true
+			case <-poll.C:
+				force = true
+			}
+			continue
+		}
+		force = false
+		limit := min(free, w.cfg.FetchLimit)
+		// Reserve the slots before claiming so side-by-side loops never
+		// claim more than the queue's concurrency.
+		reserved := 0
+		for reserved < limit {
+			select {
+			case f.slots <- struct{}{}:
+				reserved++
+				continue
+			default:
+			}
+			break
+		}
+		if reserved == 0 {
+			continue
+		}
+		limit = reserved
+		// The claim is not cut off by Stop: a claim whose rows were taken
+		// but whose reply was dropped would leave them to the rescuer.
+		// Jobs it returns go to the runners, which drain before Stop ends.
+		claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease)
+		claimStart := time.Now()
+		jobs, err := w.backend.Claim(claimCtx, queue.ClaimParams{Queue: f.name, Limit: limit, Lease: w.cfg.Lease, WorkerID: w.cfg.ID})
+		cancelClaim()
+		if w.cfg.Hooks.Claim != nil {
+			w.cfg.Hooks.Claim(ctx, ClaimInfo{Queue: f.name, Jobs: len(jobs), Duration: time.Since(claimStart), Err: err})
+		}
+		f.full.Store(len(jobs) == w.cfg.FetchLimit)
+		if unused := limit - len(jobs); unused > 0 {
+			for range unused {
+				<-f.slots
+			}
+			f.signal()
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.stats.fetchErrors.Add(1)
+			w.log.Error("jobfence: cannot claim jobs; retrying", "queue", f.name, "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		if len(jobs) > 0 {
+			wait = minPoll
+		} else {
+			wait = min(2*wait, w.cfg.PollInterval)
+		}
+		w.stats.claimed.Add(int64(len(jobs)))
+		// The lease as this worker's clock sees it: claimed no earlier
+		// than claimStart, so it holds at least until claimStart+Lease.
+		until := claimStart.Add(w.cfg.Lease)
+		for _, j := range jobs {
+			f.out <- claimed{job: j, until: until} // never blocks: a slot is reserved for each job
+		}
+		if len(jobs) == limit || helper {
+			continue
+		}
+		poll.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.wake:
+		case <-f.poke:
+		case <-poll.C:
+		}
+	}
+}

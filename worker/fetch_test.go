@@ -1,0 +1,179 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+	"github.com/jobfence/jobfence/worker"
+)
+
+// waitingClaimsSQL counts app's claims that wait for a lock: a claim that
+// found jobs waits, with their rows locked, for the fence it draws while a
+// test holds the fence sequence.
+const waitingClaimsSQL = `SELECT count(*) FROM pg_stat_activity
+WHERE application_name = $1 AND wait_event_type = 'Lock' AND query LIKE '%nextval(''jobfence_fence_seq'')%'`
+
+// fetchRig is a worker of two fetch loops whose handlers block until
+// released, and a way to hold every claim that found jobs in flight.
+type fetchRig struct {
+	t      *testing.T
+	db     *pgtest.DB
+	client *pgqueue.Client
+	app    string
+	mu     sync.Mutex
+	gates  map[int]chan struct{}
+	// done, once the test ends, lets every handler through.
+	done bool
+	// holdTx, while open, holds the fence sequence.
+	holdTx pgx.Tx
+}
+
+func newFetchRig(t *testing.T, fetchLimit, concurrency int) *fetchRig {
+	db := pgtest.New(t)
+	app := strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+	r := &fetchRig{t: t, db: db, app: app, gates: map[int]chan struct{}{}}
+	r.client = pgqueue.New(pgtest.AppPool(t, db, app, 8), pgqueue.Config{PollOnly: true})
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[effectArgs]) error {
+		<-r.gate(job.Args.N)
+		return nil
+	})
+	startWorker(t, r.client, reg, worker.Config{
+		Queues: map[string]int{"default": concurrency}, FetchLimit: fetchLimit, Fetchers: 2,
+		PollInterval: 20 * time.Millisecond, DisableMaintenance: true,
+	})
+	// Registered after startWorker's, so it runs first: Stop waits for
+	// the claims and the handlers.
+	t.Cleanup(func() {
+		r.release()
+		r.mu.Lock()
+		r.done = true
+		for _, g := range r.gates {
+			select {
+			case <-g:
+			default:
+				close(g)
+			}
+		}
+		r.mu.Unlock()
+	})
+	return r
+}
+
+// gate is the channel the handlers of wave n wait on.
+func (r *fetchRig) gate(n int) chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g := r.gates[n]
+	if g == nil {
+		g = make(chan struct{})
+		if r.done {
+			close(g)
+		}
+		r.gates[n] = g
+	}
+	return g
+}
+
+// enqueue adds n jobs of wave.
+func (r *fetchRig) enqueue(wave, n int) {
+	r.t.Helper()
+	ps := make([]queue.EnqueueParams, n)
+	for i := range ps {
+		ps[i] = queue.EnqueueParams{Kind: "effect", Args: []byte(fmt.Sprintf(`{"n":%d}`, wave))}
+	}
+	if _, err := r.client.EnqueueMany(context.Background(), ps); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// running waits until n jobs run.
+func (r *fetchRig) running(n int) {
+	r.t.Helper()
+	waitFor(r.t, 10*time.Second, "running jobs", func() bool {
+		var got int
+		err := r.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM jobfence_jobs WHERE state = 'running'").Scan(&got)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		return got == n
+	})
+}
+
+// hold makes every claim that finds jobs wait, holding their rows, until
+// release.
+func (r *fetchRig) hold() {
+	r.t.Helper()
+	tx, err := r.db.Pool.Begin(context.Background())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if _, err := tx.Exec(context.Background(), "ALTER SEQUENCE jobfence_fence_seq INCREMENT BY 1"); err != nil {
+		r.t.Fatal(err)
+	}
+	r.holdTx = tx
+}
+
+func (r *fetchRig) release() {
+	if r.holdTx != nil {
+		r.holdTx.Rollback(context.Background())
+		r.holdTx = nil
+	}
+}
+
+func (r *fetchRig) waitingClaims() int {
+	r.t.Helper()
+	var n int
+	if err := r.db.Pool.QueryRow(context.Background(), waitingClaimsSQL, r.app).Scan(&n); err != nil {
+		r.t.Fatal(err)
+	}
+	return n
+}
+
+// TestHelperFetcherIdleWhileClaimsAreNotFull is a fleet instance's regime:
+// its claims take the few slots that freed since the last one, far below
+// FetchLimit. Slots free up while the lead loop's claim is in flight, and
+// jobs are ready, but the second loop must not claim beside it: in a
+// fleet every concurrent claim makes the others skip its locked rows.
+func TestHelperFetcherIdleWhileClaimsAreNotFull(t *testing.T) {
+	r := newFetchRig(t, 1000, 100)
+	r.enqueue(1, 40)
+	r.running(40)
+	r.hold()
+	r.enqueue(2, 100)
+	// The lead claims the 60 free slots' worth and waits for its fence.
+	waitFor(t, 10*time.Second, "the lead loop's claim to wait", func() bool { return r.waitingClaims() == 1 })
+	// Wave 1 ends: 40 slots free while 40 jobs are still ready.
+	close(r.gate(1))
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if n := r.waitingClaims(); n != 1 {
+			t.Fatalf("%d claims in flight at once, want 1: the second loop claimed although no claim came back with FetchLimit jobs", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestHelperFetcherOverlapsFullClaims is a worker that one loop cannot
+// keep busy: claims come back with FetchLimit jobs, so the second loop
+// claims while the first one's claim is in flight.
+func TestHelperFetcherOverlapsFullClaims(t *testing.T) {
+	r := newFetchRig(t, 10, 100)
+	r.enqueue(1, 200)
+	r.running(100)
+	r.hold()
+	// 20 slots free; each loop claims FetchLimit (10) jobs and waits for
+	// its fence.
+	close(r.gate(1))
+	waitFor(t, 10*time.Second, "both loops' claims to wait", func() bool { return r.waitingClaims() == 2 })
+	r.release()
+}
