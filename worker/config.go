@@ -34,13 +34,12 @@ type Config struct {
 	FetchLimit int
 	// Fetchers is how many claim loops each queue runs side by side. The
 	// first claims whenever a quarter of a batch of slots is free; the
-	// others claim only while claims come back with FetchLimit jobs, so
-	// that one claim's round trip overlaps another's when more jobs are
-	// ready than one claim takes and slots free faster than one loop
-	// refills them. Otherwise (a fleet of instances, each claiming the
-	// few slots that freed since its last claim) they stay idle, since
-	// each claim in flight makes the others skip the rows it has locked.
-	// Default: 2.
+	// others claim beside it only while its claims are quick (under
+	// 100 µs a job), overlapping round trips for a worker that one loop
+	// cannot keep busy. Claims that many workers run at once (a fleet
+	// of instances) are slower, since each skips the rows the others
+	// hold locked, and there one claim in flight per instance is
+	// cheaper for all. Default: 2.
 	Fetchers int
 	// Completers is how many outcome batches may be in flight at once.
 	// Default: 2.

@@ -20,10 +20,9 @@ type queueFetch struct {
 	// reserved slots for). Each side has a channel of its own, so that
 	// one never takes the signal the other waits for.
 	freed, helped chan struct{}
-	// full is set while the queue's last claim came back with FetchLimit
-	// jobs: ready jobs outnumber what one claim takes, and the helpers
-	// claim too.
-	full atomic.Bool
+	// fast is set while the lead loop's last claim found a useful batch
+	// of jobs in less than helperMaxPerJob a job: the helpers claim too.
+	fast atomic.Bool
 	// out takes claimed jobs to the runners.
 	out chan claimed
 	// wake is the backend's wake-up, poke this worker's promoter's.
@@ -58,19 +57,25 @@ func (f *queueFetch) signal() {
 	}
 }
 
+// helperMaxPerJob is the claim time per job under which a queue's helper
+// loops claim beside its lead. A claim's time per job grows with the
+// claims beside it, each skipping the rows the others hold locked: here
+// (2 cores, PostgreSQL on the same machine) one worker's claims of 600 to
+// 1,000 jobs took 25-70 µs a job, those of a fleet of 20 instances
+// through PgBouncer 230-500 µs.
+const helperMaxPerJob = 100 * time.Microsecond
+
 // fetchLoop claims jobs of queue f while its slots have room and its
 // pause gate lets it.
 //
 // The first loop of a queue (the lead) claims whenever a useful batch of
 // slots is free, and polls. The others (helpers, Config.Fetchers beyond
-// the first) claim only while the queue's claims come back with
-// FetchLimit jobs, so that a worker with more free slots than one claim
-// fills overlaps its round trips. In a fleet, where each instance's claims
-// take no more than the few slots that freed since its last one, they
-// stay idle: every claim in flight makes every other claim of the queue
-// skip the rows it has locked, and on a fleet of 20 instances through
-// PgBouncer a second loop per instance cost more server time per job
-// than it saved round trips.
+// the first) claim beside it only while its claims find a useful batch
+// quickly (helperMaxPerJob): then a worker that one loop cannot keep busy
+// overlaps round trips. When claims are slow because many run at once, as
+// in a fleet of instances, one claim more per instance would make every
+// claim skip more locked rows; the helpers wait, and claims stay one per
+// instance and queue.
 func (w *Worker) fetchLoop(ctx context.Context, f *queueFetch, helper bool) {
 	defer w.fetchWG.Done()
 	n := cap(f.slots)
@@ -109,7 +114,7 @@ func (w *Worker) fetchLoop(ctx context.Context, f *queueFetch, helper bool) {
 		}
 		free := n - len(f.slots)
 		switch {
-		case helper && (free < threshold || !f.full.Load()):
+		case helper && (free < threshold || !f.fast.Load()):
 			select {
 			case <-ctx.Done():
 				return
@@ -159,7 +164,10 @@ func (w *Worker) fetchLoop(ctx context.Context, f *queueFetch, helper bool) {
 		if w.cfg.Hooks.Claim != nil {
 			w.cfg.Hooks.Claim(ctx, ClaimInfo{Queue: f.name, Jobs: len(jobs), Duration: time.Since(claimStart), Err: err})
 		}
-		f.full.Store(len(jobs) == w.cfg.FetchLimit)
+		if !helper {
+			took := time.Since(claimStart)
+			f.fast.Store(len(jobs) >= threshold && took < time.Duration(len(jobs))*helperMaxPerJob)
+		}
 		if unused := limit - len(jobs); unused > 0 {
 			for range unused {
 				<-f.slots

@@ -139,14 +139,18 @@ func (r *fetchRig) waitingClaims() int {
 	return n
 }
 
-// TestHelperFetcherIdleWhileClaimsAreNotFull is a fleet instance's regime:
-// its claims take the few slots that freed since the last one, far below
-// FetchLimit. Slots free up while the lead loop's claim is in flight, and
-// jobs are ready, but the second loop must not claim beside it: in a
-// fleet every concurrent claim makes the others skip its locked rows.
-func TestHelperFetcherIdleWhileClaimsAreNotFull(t *testing.T) {
+// TestHelperFetcherIdleWhileClaimsAreSlow is a fleet instance's regime:
+// claims are slow (here the first waits for its fence), because many run
+// at once. Slots free up while the lead loop's next claim is in flight,
+// and jobs are ready, but the second loop must not claim beside it: every
+// concurrent claim makes the others skip its locked rows.
+func TestHelperFetcherIdleWhileClaimsAreSlow(t *testing.T) {
 	r := newFetchRig(t, 1000, 100)
+	r.hold()
 	r.enqueue(1, 40)
+	waitFor(t, 10*time.Second, "the first claim to wait", func() bool { return r.waitingClaims() == 1 })
+	time.Sleep(100 * time.Millisecond)
+	r.release()
 	r.running(40)
 	r.hold()
 	r.enqueue(2, 100)
@@ -157,23 +161,22 @@ func TestHelperFetcherIdleWhileClaimsAreNotFull(t *testing.T) {
 	deadline := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {
 		if n := r.waitingClaims(); n != 1 {
-			t.Fatalf("%d claims in flight at once, want 1: the second loop claimed although no claim came back with FetchLimit jobs", n)
+			t.Fatalf("%d claims in flight at once, want 1: the second loop claimed although the last claim was slow", n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// TestHelperFetcherOverlapsFullClaims is a worker that one loop cannot
-// keep busy: claims come back with FetchLimit jobs, so the second loop
-// claims while the first one's claim is in flight.
-func TestHelperFetcherOverlapsFullClaims(t *testing.T) {
-	r := newFetchRig(t, 10, 100)
-	r.enqueue(1, 200)
-	r.running(100)
+// TestHelperFetcherOverlapsQuickClaims is a worker that one loop cannot
+// keep busy: claims of FetchLimit jobs come back quickly, so the second
+// loop claims while the first one's claim is in flight.
+func TestHelperFetcherOverlapsQuickClaims(t *testing.T) {
+	r := newFetchRig(t, 1000, 2000)
+	r.enqueue(1, 4000)
+	r.running(2000)
 	r.hold()
-	// 20 slots free; each loop claims FetchLimit (10) jobs and waits for
-	// its fence.
+	// 2,000 slots free; each loop claims FetchLimit (1,000) jobs and
+	// waits for its fence.
 	close(r.gate(1))
 	waitFor(t, 10*time.Second, "both loops' claims to wait", func() bool { return r.waitingClaims() == 2 })
-	r.release()
 }
