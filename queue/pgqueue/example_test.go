@@ -44,7 +44,7 @@ func ExampleClient_PauseQueue() {
 		log.Fatal(err)
 	}
 	for _, q := range qs {
-		fmt.Printf("%s: paused %t by %s, %d available\n", q.Name, q.Paused, q.PausedBy, q.Counts[queue.StateAvailable])
+		fmt.Printf("%s: paused %t by %s, %s available\n", q.Name, q.Paused, q.PausedBy, q.Counts[queue.StateAvailable])
 	}
 
 	if err := jobs.ResumeQueue(ctx, "mail", "ada@ops"); err != nil {
