@@ -308,8 +308,8 @@ func assembleQueues(rows []queueRow, limit, sample int64) []QueueInfo {
 			older(q, r.at)
 		case "completed":
 			q.Counts[queue.StateCompleted] = Count{N: min(r.n, sample), AtLeast: full["finished"]}
-			q.Completed5m = Count{N: r.n5m, AtLeast: full["finished"] && !finished5m}
-			q.Completed1h = Count{N: r.n1h, AtLeast: full["finished"] && !finished1h}
+			q.Completed5m = Count{N: min(r.n5m, sample), AtLeast: full["finished"] && !finished5m}
+			q.Completed1h = Count{N: min(r.n1h, sample), AtLeast: full["finished"] && !finished1h}
 		default:
 			if st, ok := strings.CutPrefix(r.what, "w:"); ok {
 				q.Counts[queue.State(st)] = Count{N: min(r.n, limit), AtLeast: fullWaiting[r.queue]}

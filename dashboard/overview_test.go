@@ -1,0 +1,90 @@
+package dashboard_test
+
+import (
+	"html"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/jobfence/jobfence/dashboard"
+	"github.com/jobfence/jobfence/queue"
+)
+
+// TestOverviewCountCap: with the count cap at 3 (so 15 over all queues),
+// a few jobs show what a million would: a queue's discarded jobs beyond
+// the cap read "3+", completions beyond the sample read "15+", and a
+// queue the sample did not reach reads "?", each with a title saying
+// why; counts under the cap are exact, and the note states the caps. The
+// queues page shows the same counts.
+func TestOverviewCountCap(t *testing.T) {
+	d := newDash(t, dashboard.WithCountCap(dashboard.Options{}, 3))
+	for range 5 {
+		d.enqueue(queue.EnqueueParams{Kind: "report", Queue: "broken"})
+	}
+	for _, j := range d.claim("broken", 5) {
+		d.finish(j, queue.OutcomeDiscard, &queue.AttemptError{Attempt: 1, At: time.Now(), Error: "no printer"})
+	}
+	for range 2 {
+		d.enqueue(queue.EnqueueParams{Kind: "mail", Queue: "small"})
+	}
+	for range 16 {
+		d.enqueue(queue.EnqueueParams{Kind: "hook", Queue: "busy"})
+	}
+	for _, j := range d.claim("busy", 16) {
+		d.finish(j, queue.OutcomeComplete, nil)
+	}
+
+	// html/template writes "+" as "&#43;"; a browser shows "+".
+	body := html.UnescapeString(d.getOK("/"))
+	cells := func(body, q string) []string {
+		t.Helper()
+		row := regexp.MustCompile(`(?s)<tr data-queue="` + q + `">.*?</tr>`).FindString(body)
+		if row == "" {
+			t.Fatalf("no row for queue %s:\n%s", q, body)
+		}
+		var out []string
+		for _, m := range regexp.MustCompile(`(?s)<td class="num[^"]*">(.*?)</td>`).FindAllStringSubmatch(row, -1) {
+			out = append(out, regexp.MustCompile(`<[^>]*>`).ReplaceAllString(m[1], ""))
+		}
+		return out
+	}
+	// available, scheduled, running, retryable, discarded, completed 5 min, 1 h
+	for q, want := range map[string][]string{
+		"broken": {"0", "0", "0", "0", "3+", "?", "?"},
+		"small":  {"2", "0", "0", "0", "0", "?", "?"},
+		"busy":   {"0", "0", "0", "0", "0", "15+", "15+"},
+	} {
+		if got := cells(body, q); !equal(got, want) {
+			t.Errorf("overview, queue %s: %q, want %q", q, got, want)
+		}
+	}
+	mustContain(t, "overview", body,
+		`<span class="atleast" title="at least 3: counting stopped there">3+</span>`,
+		`<span class="atleast" title="at least 15: counting stopped there">15+</span>`,
+		`<span class="atleast" title="not counted: counting stopped before this queue's jobs in this state">?</span>`,
+		`counted up to 3 (`,
+		`while there are at most 15 of them over all queues`)
+
+	body = html.UnescapeString(d.getOK("/queues"))
+	// available, scheduled, running, retryable, completed, discarded, cancelled
+	for q, want := range map[string][]string{
+		"broken": {"0", "0", "0", "0", "?", "3+", "?"},
+		"busy":   {"0", "0", "0", "0", "15+", "0", "?"},
+	} {
+		if got := cells(body, q); !equal(got, want) {
+			t.Errorf("queues page, queue %s: %q, want %q", q, got, want)
+		}
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
