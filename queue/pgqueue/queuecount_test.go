@@ -10,38 +10,6 @@ import (
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
 
-// claimIndexes are the two sets of indexes the claim has had: one index
-// for the three waiting states (migrations 1 to 5), and one for available
-// jobs with one by time for scheduled and retryable ones (migration 6).
-// Queues has a variant for each, chosen by the statement itself.
-var claimIndexes = map[string][]string{
-	"claim index": {
-		`DROP INDEX IF EXISTS jobfence_jobs_available`,
-		`DROP INDEX IF EXISTS jobfence_jobs_waiting`,
-		`DROP INDEX IF EXISTS jobfence_jobs_running`,
-		`CREATE INDEX IF NOT EXISTS jobfence_jobs_claim ON jobfence_jobs (queue, priority, scheduled_at, id)
-		 WHERE state IN ('available', 'scheduled', 'retryable')`,
-		`CREATE INDEX IF NOT EXISTS jobfence_jobs_lease ON jobfence_jobs (lease_expires_at) WHERE lease_expires_at IS NOT NULL`,
-	},
-	"per-state indexes": {
-		`DROP INDEX IF EXISTS jobfence_jobs_claim`,
-		`DROP INDEX IF EXISTS jobfence_jobs_lease`,
-		`CREATE INDEX IF NOT EXISTS jobfence_jobs_available ON jobfence_jobs (queue, priority, scheduled_at, id) WHERE state = 'available'`,
-		`CREATE INDEX IF NOT EXISTS jobfence_jobs_waiting ON jobfence_jobs (scheduled_at) WHERE state IN ('scheduled', 'retryable')`,
-		`CREATE INDEX IF NOT EXISTS jobfence_jobs_running ON jobfence_jobs (attempted_at) WHERE state = 'running' AND attempted_at IS NOT NULL`,
-	},
-}
-
-// useIndexes gives db's schema the claim indexes named.
-func useIndexes(t *testing.T, db *pgtest.DB, name string) {
-	t.Helper()
-	for _, sql := range claimIndexes[name] {
-		if _, err := db.Pool.Exec(context.Background(), sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-}
-
 // insertJobs inserts n jobs of queue q in state with scheduled_at (and,
 // for final states, finalized_at) at ago before now, at priority p.
 func insertJobs(t *testing.T, db *pgtest.DB, n int, q string, state queue.State, p int, ago time.Duration) {
@@ -67,10 +35,10 @@ FROM generate_series(1, $5)`, q, string(state), p, ago.Microseconds(), n)
 // waiting states are counted together, so a queue with more than 3
 // waiting jobs cannot say how many are scheduled.
 func TestQueuesCountCap(t *testing.T) {
-	for _, indexes := range []string{"claim index", "per-state indexes"} {
+	for _, indexes := range []string{pgtest.ClaimIndex, pgtest.PerStateIndexes} {
 		t.Run(indexes, func(t *testing.T) {
 			db := pgtest.New(t)
-			useIndexes(t, db, indexes)
+			pgtest.UseClaimIndexes(t, db, indexes)
 			ctx := context.Background()
 			c := pgqueue.New(db.Pool, pgqueue.Config{CountCap: 3})
 			if c.CountCap() != 3 || c.SampleCap() != 15 {
@@ -116,7 +84,7 @@ func TestQueuesCountCap(t *testing.T) {
 				"e": {queue.StateRetryable: n(1), queue.StateCompleted: unknown, queue.StateCancelled: unknown},
 				"p": {queue.StateCompleted: unknown, queue.StateCancelled: unknown},
 			}
-			if indexes == "claim index" {
+			if indexes == pgtest.ClaimIndex {
 				want["a"][queue.StateScheduled], want["a"][queue.StateRetryable] = unknown, unknown
 			}
 			for name, counts := range want {
