@@ -10,9 +10,9 @@ import (
 type overviewPage struct {
 	fleet
 	Queues []pgqueue.QueueInfo
-	// Cap and SampleCap are the client's count caps, for the note that
-	// explains "10,000+" (as Counts, for their thousands separators).
-	Cap, SampleCap pgqueue.Count
+	// Cap is the client's count cap, for the note that explains "10,000+"
+	// (a Count, for its thousands separators).
+	Cap pgqueue.Count
 }
 
 // overview serves /: every queue's counts, recent completions, oldest
@@ -28,5 +28,5 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return h.render(w, r, http.StatusOK, "overview", "Overview", f.Now, overviewPage{fleet: f, Queues: qs, Cap: pgqueue.Count{N: int64(h.client.CountCap())}, SampleCap: pgqueue.Count{N: int64(h.client.SampleCap())}})
+	return h.render(w, r, http.StatusOK, "overview", "Overview", f.Now, overviewPage{fleet: f, Queues: qs, Cap: pgqueue.Count{N: int64(h.client.CountCap())}})
 }

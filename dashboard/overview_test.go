@@ -10,10 +10,10 @@ import (
 	"github.com/jobfence/jobfence/queue"
 )
 
-// TestOverviewCountCap: with the count cap at 3 (so 15 over all queues),
-// a few jobs show what a million would: a queue's discarded jobs beyond
-// the cap read "3+", completions beyond the sample read "15+", and a
-// queue the sample did not reach reads "?", each with a title saying
+// TestOverviewCountCap: with the count cap at 3, a few jobs show what a
+// million would: a queue's discarded jobs beyond the cap read "3+",
+// completions beyond the cap over all queues read "3+" in the queue
+// counting reached, and a queue it did not reach reads "?", each with a title saying
 // why; counts under the cap are exact, and the note states the caps. The
 // queues page shows the same counts.
 func TestOverviewCountCap(t *testing.T) {
@@ -27,10 +27,10 @@ func TestOverviewCountCap(t *testing.T) {
 	for range 2 {
 		d.enqueue(queue.EnqueueParams{Kind: "mail", Queue: "small"})
 	}
-	for range 16 {
+	for range 4 {
 		d.enqueue(queue.EnqueueParams{Kind: "hook", Queue: "busy"})
 	}
-	for _, j := range d.claim("busy", 16) {
+	for _, j := range d.claim("busy", 4) {
 		d.finish(j, queue.OutcomeComplete, nil)
 	}
 
@@ -52,7 +52,7 @@ func TestOverviewCountCap(t *testing.T) {
 	for q, want := range map[string][]string{
 		"broken": {"0", "0", "0", "0", "3+", "?", "?"},
 		"small":  {"2", "0", "0", "0", "0", "?", "?"},
-		"busy":   {"0", "0", "0", "0", "0", "15+", "15+"},
+		"busy":   {"0", "0", "0", "0", "0", "3+", "3+"},
 	} {
 		if got := cells(body, q); !equal(got, want) {
 			t.Errorf("overview, queue %s: %q, want %q", q, got, want)
@@ -60,16 +60,15 @@ func TestOverviewCountCap(t *testing.T) {
 	}
 	mustContain(t, "overview", body,
 		`<span class="atleast" title="at least 3: counting stopped there">3+</span>`,
-		`<span class="atleast" title="at least 15: counting stopped there">15+</span>`,
 		`<span class="atleast" title="not counted: counting stopped before this queue's jobs in this state">?</span>`,
-		`counted up to 3 (`,
-		`while there are at most 15 of them over all queues`)
+		`Counts stop at 3,`,
+		`exactly while there are at most 3 of them over all queues`)
 
 	body = html.UnescapeString(d.getOK("/queues"))
 	// available, scheduled, running, retryable, completed, discarded, cancelled
 	for q, want := range map[string][]string{
 		"broken": {"0", "0", "0", "0", "?", "3+", "?"},
-		"busy":   {"0", "0", "0", "0", "15+", "0", "?"},
+		"busy":   {"0", "0", "0", "0", "3+", "0", "?"},
 	} {
 		if got := cells(body, q); !equal(got, want) {
 			t.Errorf("queues page, queue %s: %q, want %q", q, got, want)

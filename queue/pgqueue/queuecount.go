@@ -16,10 +16,11 @@ import (
 // DefaultCountCap is the default of Config.CountCap. Counting is what
 // costs: an index-only count reads about five million entries a second
 // here, a count that must visit the rows (the states whose indexes do not
-// hold the queue) about half a million. At 10,000 the counts of a queue
-// and state take at most a few milliseconds, and Queues stays under 200 ms
-// at a million jobs in every mix measured (see BenchmarkQueues1M and the
-// README), while a queue's usual backlog is still counted exactly.
+// hold the queue) about half a million. At 10,000 a queue's count takes a
+// few milliseconds and a count over all queues 10-30 ms, so Queues stays
+// under 200 ms at a million jobs in every mix measured (see
+// BenchmarkQueues1M and the README), while a queue's usual backlog is
+// still counted exactly.
 const DefaultCountCap = 10_000
 
 // Count is a number of jobs counted up to a cap (Config.CountCap), so that
@@ -53,13 +54,6 @@ func (c Count) String() string {
 	return b.String()
 }
 
-// sampleFactor sizes the samples of the states counted over all queues
-// (see queuesSQL): sampleFactor times the cap, the budget of a few queues,
-// so that an ordinary day's scheduled jobs and last hour's completions in
-// a table of a million are counted exactly. Those rows are visited, not
-// only their index entries: at the default cap a sample costs 20-40 ms.
-const sampleFactor = 5
-
 // CountCap is the cap of the client's counts: Config.CountCap, or
 // DefaultCountCap.
 func (c *Client) CountCap() int {
@@ -78,8 +72,8 @@ func (c *Client) CountCap() int {
 const oldClaimIndex = `to_regclass('jobfence_jobs_claim') IS NOT NULL`
 
 // queuesSQL reads every queue's bounded counts, oldest ready job and pause
-// in one statement. {limit} is the cap plus one, {sample} sampleFactor
-// caps plus one: a count that reaches it stopped early. Each branch names its states literally, so that the
+// in one statement. {limit} is the cap plus one: a count that reaches it
+// stopped early. Each branch names its states literally, so that the
 // planner serves it from a partial index whose predicate the state implies
 // and never reads the completed jobs that are most of a table:
 //
@@ -93,7 +87,7 @@ const oldClaimIndex = `to_regclass('jobfence_jobs_claim') IS NOT NULL`
 //     by state come from the queue's first {limit} waiting rows.
 //   - scheduled and retryable (migration 6 on), running, and completed and
 //     cancelled: their indexes do not start with the queue, so each is
-//     counted from its first {sample} rows over all queues (by due time,
+//     counted from its first {limit} rows over all queues (by due time,
 //     and by finalized_at, newest first): exact when they are all of them,
 //     lower bounds otherwise. The due ones of the first set give their
 //     queues' oldest ready job, and the newest finished ones the
@@ -134,13 +128,13 @@ WITH RECURSIVE avail(queue) AS (
 ), timed AS (
     SELECT queue, state, scheduled_at FROM jobfence_jobs
     WHERE state IN ('scheduled', 'retryable') AND NOT ` + oldClaimIndex + `
-    ORDER BY scheduled_at LIMIT {sample}
+    ORDER BY scheduled_at LIMIT {limit}
 ), running AS (
     SELECT queue FROM jobfence_jobs
-    WHERE state = 'running' AND lease_expires_at IS NOT NULL AND attempted_at IS NOT NULL LIMIT {sample}
+    WHERE state = 'running' AND lease_expires_at IS NOT NULL AND attempted_at IS NOT NULL LIMIT {limit}
 ), finished AS (
     SELECT queue, state, finalized_at FROM jobfence_jobs
-    WHERE state IN ('completed', 'cancelled') ORDER BY finalized_at DESC LIMIT {sample}
+    WHERE state IN ('completed', 'cancelled') ORDER BY finalized_at DESC LIMIT {limit}
 )
 SELECT a.queue, 'available',
        (SELECT count(*) FROM (SELECT 1 FROM jobfence_jobs j WHERE j.state = 'available' AND j.queue = a.queue
@@ -199,7 +193,6 @@ SELECT name, 'queue', 0, 0, 0, paused_at, updated_at, paused_by, updated_by FROM
 func queuesStatement(limit int) string {
 	return strings.NewReplacer(
 		"{limit}", strconv.Itoa(limit+1),
-		"{sample}", strconv.Itoa(sampleFactor*limit+1),
 		"{minPriority}", strconv.Itoa(queue.MinPriority),
 		"{maxPriority}", strconv.Itoa(queue.MaxPriority),
 	).Replace(queuesSQL)
@@ -212,11 +205,6 @@ type queueRow struct {
 	at, at2     *time.Time
 	by1, by2    *string
 }
-
-// SampleCap is how many jobs of the states counted over all queues
-// (scheduled, retryable, running, completed, cancelled) Queues counts
-// exactly: sampleFactor times CountCap.
-func (c *Client) SampleCap() int { return sampleFactor * c.CountCap() }
 
 // readQueues runs queuesSQL in a read-only transaction and assembles the
 // queues. JIT compilation is off for it: the planner's estimate for a
@@ -248,15 +236,15 @@ func (c *Client) readQueues(ctx context.Context) ([]QueueInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgqueue: queues: %w", err)
 	}
-	return assembleQueues(rows, int64(limit), int64(c.SampleCap())), nil
+	return assembleQueues(rows, int64(limit)), nil
 }
 
 // assembleQueues turns queuesSQL's rows into queues sorted by name. A
 // count that reached limit+1 stopped at the cap; a sample over all queues
-// that reached sample+1 rows makes every count taken from it a lower
+// that reached limit+1 rows makes every count taken from it a lower
 // bound, for every queue: one not in the sample has jobs in that state or
 // not.
-func assembleQueues(rows []queueRow, limit, sample int64) []QueueInfo {
+func assembleQueues(rows []queueRow, limit int64) []QueueInfo {
 	byName := map[string]*QueueInfo{}
 	get := func(name string) *QueueInfo {
 		q, ok := byName[name]
@@ -286,9 +274,9 @@ func assembleQueues(rows []queueRow, limit, sample int64) []QueueInfo {
 	for _, r := range rows {
 		switch {
 		case r.queue == "" && (r.what == "timed" || r.what == "running"):
-			full[r.what] = r.n > sample
+			full[r.what] = r.n > limit
 		case r.queue == "" && r.what == "finished":
-			full[r.what] = r.n > sample
+			full[r.what] = r.n > limit
 			finished5m, finished1h = r.n5m == 1, r.n1h == 1
 		case r.what == "waiting":
 			fullWaiting[r.queue] = r.n > limit
@@ -312,9 +300,9 @@ func assembleQueues(rows []queueRow, limit, sample int64) []QueueInfo {
 		case "waiting":
 			older(q, r.at)
 		case "completed":
-			q.Counts[queue.StateCompleted] = Count{N: min(r.n, sample), AtLeast: full["finished"]}
-			q.Completed5m = Count{N: min(r.n5m, sample), AtLeast: full["finished"] && !finished5m}
-			q.Completed1h = Count{N: min(r.n1h, sample), AtLeast: full["finished"] && !finished1h}
+			q.Counts[queue.StateCompleted] = Count{N: min(r.n, limit), AtLeast: full["finished"]}
+			q.Completed5m = Count{N: min(r.n5m, limit), AtLeast: full["finished"] && !finished5m}
+			q.Completed1h = Count{N: min(r.n1h, limit), AtLeast: full["finished"] && !finished1h}
 		default:
 			if st, ok := strings.CutPrefix(r.what, "w:"); ok {
 				q.Counts[queue.State(st)] = Count{N: min(r.n, limit), AtLeast: fullWaiting[r.queue]}
@@ -323,12 +311,12 @@ func assembleQueues(rows []queueRow, limit, sample int64) []QueueInfo {
 			st := queue.State(r.what)
 			switch st {
 			case queue.StateScheduled, queue.StateRetryable:
-				q.Counts[st] = Count{N: min(r.n, sample), AtLeast: full["timed"]}
+				q.Counts[st] = Count{N: min(r.n, limit), AtLeast: full["timed"]}
 				older(q, r.at)
 			case queue.StateRunning:
-				q.Counts[st] = Count{N: min(r.n, sample), AtLeast: full["running"]}
+				q.Counts[st] = Count{N: min(r.n, limit), AtLeast: full["running"]}
 			case queue.StateCancelled:
-				q.Counts[st] = Count{N: min(r.n, sample), AtLeast: full["finished"]}
+				q.Counts[st] = Count{N: min(r.n, limit), AtLeast: full["finished"]}
 			}
 		}
 	}

@@ -26,10 +26,9 @@ FROM generate_series(1, $5)`, q, string(state), p, ago.Microseconds(), n)
 	}
 }
 
-// TestQueuesCountCap: with CountCap 3 (samples of 15), a queue's
-// available and discarded jobs are counted up to 3 and shown as "3+"
-// beyond; a state counted over all queues that holds more than 15 jobs
-// gives lower bounds, "?" for a queue not reached; the oldest ready job
+// TestQueuesCountCap: with CountCap 3, a queue's available and discarded
+// jobs are counted up to 3 and shown as "3+" beyond; a state counted over
+// all queues that holds more than 3 jobs gives lower bounds, "?" for a queue not reached; the oldest ready job
 // is exact, across priorities and from a due retryable job. Both claim
 // indexes give the same answers, except that under the old one a queue's
 // waiting states are counted together, so a queue with more than 3
@@ -41,8 +40,8 @@ func TestQueuesCountCap(t *testing.T) {
 			pgtest.UseClaimIndexes(t, db, indexes)
 			ctx := context.Background()
 			c := pgqueue.New(db.Pool, pgqueue.Config{CountCap: 3})
-			if c.CountCap() != 3 || c.SampleCap() != 15 {
-				t.Fatalf("caps = %d, %d; want 3, 15", c.CountCap(), c.SampleCap())
+			if c.CountCap() != 3 {
+				t.Fatalf("CountCap = %d, want 3", c.CountCap())
 			}
 			insertJobs(t, db, 4, "a", queue.StateAvailable, 1, time.Minute)
 			insertJobs(t, db, 1, "a", queue.StateAvailable, 4, 2*time.Hour)
@@ -73,14 +72,14 @@ func TestQueuesCountCap(t *testing.T) {
 			}
 			n := func(n int64) pgqueue.Count { return pgqueue.Count{N: n} }
 			atLeast := func(n int64) pgqueue.Count { return pgqueue.Count{N: n, AtLeast: true} }
-			// Completed and cancelled: the 15 newest finished jobs are all
+			// Completed and cancelled: the 3 newest finished jobs are all
 			// of d's, so every queue's count is a lower bound.
 			unknown := atLeast(0)
 			want := map[string]map[queue.State]pgqueue.Count{
 				"a": {queue.StateAvailable: atLeast(3), queue.StateCompleted: unknown, queue.StateCancelled: unknown},
 				"b": {queue.StateAvailable: n(2), queue.StateScheduled: n(1), queue.StateCompleted: unknown, queue.StateCancelled: unknown},
 				"c": {queue.StateDiscarded: atLeast(3), queue.StateRunning: n(1), queue.StateCompleted: unknown, queue.StateCancelled: unknown},
-				"d": {queue.StateCompleted: atLeast(15), queue.StateCancelled: unknown},
+				"d": {queue.StateCompleted: atLeast(3), queue.StateCancelled: unknown},
 				"e": {queue.StateRetryable: n(1), queue.StateCompleted: unknown, queue.StateCancelled: unknown},
 				"p": {queue.StateCompleted: unknown, queue.StateCancelled: unknown},
 			}
@@ -99,8 +98,8 @@ func TestQueuesCountCap(t *testing.T) {
 					}
 				}
 			}
-			if d := got["d"]; d.Completed5m != atLeast(15) || d.Completed1h != atLeast(15) {
-				t.Errorf("d completed in 5m, 1h = %v, %v; want 15+ each", d.Completed5m, d.Completed1h)
+			if d := got["d"]; d.Completed5m != atLeast(3) || d.Completed1h != atLeast(3) {
+				t.Errorf("d completed in 5m, 1h = %v, %v; want 3+ each", d.Completed5m, d.Completed1h)
 			}
 			if b := got["b"]; b.Completed5m != unknown {
 				t.Errorf("b completed in 5m = %v, want ? (not reached)", b.Completed5m)
