@@ -79,14 +79,13 @@ func BenchmarkOverview(b *testing.B) {
 			pgtest.UseClaimIndexes(b, db, indexes)
 			for _, path := range []string{"/", "/queues", "/metrics"} {
 				b.Run(mix+"/"+strings.ReplaceAll(indexes, " ", "_")+path, func(b *testing.B) {
-					for b.Loop() {
+					pgtest.Loop(b, func() {
 						rec := httptest.NewRecorder()
 						h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 						if rec.Code != http.StatusOK {
 							b.Fatalf("GET %s = %d: %s", path, rec.Code, rec.Body)
 						}
-					}
-					b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/render")
+					})
 				})
 			}
 		}
