@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/jobfence/jobfence/internal/logbuf"
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/queue"
@@ -246,28 +244,20 @@ func TestPauseFleet(t *testing.T) {
 func TestPauseAfterLostListen(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	app := "pause-" + db.Schema
-	cfg.ConnConfig.RuntimeParams["application_name"] = app
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
 	clientLogs, logs := &logbuf.Buffer{}, &logbuf.Buffer{}
-	c := pgqueue.New(pool, pgqueue.Config{Logger: slog.New(slog.NewTextHandler(clientLogs, nil))})
+	c := pgqueue.New(pgtest.AppPool(t, db, app, 4), pgqueue.Config{Logger: slog.New(slog.NewTextHandler(clientLogs, nil))})
 	started, release := make(chan string, 1), make(chan struct{})
 	defer close(release)
 	startWorker(t, c, gatedHandlers(started, release), worker.Config{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 
-	const listeners = `SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND query = 'LISTEN ` + "jobfence_pause" + `'`
-	var pid int
-	waitFor(t, 10*time.Second, "the worker's LISTEN for pauses", func() bool {
-		return db.Pool.QueryRow(ctx, listeners, app).Scan(&pid) == nil
-	})
+	// The worker's one LISTEN connection, which pauses share with its
+	// wake-ups and cancellations.
+	pids := pgtest.Listeners(t, db, app)
+	if len(pids) != 1 {
+		t.Fatalf("LISTEN connections %v, want 1", pids)
+	}
+	pid := pids[0]
 	var killed bool
 	if err := db.Pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&killed); err != nil || !killed {
 		t.Fatalf("terminate the LISTEN connection: %v, %v", killed, err)
@@ -289,12 +279,18 @@ func TestPauseAfterLostListen(t *testing.T) {
 		t.Fatalf("pause reached the worker after %s, want within %s", took, pollPauseBound)
 	}
 	waitFor(t, 10*time.Second, "the lost LISTEN logged", func() bool {
-		return strings.Contains(clientLogs.String(), "LISTEN connection lost") && strings.Contains(clientLogs.String(), "channel=jobfence_pause")
+		for _, l := range strings.Split(clientLogs.String(), "\n") {
+			if strings.Contains(l, "LISTEN connection lost") && strings.Contains(l, "jobfence_pause") {
+				return true
+			}
+		}
+		return false
 	})
 	// A new LISTEN is in place, and a resume comes by NOTIFY again.
 	waitFor(t, 10*time.Second, "a new LISTEN for pauses", func() bool {
-		var again int
-		return db.Pool.QueryRow(ctx, listeners, app).Scan(&again) == nil && again != pid
+		var n int
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND pid <> $2 AND query = 'LISTEN "jobfence_pause"'`, app, pid).Scan(&n)
+		return err == nil && n == 1
 	})
 	at = time.Now()
 	if err := c.ResumeQueue(ctx, queue.DefaultQueue, "test"); err != nil {

@@ -34,12 +34,15 @@ type Config struct {
 	// Insert, InsertTx, EnqueueMany, EnqueueManyTx) and may add metadata
 	// to its jobs; see queue.InsertHook. telemetry.PGQueue sets it.
 	InsertHook queue.InsertHook
-	// ListenURL, when set, is where LISTEN connections for wake-ups and
-	// cancel notifications go instead of the pool: a connection straight to
-	// PostgreSQL when the pool goes through PgBouncer in transaction mode,
-	// where LISTEN does not work. It must reach the same database. Each
-	// worker opens one such connection per queue (wake-ups), one for
-	// cancellations and one for queue pauses.
+	// ListenURL, when set, is where the LISTEN connection for wake-ups,
+	// cancel notifications and queue pauses goes instead of the pool: a
+	// connection straight to PostgreSQL when the pool goes through
+	// PgBouncer in transaction mode, where LISTEN does not work. It must
+	// reach the same database. A Client opens at most one such connection,
+	// shared by all its workers and queues, and only while something
+	// listens. Without ListenURL that connection is taken out of the pool
+	// for good (the pool may open another in its place), so the server
+	// sees at most one connection more than the pool's MaxConns.
 	ListenURL string
 	// PollOnly turns LISTEN off: workers find jobs by polling
 	// (worker.Config.PollInterval), learn of cancelled jobs at their next
@@ -89,6 +92,8 @@ type Client struct {
 	// txSlots holds a token for each open BeginTx transaction; nil (a pool
 	// too small to reserve anything) refuses BeginTx.
 	txSlots chan struct{}
+	// listener holds the client's one LISTEN connection.
+	listener *listener
 }
 
 // New returns a Client on pool. The pool's search_path decides the schema
@@ -104,6 +109,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 		cfg.PausePollInterval = DefaultPausePollInterval
 	}
 	c := &Client{pool: pool, cfg: cfg}
+	c.listener = newListener(cfg.Logger, c.listenConn)
 	if pool != nil {
 		if n := int(pool.Config().MaxConns) - cfg.TxReserve; n > 0 {
 			c.txSlots = make(chan struct{}, n)

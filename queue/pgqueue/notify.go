@@ -6,44 +6,59 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/jobfence/jobfence/queue"
 )
 
-// Wake implements queue.Waker with LISTEN on a connection of its own. The
-// channel receives a value whenever a job is enqueued to q; if the
-// connection breaks it reconnects with backoff, and the worker's polling
-// covers the gap. With Config.PollOnly the channel is nil: it never
-// fires, and the worker polls.
+// cancelBuffer is how many cancel notifications a Cancelled channel holds
+// unread. The listener never waits for a reader (that would hold up every
+// other subscription of the connection): beyond this it drops them, and
+// the worker learns of those cancellations at the jobs' next heartbeat.
+const cancelBuffer = 1024
+
+// Wake implements queue.Waker with LISTEN on the client's one LISTEN
+// connection, which all its subscriptions share. The channel receives a
+// value whenever a job is enqueued to q, and when that connection is back
+// after a loss (jobs enqueued meanwhile were not notified); while it is
+// down the listener reconnects with backoff, and the worker's polling
+// covers the gap. With Config.PollOnly the channel is nil: it never fires,
+// and the worker polls.
 func (c *Client) Wake(ctx context.Context, q string) (<-chan struct{}, error) {
 	if c.cfg.PollOnly {
 		return nil, nil
 	}
 	ch := make(chan struct{}, 1)
-	c.listen(ctx, insertChannel, func(payload string) {
-		if payload != q {
-			return
-		}
+	wake := func() {
 		select {
 		case ch <- struct{}{}:
 		default:
 		}
-	}, nil)
+	}
+	var wasUp atomic.Bool
+	c.listener.subscribe(ctx, topic{channel: insertChannel, key: q, keyed: true}, func(string) { wake() }, func(up bool) {
+		if up && wasUp.Swap(true) {
+			wake()
+		}
+	})
 	return ch, nil
 }
 
 // Cancelled implements queue.Canceller: it receives the leases (ID and the
-// fence of the claim then current) of jobs that Cancel cancelled. With
-// Config.PollOnly the channel is nil: a worker then learns of a
-// cancellation at its next heartbeat, which finds the claim gone.
+// fence of the claim then current) of jobs that Cancel cancelled, through
+// the client's shared LISTEN connection. With Config.PollOnly the channel
+// is nil: a worker then learns of a cancellation at its next heartbeat,
+// which finds the claim gone, as it does of a cancellation sent while the
+// LISTEN connection was down or while cancelBuffer notifications were
+// waiting unread.
 func (c *Client) Cancelled(ctx context.Context) (<-chan queue.Lease, error) {
 	if c.cfg.PollOnly {
 		return nil, nil
 	}
-	ch := make(chan queue.Lease, 64)
+	ch := make(chan queue.Lease, cancelBuffer)
+	var dropped atomic.Int64
 	c.listen(ctx, cancelChannel, func(payload string) {
 		l, err := parseCancelPayload(payload)
 		if err != nil {
@@ -52,7 +67,14 @@ func (c *Client) Cancelled(ctx context.Context) (<-chan queue.Lease, error) {
 		}
 		select {
 		case ch <- l:
-		case <-ctx.Done():
+			if n := dropped.Swap(0); n > 0 {
+				c.cfg.Logger.Warn("jobfence: cancel notifications delivered again", "dropped", n)
+			}
+		default:
+			if dropped.Add(1) == 1 {
+				c.cfg.Logger.Warn("jobfence: cancel notifications are not read; dropping them, and those jobs stop at their next heartbeat",
+					"unread", cancelBuffer, "job_id", l.ID)
+			}
 		}
 	}, nil)
 	return ch, nil
@@ -79,94 +101,26 @@ func parseCancelPayload(s string) (queue.Lease, error) {
 	return l, nil
 }
 
-// listen delivers the payloads of channel to fn until ctx ends. The first
-// LISTEN is in place when listen returns (unless the database is down), so
-// no notification sent afterwards is missed; the rest runs in a goroutine.
-// up, when not nil, is told each time a LISTEN is in place (true) and each
-// time its connection is lost (false): notifications sent in between are
-// lost, and a caller that keeps state from them re-reads it on true.
+// listen hands every notification of channel to fn until ctx ends; see
+// listener.subscribe for up. fn and up must not block.
 func (c *Client) listen(ctx context.Context, channel string, fn func(string), up func(bool)) {
-	if up == nil {
-		up = func(bool) {}
-	}
-	// Bounded: a database that accepts connections but does not answer must
-	// not hold up the caller (a worker's Start); the goroutine keeps trying.
-	first, cancel := context.WithTimeout(ctx, 5*time.Second)
-	pgc, err := c.listenConn(first, channel)
-	cancel()
-	if err == nil {
-		up(true)
-	}
-	go func() {
-		if err == nil {
-			err = c.receive(ctx, pgc, fn)
-			up(false)
-		}
-		c.relisten(ctx, channel, fn, up, err)
-	}()
-}
-
-// relisten reconnects with backoff after the LISTEN connection failed.
-func (c *Client) relisten(ctx context.Context, channel string, fn func(string), up func(bool), err error) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		if err == nil {
-			var pgc *pgx.Conn
-			pgc, err = c.listenConn(ctx, channel)
-			if err == nil {
-				backoff = 100 * time.Millisecond
-				up(true)
-				err = c.receive(ctx, pgc, fn)
-				up(false)
-			}
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		c.cfg.Logger.Warn("jobfence: LISTEN connection lost; polling until it is back",
-			"channel", channel, "err", err, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 10*time.Second)
-		err = nil
-	}
+	c.listener.subscribe(ctx, topic{channel: channel}, fn, up)
 }
 
 // listenConn opens a connection to Config.ListenURL, or else takes one
 // out of the pool for good (LISTEN state must not leak to the pool's other
-// users), and listens on channel.
-func (c *Client) listenConn(ctx context.Context, channel string) (*pgx.Conn, error) {
-	var pgc *pgx.Conn
+// users), for the listener.
+func (c *Client) listenConn(ctx context.Context) (*pgx.Conn, error) {
 	if c.cfg.ListenURL != "" {
-		var err error
-		if pgc, err = pgx.Connect(ctx, c.cfg.ListenURL); err != nil {
+		pgc, err := pgx.Connect(ctx, c.cfg.ListenURL)
+		if err != nil {
 			return nil, fmt.Errorf("pgqueue: LISTEN connection to %s: %w", RedactConnString(c.cfg.ListenURL), RedactError(err, c.cfg.ListenURL))
 		}
-	} else {
-		conn, err := c.pool.Acquire(ctx)
-		if err != nil {
-			return nil, err
-		}
-		pgc = conn.Hijack()
+		return pgc, nil
 	}
-	if _, err := pgc.Exec(ctx, "LISTEN "+channel); err != nil {
-		pgc.Close(context.Background())
-		return nil, err
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: LISTEN connection: %w", RedactError(err, c.pool.Config().ConnString()))
 	}
-	return pgc, nil
-}
-
-// receive hands notifications to fn until the connection fails or ctx ends.
-func (c *Client) receive(ctx context.Context, pgc *pgx.Conn, fn func(string)) error {
-	defer pgc.Close(context.Background())
-	for {
-		n, err := pgc.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		fn(n.Payload)
-	}
+	return conn.Hijack(), nil
 }

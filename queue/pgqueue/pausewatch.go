@@ -34,12 +34,13 @@ func (c *Client) PausedQueues(ctx context.Context, queues []string) ([]string, e
 // before it returns (unless the database does not answer within a few
 // seconds), so a worker never claims from a queue paused before it
 // started. Afterwards it re-reads the set when a PauseQueue or ResumeQueue
-// of one of queues is notified (LISTEN on a connection of its own, as
-// Wake), when that LISTEN is back after a lost connection, and at least
-// every 30 PausePollIntervals. Without LISTEN (Config.PollOnly, or while
-// the connection is down) it polls every PausePollInterval: one small
-// query per worker, whatever its number of queues. A value is sent only
-// when the set differs from the last one sent.
+// of one of queues is notified (LISTEN on the client's one LISTEN
+// connection, as Wake), when that LISTEN is back after a lost connection,
+// and at least every 30 PausePollIntervals. Without LISTEN
+// (Config.PollOnly, or while the connection is down) it polls every
+// PausePollInterval: one small query per worker, whatever its number of
+// queues. A value is sent only when the set differs from the last one
+// sent.
 func (c *Client) WatchPaused(ctx context.Context, queues []string) (<-chan []string, error) {
 	queues = slices.Clone(queues)
 	out := make(chan []string, 1)
