@@ -106,3 +106,16 @@ type welcomeMail struct {
 
 // Kind implements queue.Args.
 func (welcomeMail) Kind() string { return "welcome_mail" }
+
+// A Count reads as a person would write it: exact, at least a number
+// where counting stopped at the cap, or "?" where it stopped before this
+// queue's jobs.
+func ExampleCount() {
+	fmt.Println(pgqueue.Count{N: 1234})
+	fmt.Println(pgqueue.Count{N: pgqueue.DefaultCountCap, AtLeast: true})
+	fmt.Println(pgqueue.Count{AtLeast: true})
+	// Output:
+	// 1,234
+	// 10,000+
+	// ?
+}
