@@ -221,17 +221,32 @@ type queueRow struct {
 	by1, by2    *string
 }
 
-// readQueues runs queuesSQL in a read-only transaction and assembles the
-// queues. JIT compilation is off for it: the planner's estimate for a
-// large table crosses jit_above_cost, and compiling would take longer than
-// the query runs. So are parallel workers: every branch stops after a few
-// thousand rows, and starting workers for a branch that the one-time
-// filter turns off cost 80-100 ms on a loaded machine.
+// queuesSettingsSQL sets, for queuesSQL's transaction only:
+//   - no JIT compilation: the planner's estimate for a large table crosses
+//     jit_above_cost, and compiling would take longer than the query runs;
+//   - no parallel workers: every branch stops after a few thousand rows,
+//     and starting workers for a branch that the one-time filter turns off
+//     cost 80-100 ms on a loaded machine;
+//   - no bitmap or sequential scans, and no sorts: the bound holds only
+//     while each branch reads, in order, the index whose order its ORDER
+//     BY names and stops at its LIMIT, and a bitmap scan, a sequential
+//     scan or another index and a sort read every matching row first. The
+//     planner chose a bitmap scan and a sort for a queue's 25,000
+//     available jobs, and the finalized index and a sort for its 25,000
+//     discarded ones (reading 700,000 rows), when the table's statistics
+//     had not caught up with its visibility map; with a million jobs in a
+//     queue either would read them all.
+const queuesSettingsSQL = `SELECT set_config('jit', 'off', true), set_config('max_parallel_workers_per_gather', '0', true),
+       set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),
+       set_config('enable_sort', 'off', true)`
+
+// readQueues runs queuesSQL in a read-only transaction, with
+// queuesSettingsSQL, and assembles the queues.
 func (c *Client) readQueues(ctx context.Context) ([]QueueInfo, error) {
 	limit := c.CountCap()
 	var rows []queueRow
 	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('jit', 'off', true), set_config('max_parallel_workers_per_gather', '0', true)"); err != nil {
+		if _, err := tx.Exec(ctx, queuesSettingsSQL); err != nil {
 			return err
 		}
 		rs, err := tx.Query(ctx, queuesStatement(limit))
