@@ -20,7 +20,7 @@ import (
 func TestOverviewCountCap(t *testing.T) {
 	d := newDash(t, dashboard.WithCountCap(dashboard.Options{}, 3))
 	// Migration 6's indexes, whichever the migrations made: under the old
-	// claim index a queue's waiting jobs are counted to a quarter of the
+	// claim index a queue's waiting jobs are counted to a tenth of the
 	// cap (see pgqueue's TestQueuesCountCap).
 	pgtest.UseClaimIndexes(t, d.db, pgtest.PerStateIndexes)
 	for range 5 {

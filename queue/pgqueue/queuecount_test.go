@@ -31,7 +31,7 @@ FROM generate_series(1, $5)`, q, string(state), p, ago.Microseconds(), n)
 // all queues that holds more than 3 jobs gives lower bounds, "?" for a queue not reached; the oldest ready job
 // is exact, across priorities and from a due retryable job. Both claim
 // indexes give the same answers, except that under the old one a queue's
-// waiting jobs are counted together up to a quarter of the cap, so a
+// waiting jobs are counted together up to a tenth of the cap, so a
 // queue with more cannot say how many are scheduled.
 func TestQueuesCountCap(t *testing.T) {
 	for _, indexes := range []string{pgtest.ClaimIndex, pgtest.PerStateIndexes} {
@@ -85,7 +85,7 @@ func TestQueuesCountCap(t *testing.T) {
 			}
 			if indexes == pgtest.ClaimIndex {
 				// A queue's waiting jobs are counted together, up to a
-				// quarter of the cap (1): a and b have more, so their
+				// tenth of the cap (1): a and b have more, so their
 				// first waiting job (by priority and time: available)
 				// is all that is known; e's one job is exact.
 				for _, q := range []string{"a", "b"} {
