@@ -282,6 +282,10 @@ func TestDoTxWithTransactionalJob(t *testing.T) {
 	}
 	claim := func(lease time.Duration) *queue.Job {
 		for {
+			// A rescued job is retryable until promoted, as a worker would.
+			if _, err := q.Promote(ctx, 10); err != nil {
+				t.Fatal(err)
+			}
 			jobs, err := q.Claim(ctx, queue.ClaimParams{Queue: queue.DefaultQueue, Limit: 1, Lease: lease, WorkerID: t.Name()})
 			if err != nil {
 				t.Fatal(err)

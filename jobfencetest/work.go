@@ -14,13 +14,17 @@ import (
 )
 
 // WorkerConfig returns cfg with the zero fields a test wants short set:
-// PollInterval 50ms, Lease 10s (a paused or lost job comes back quickly,
+// PollInterval 50ms, PromoteInterval 50ms (a job scheduled, retried or
+// snoozed into the near future runs soon after its time), Lease 10s (a paused or lost job comes back quickly,
 // yet a slow handler under the race detector keeps its lease),
 // RescueInterval 1s, PruneInterval 1m, and a Logger that prints warnings
 // and errors only. Other zero fields keep worker.Config's defaults.
 func WorkerConfig(cfg worker.Config) worker.Config {
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 50 * time.Millisecond
+	}
+	if cfg.PromoteInterval == 0 {
+		cfg.PromoteInterval = 50 * time.Millisecond
 	}
 	if cfg.Lease == 0 {
 		cfg.Lease = 10 * time.Second

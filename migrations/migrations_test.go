@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"testing"
 
 	"github.com/pressly/goose/v3"
@@ -99,4 +100,101 @@ func TestOwnVersionTable(t *testing.T) {
 	if err != nil || ours == 0 {
 		t.Fatalf("our version = %d, %v", ours, err)
 	}
+}
+
+// TestClaimIndexMigrationOnABigTable: on a table too big to index in one
+// transaction, migration 00006 builds its indexes concurrently, replaces
+// an index an interrupted build left invalid, and rolls back the same way.
+func TestClaimIndexMigrationOnABigTable(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
+	sqlDB, err := sql.Open("pgx", db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sqlDB.Close()
+	p, err := migrations.NewProvider(sqlDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO jobfence_jobs (kind, state, scheduled_at)
+		SELECT 'k', (ARRAY['available', 'scheduled', 'retryable', 'completed'])[1 + i % 4], now() + (i % 3 - 1) * interval '1 hour'
+		FROM generate_series(1, 12000) AS i`); err != nil {
+		t.Fatal(err)
+	}
+	// What an interrupted CREATE INDEX CONCURRENTLY leaves behind.
+	if _, err := db.Pool.Exec(ctx, `CREATE INDEX jobfence_jobs_waiting ON jobfence_jobs (id)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'jobfence_jobs_waiting'::regclass`); err != nil {
+		t.Fatal(err)
+	}
+	indexes := func() map[string]string {
+		rows, err := db.Pool.Query(ctx, `SELECT c.relname, CASE WHEN i.indisvalid THEN pg_get_indexdef(i.indexrelid) ELSE 'INVALID' END
+			FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'jobfence_jobs'::regclass`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		m := map[string]string{}
+		for rows.Next() {
+			var name, def string
+			if err := rows.Scan(&name, &def); err != nil {
+				t.Fatal(err)
+			}
+			m[name] = def
+		}
+		return m
+	}
+	want := func(step string, present map[string]string, absent ...string) {
+		t.Helper()
+		got := indexes()
+		for name, def := range present {
+			if !strings.Contains(got[name], def) {
+				t.Errorf("after %s: index %s is %q, want a valid index containing %q", step, name, got[name], def)
+			}
+		}
+		for _, name := range absent {
+			if _, ok := got[name]; ok {
+				t.Errorf("after %s: index %s is still there", step, name)
+			}
+		}
+	}
+	newIndexes := map[string]string{
+		"jobfence_jobs_available": "(queue, priority, scheduled_at, id) WHERE (state = 'available'::text)",
+		"jobfence_jobs_waiting":   "(scheduled_at) WHERE (state = ANY (ARRAY['scheduled'::text, 'retryable'::text]))",
+		"jobfence_jobs_running":   "(attempted_at) WHERE ((state = 'running'::text) AND (attempted_at IS NOT NULL))",
+	}
+	oldIndexes := map[string]string{
+		"jobfence_jobs_claim": "(queue, priority, scheduled_at, id) WHERE (state = ANY (ARRAY['available'::text, 'scheduled'::text, 'retryable'::text]))",
+		"jobfence_jobs_lease": "(lease_expires_at) WHERE (lease_expires_at IS NOT NULL)",
+	}
+	fillfactor := func() string {
+		var opts []string
+		if err := db.Pool.QueryRow(ctx, `SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = 'jobfence_jobs'::regclass`).Scan(&opts); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(opts, ",")
+	}
+	if err := migrations.Up(ctx, db.URL); err != nil {
+		t.Fatal(err)
+	}
+	want("up", newIndexes, "jobfence_jobs_claim", "jobfence_jobs_lease")
+	if got := fillfactor(); got != "fillfactor=70" {
+		t.Errorf("after up: the table's options are %q, want fillfactor=70", got)
+	}
+	if _, err := p.DownTo(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	want("down", oldIndexes, "jobfence_jobs_available", "jobfence_jobs_waiting", "jobfence_jobs_running")
+	if got := fillfactor(); got != "" {
+		t.Errorf("after down: the table's options are %q, want none", got)
+	}
+	if err := migrations.Up(ctx, db.URL); err != nil {
+		t.Fatal(err)
+	}
+	want("up again", newIndexes, "jobfence_jobs_claim", "jobfence_jobs_lease")
 }

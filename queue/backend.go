@@ -55,6 +55,19 @@ type Maintainer interface {
 	Prune(ctx context.Context, retention time.Duration, limit int) (int, error)
 }
 
+// Promoter is implemented by backends whose claims read only jobs marked
+// available, so that jobs waiting for a time of their own (scheduled,
+// retrying after a backoff, snoozed) cost a claim nothing: something must
+// mark them available once their time has come. Every worker runs it
+// periodically (worker.Config.PromoteInterval) and before RunOne's claim;
+// any number of instances may run it at once.
+type Promoter interface {
+	// Promote makes up to limit jobs whose time has come available, wakes
+	// the workers of their queues, and returns how many it made available
+	// per queue.
+	Promote(ctx context.Context, limit int) (map[string]int, error)
+}
+
 // RescueParams tunes one Rescue call.
 type RescueParams struct {
 	// Limit caps how many jobs one call rescues.

@@ -39,8 +39,8 @@ type Config struct {
 	// Default: 2.
 	Completers int
 	// PollInterval is how often an idle queue is polled when no wake-up
-	// arrives (scheduled jobs becoming due, a lost LISTEN, a poll-only
-	// backend). A queue whose last claim found jobs is polled again after
+	// arrives (a lost LISTEN, a poll-only backend, a backend without
+	// wake-ups). A queue whose last claim found jobs is polled again after
 	// PollInterval/16 (at least 10ms), and the wait doubles with each empty
 	// claim back to PollInterval. Default: 1s.
 	PollInterval time.Duration
@@ -50,6 +50,16 @@ type Config struct {
 	// FinishBatch caps how many outcomes go to the backend in one round
 	// trip. Default: 1000.
 	FinishBatch int
+	// PromoteInterval is how often this worker makes jobs whose time has
+	// come (scheduled, retrying after a backoff, snoozed) ready to claim,
+	// on a backend that needs it (queue.Promoter, such as pgqueue). Any
+	// instance may; none leads. A job with a time of its own so starts up
+	// to about PromoteInterval after that time (a retry too, even with no
+	// backoff); one enqueued to run now, and one put back without a delay,
+	// is ready at once.
+	// Promotion runs even with DisableMaintenance: without it such jobs
+	// would never run. Default: 1s.
+	PromoteInterval time.Duration
 	// RescueInterval is how often this worker rescues jobs whose lease
 	// expired (any instance may; none leads), so a lost job waits at most
 	// about Lease + RescueInterval. Default: Lease/2.
@@ -59,7 +69,8 @@ type Config struct {
 	PruneInterval time.Duration
 	// Retention is how long final jobs are kept. Default: 24h.
 	Retention time.Duration
-	// DisableMaintenance turns off rescuing and pruning in this worker.
+	// DisableMaintenance turns off rescuing and pruning in this worker
+	// (not promotion: see PromoteInterval).
 	DisableMaintenance bool
 	// Middleware wraps every handler, outermost first. A transactional
 	// (AddTx) handler's middleware runs inside its transaction, before the
@@ -107,6 +118,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FinishBatch <= 0 {
 		c.FinishBatch = 1000
+	}
+	if c.PromoteInterval <= 0 {
+		c.PromoteInterval = time.Second
 	}
 	if c.RescueInterval <= 0 {
 		c.RescueInterval = c.Lease / 2

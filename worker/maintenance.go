@@ -65,3 +65,63 @@ func (w *Worker) drain(ctx context.Context, what string, batch int, counter inte
 		}
 	}
 }
+
+// promoteBatch bounds one Promote call; a full batch is followed by
+// another at once.
+const promoteBatch = 1000
+
+// promoteLoop makes jobs whose time has come ready to claim, every
+// PromoteInterval. Every worker runs it; the backend's SKIP LOCKED
+// batches keep instances off each other's rows.
+func (w *Worker) promoteLoop(ctx context.Context, p queue.Promoter) {
+	defer w.bgWG.Done()
+	// Instances that started together spread over the interval.
+	t := time.NewTimer(rand.N(w.cfg.PromoteInterval))
+	defer t.Stop()
+	wait := w.cfg.PromoteInterval
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := w.promote(ctx, p); err != nil {
+			// An unreachable database is retried less and less often
+			// (5s at most), as the fetch loops do, not logged every
+			// interval.
+			wait = min(2*wait, max(5*time.Second, w.cfg.PromoteInterval))
+			if ctx.Err() == nil {
+				w.log.Warn("jobfence: promoting due jobs failed; will try again", "err", err, "retry_in", wait)
+			}
+		} else {
+			wait = w.cfg.PromoteInterval
+		}
+		t.Reset(wait)
+	}
+}
+
+// promote promotes due jobs in batches until a batch is not full, and
+// wakes this worker's fetch loops of the queues that got jobs.
+func (w *Worker) promote(ctx context.Context, p queue.Promoter) error {
+	for ctx.Err() == nil {
+		byQueue, err := p.Promote(ctx, promoteBatch)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for q, k := range byQueue {
+			n += k
+			if ch := w.pokes[q]; ch != nil {
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+		}
+		w.stats.promoted.Add(int64(n))
+		if n < promoteBatch {
+			return nil
+		}
+	}
+	return nil
+}

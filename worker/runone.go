@@ -63,6 +63,17 @@ func (w *Worker) RunOne(ctx context.Context, q string) (*Ran, error) {
 	if err := w.checkBackend(ctx); err != nil {
 		return nil, err
 	}
+	// A job whose time has come must be found without a started worker's
+	// promoter (see queue.Promoter).
+	if p, ok := w.backend.(queue.Promoter); ok {
+		n, err := p.Promote(ctx, promoteBatch)
+		if err != nil {
+			return nil, fmt.Errorf("jobfence: worker: run one: %w", err)
+		}
+		for _, k := range n {
+			w.stats.promoted.Add(int64(k))
+		}
+	}
 	claimStart := time.Now()
 	jobs, err := w.backend.Claim(ctx, queue.ClaimParams{Queue: q, Limit: 1, Lease: w.cfg.Lease, WorkerID: w.cfg.ID})
 	if err != nil {

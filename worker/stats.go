@@ -32,11 +32,14 @@ type Stats struct {
 	Rescued int64
 	// Pruned counts final jobs this worker deleted.
 	Pruned int64
+	// Promoted counts jobs whose time had come that this worker made
+	// ready to claim (see Config.PromoteInterval).
+	Promoted int64
 }
 
 type counters struct {
 	claimed, completed, retried, discarded, snoozed, cancelled, stale, lost, panics,
-	fetchErrors, finishErrors, rescued, pruned atomic.Int64
+	fetchErrors, finishErrors, rescued, pruned, promoted atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
@@ -45,6 +48,6 @@ func (c *counters) snapshot() Stats {
 		Discarded: c.discarded.Load(), Snoozed: c.snoozed.Load(), Cancelled: c.cancelled.Load(),
 		Stale: c.stale.Load(), Lost: c.lost.Load(), Panics: c.panics.Load(),
 		FetchErrors: c.fetchErrors.Load(), FinishErrors: c.finishErrors.Load(),
-		Rescued: c.rescued.Load(), Pruned: c.pruned.Load(),
+		Rescued: c.rescued.Load(), Pruned: c.pruned.Load(), Promoted: c.promoted.Load(),
 	}
 }

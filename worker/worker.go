@@ -51,6 +51,10 @@ type Worker struct {
 	afterCompleteTx func(*queue.Job)
 	// one serialises RunOne calls, which read the outcome they queued.
 	one sync.Mutex
+	// pokes wake each queue's fetch loops when this worker's promoter
+	// made jobs of the queue available: the backend's wake-up (NOTIFY)
+	// may be off (poll-only) or down. Set by Start, read-only after.
+	pokes map[string]chan struct{}
 
 	// host and startedAt are reported to a queue.Registrar.
 	host      string
@@ -198,6 +202,14 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.bgWG.Add(1)
 		go w.maintenanceLoop(bgCtx, m)
 	}
+	w.pokes = make(map[string]chan struct{}, len(w.cfg.Queues))
+	for q := range w.cfg.Queues {
+		w.pokes[q] = make(chan struct{}, 1)
+	}
+	if p, ok := w.backend.(queue.Promoter); ok {
+		w.bgWG.Add(1)
+		go w.promoteLoop(bgCtx, p)
+	}
 	if r, ok := w.backend.(queue.Registrar); ok {
 		w.bgWG.Add(1)
 		go w.registryLoop(bgCtx, r)
@@ -235,7 +247,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			w.fetchWG.Add(1)
 			go func() {
 				defer loops.Done()
-				w.fetchLoop(fetchCtx, q, gates[q], slots, freed, jobs, wake)
+				w.fetchLoop(fetchCtx, q, gates[q], slots, freed, jobs, wake, w.pokes[q])
 			}()
 		}
 		go func() { loops.Wait(); close(jobs) }()
@@ -300,8 +312,8 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 // fetchLoop claims jobs of queue q while slots has room and paused lets
 // it; the queue's fetch loops share slots (its concurrency) and freed (a
-// job ended).
-func (w *Worker) fetchLoop(ctx context.Context, q string, paused *gate, slots, freed chan struct{}, out chan<- claimed, wake <-chan struct{}) {
+// job ended). wake is the backend's wake-up, poke this worker's promoter's.
+func (w *Worker) fetchLoop(ctx context.Context, q string, paused *gate, slots, freed chan struct{}, out chan<- claimed, wake, poke <-chan struct{}) {
 	defer w.fetchWG.Done()
 	n := cap(slots)
 	// Claiming a handful of jobs at a time wastes round trips when many
@@ -340,6 +352,8 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, paused *gate, slots, f
 				return
 			case <-freed:
 			case <-wake:
+				force = true
+			case <-poke:
 				force = true
 			case <-poll.C:
 				force = true
@@ -419,6 +433,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q string, paused *gate, slots, f
 		case <-ctx.Done():
 			return
 		case <-wake:
+		case <-poke:
 		case <-poll.C:
 		}
 	}

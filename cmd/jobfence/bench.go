@@ -6,30 +6,22 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"runtime/pprof"
-	"slices"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/internal/devenv"
-	"github.com/jobfence/jobfence/internal/pgtest"
-	"github.com/jobfence/jobfence/migrations"
-	"github.com/jobfence/jobfence/queue"
-	"github.com/jobfence/jobfence/queue/pgqueue"
-	"github.com/jobfence/jobfence/worker"
 )
 
-// benchArgs is the no-op job the benchmark runs.
+// benchArgs is the no-op job the benchmark runs. At is when a latency
+// run's producer began to insert it (Unix nanoseconds, this process's
+// clock); zero elsewhere.
 type benchArgs struct {
-	N int `json:"n"`
+	N  int   `json:"n"`
+	At int64 `json:"at,omitempty"`
 }
 
 func (benchArgs) Kind() string { return "bench" }
@@ -49,34 +41,75 @@ type benchConfig struct {
 	completers  int
 	otel        bool
 	otelSample  float64
+	statements  bool
+	// latency mode
+	rate      float64
+	producers int
+	// claim mode
+	claim claimConfig
+	// heartbeat mode
+	heartbeat heartbeatConfig
+	// fillfactor, when not zero, is set on the jobs table before a run.
+	fillfactor int
 }
+
+// benchFlags are the flags of jobfence bench that are not a run's
+// configuration: where it runs and how often.
+type benchFlags struct {
+	mode          string
+	runs          int
+	unsafeFast    bool
+	sharedBuffers string
+	pgbouncer     bool
+	poolSize      int
+	cpuProfile    string
+	dbURL         string
+	// set holds the names of the flags given on the command line.
+	set map[string]bool
+}
+
+// benchModes are the modes --mode takes.
+const benchModes = "burndown, continuous, both, latency, claim or heartbeat"
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	databaseURL := databaseURLFlag(fs)
-	mode := fs.String("mode", "both", "burndown, continuous or both")
+	var bf benchFlags
 	var cfg benchConfig
+	fs.StringVar(&bf.mode, "mode", "both", benchModes)
 	fs.IntVar(&cfg.jobs, "jobs", 1_000_000, "burn-down: jobs inserted before working")
-	fs.DurationVar(&cfg.duration, "duration", 30*time.Second, "continuous: how long to insert while working")
+	fs.DurationVar(&cfg.duration, "duration", 30*time.Second, "continuous and latency: how long to insert while working")
 	fs.IntVar(&cfg.concurrency, "concurrency", 2000, "jobs run at once per instance (River's bench uses 2,000)")
 	fs.IntVar(&cfg.batch, "batch", 5000, "jobs per insert batch (COPY)")
-	fs.IntVar(&cfg.backlog, "backlog", 75_000, "continuous: available jobs the inserter keeps ahead of the workers")
-	fs.IntVar(&cfg.instances, "instances", 0, "worker processes, each with a pool of its own (0: one worker in this process, which also measures enqueue-to-start latency)")
+	fs.IntVar(&cfg.backlog, "backlog", 75_000, "continuous: available jobs the inserter keeps ahead of the workers (inserted before the workers start, as River's bench does)")
+	fs.IntVar(&cfg.instances, "instances", 0, "worker processes, each with a pool of its own (0: one worker in this process)")
 	fs.IntVar(&cfg.conns, "conns", benchWorkerConns, "each worker's pool size")
-	pgbouncer := fs.Bool("pgbouncer", false, "workers connect through PgBouncer in transaction mode, poll-only (needs --instances; on the throwaway PostgreSQL)")
+	fs.BoolVar(&bf.pgbouncer, "pgbouncer", false, "workers connect through PgBouncer in transaction mode, poll-only (needs --instances; on the throwaway PostgreSQL)")
 	fs.StringVar(&cfg.execMode, "exec-mode", "", "pgx default_query_exec_mode of the workers' connections (default: pgx's own directly, cache_describe through PgBouncer)")
 	fs.BoolVar(&cfg.holdHorizon, "hold-horizon", false, "hold a REPEATABLE READ snapshot open for the whole run and report the jobs table's dead tuples")
-	poolSize := fs.Int("pool-size", 20, "with --pgbouncer: PgBouncer's server connections")
+	fs.IntVar(&bf.poolSize, "pool-size", 20, "with --pgbouncer: PgBouncer's server connections")
 	fs.IntVar(&cfg.fetchers, "fetchers", 0, "claim loops per queue (0: the worker's default)")
-	fs.IntVar(&cfg.fetchLimit, "fetch-limit", 0, "jobs per claim (0: the worker's default)")
+	fs.IntVar(&cfg.fetchLimit, "fetch-limit", 0, "jobs per claim (0: the worker's default, 1000)")
 	fs.IntVar(&cfg.completers, "completers", 0, "outcome batches in flight (0: the worker's default)")
 	fs.BoolVar(&cfg.otel, "otel", false, "attach telemetry with the OpenTelemetry SDK and exporters that drop everything, to measure its cost")
 	fs.Float64Var(&cfg.otelSample, "otel-sample", 1, "with --otel: the fraction of traces sampled (ParentBased(TraceIDRatioBased))")
-	runs := fs.Int("runs", 1, "runs of each mode; the median is reported")
-	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the runs to this file")
+	fs.BoolVar(&cfg.statements, "statements", false, "print the five statements that took the most server time in each run (needs pg_stat_statements)")
+	fs.Float64Var(&cfg.rate, "rate", 0, "latency: jobs offered per second, each inserted in a transaction of its own")
+	fs.IntVar(&cfg.producers, "producers", 32, "latency: producer goroutines that insert the offered jobs, as concurrent web requests would")
+	fs.IntVar(&cfg.claim.rows, "rows", 10_000_000, "claim: rows in the jobs table")
+	fs.IntVar(&cfg.claim.future, "future", 1_000_000, "claim: of them, retries scheduled in the future")
+	fs.IntVar(&cfg.claim.ready, "ready", 5, "claim: of them, jobs ready to run")
+	fs.IntVar(&cfg.claim.due, "due", 0, "claim: of them, retries whose time has come (an outage's retry storm)")
+	fs.IntVar(&cfg.claim.claims, "claims", 21, "claim: claims measured; the median is reported")
+	fs.BoolVar(&cfg.heartbeat.leaseIndex, "lease-index", false, "heartbeat: recreate the index on lease_expires_at that migrations before 00006 had")
+	fs.IntVar(&cfg.fillfactor, "fillfactor", 0, "set the jobs table's fillfactor (10-100) before inserting (0: PostgreSQL's default, 100)")
+	fs.IntVar(&bf.runs, "runs", 1, "runs of each mode; the median is reported")
+	fs.BoolVar(&bf.unsafeFast, "unsafe-fast", false, "run the throwaway PostgreSQL with fsync, synchronous_commit and full_page_writes off: faster, not durable, not comparable")
+	fs.StringVar(&bf.sharedBuffers, "shared-buffers", "2GB", "the throwaway PostgreSQL's shared_buffers")
+	fs.StringVar(&bf.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the runs to this file")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: jobfence bench [flags]   (without --database-url or $DATABASE_URL, on a throwaway PostgreSQL)")
+		fmt.Fprintln(stderr, "usage: jobfence bench [flags]   (without --database-url or $DATABASE_URL, on a throwaway durable PostgreSQL)")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -86,8 +119,24 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.Usage()
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	bf.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { bf.set[f.Name] = true })
+	bf.dbURL = databaseURL()
+	if !bf.set["concurrency"] {
+		switch bf.mode {
+		case "latency":
+			// Latency is measured with the worker's default concurrency,
+			// as a service runs it; throughput runs keep River's 2,000.
+			cfg.concurrency = 100
+		case "heartbeat":
+			cfg.concurrency = 500
+		}
+	}
+	if err := bf.validate(cfg); err != nil {
+		return err
+	}
+	if bf.cpuProfile != "" {
+		f, err := os.Create(bf.cpuProfile)
 		if err != nil {
 			return err
 		}
@@ -97,26 +146,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if cfg.otelSample < 0 || cfg.otelSample > 1 {
-		return fmt.Errorf("--otel-sample %v: want a fraction from 0 to 1", cfg.otelSample)
-	}
-	if *mode != "burndown" && *mode != "continuous" && *mode != "both" {
-		return fmt.Errorf("unknown --mode %q: want burndown, continuous or both", *mode)
-	}
-	if *pgbouncer && cfg.instances < 1 {
-		return errors.New("--pgbouncer needs --instances N (N worker processes through PgBouncer)")
-	}
-	if cfg.instances < 0 || cfg.conns < 1 || *poolSize < 1 {
-		return fmt.Errorf("--instances %d, --conns %d, --pool-size %d: want instances ≥ 0, conns and pool size ≥ 1", cfg.instances, cfg.conns, *poolSize)
-	}
-	if cfg.holdHorizon && cfg.instances > 0 {
-		return errors.New("--hold-horizon runs one worker in this process: leave out --instances")
-	}
-	dbURL := databaseURL()
-	if *pgbouncer && dbURL != "" {
-		return errPgBouncerNeedsThrowaway
-	}
-	fleet := fleetSetup{bouncer: *pgbouncer, poolSize: *poolSize, stderr: stderr}
+	fleet := fleetSetup{bouncer: bf.pgbouncer, poolSize: bf.poolSize, stderr: stderr}
 	if cfg.instances > 0 {
 		self, err := os.Executable()
 		if err != nil {
@@ -124,351 +154,185 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		fleet.self = self
 	}
+	dbURL := bf.dbURL
 	if dbURL == "" {
-		pg, err := devenv.StartPostgres(ctx)
+		pg, err := devenv.StartPostgresWith(ctx, devenv.PostgresOptions{
+			Durable: !bf.unsafeFast, SharedBuffers: bf.sharedBuffers, StatStatements: true,
+		})
 		if err != nil {
 			return err
 		}
 		defer pg.Stop()
 		dbURL = pg.URL
-		fmt.Fprintf(stdout, "bench: using a throwaway PostgreSQL (fsync off) on 127.0.0.1:%d\n", pg.Port)
+		fmt.Fprintf(stdout, "bench: a throwaway PostgreSQL on 127.0.0.1:%d\n", pg.Port)
+		if pg.StatStatements {
+			if err := createStatStatements(ctx, dbURL); err != nil {
+				return err
+			}
+		}
 	} else {
 		pgCfg, err := pgconn.ParseConfig(dbURL)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "bench: using your PostgreSQL at %s, in a new schema per run, dropped afterwards\n", address(pgCfg))
+		fmt.Fprintf(stdout, "bench: your PostgreSQL at %s, in a new schema per run, dropped afterwards\n", address(pgCfg))
 	}
-	modes := []string{*mode}
-	if *mode == "both" {
-		modes = []string{"burndown", "continuous"}
+	settings, err := printSettings(ctx, dbURL, stdout)
+	if err != nil {
+		return err
+	}
+	if bf.unsafeFast {
+		fmt.Fprintln(stdout, "bench: --unsafe-fast: durability is off; these figures overstate what a production server does")
 	}
 	fleet.baseURL = dbURL
+	switch bf.mode {
+	case "claim":
+		return runClaimBench(ctx, dbURL, cfg, stdout)
+	case "latency":
+		return runLatencyBench(ctx, dbURL, cfg, bf.runs, settings, stdout)
+	case "heartbeat":
+		return runHeartbeatBench(ctx, dbURL, cfg, stdout)
+	}
+	modes := []string{bf.mode}
+	if bf.mode == "both" {
+		modes = []string{"burndown", "continuous"}
+	}
 	for _, m := range modes {
-		var rates []float64
-		for r := range *runs {
+		var results []benchResult
+		for r := range bf.runs {
 			var res fmt.Stringer
-			var rate float64
+			var br benchResult
 			if cfg.instances > 0 {
-				fr, err := fleetOnce(ctx, fleet, m, cfg)
+				fr, err := fleetOnce(ctx, fleet, m, cfg, settings)
 				if err != nil {
 					return fmt.Errorf("%s run %d: %w", m, r+1, err)
 				}
-				res, rate = fr, fr.rate
+				res, br = fr, fr.benchResult
 			} else {
-				br, err := benchOnce(ctx, dbURL, m, cfg)
+				b, err := benchOnce(ctx, dbURL, m, cfg, settings)
 				if err != nil {
 					return fmt.Errorf("%s run %d: %w", m, r+1, err)
 				}
-				res, rate = br, br.rate
+				res, br = b, b
 			}
-			rates = append(rates, rate)
+			results = append(results, br)
 			fmt.Fprintf(stdout, "%-10s run %d: %s\n", m, r+1, res)
 		}
-		slices.Sort(rates)
-		fmt.Fprintf(stdout, "%-10s median of %d: %.0f jobs/s\n", m, len(rates), rates[len(rates)/2])
+		fmt.Fprintf(stdout, "%-10s %s\n", m, medianLine(m, results))
 	}
 	return nil
 }
 
-type benchResult struct {
-	jobs          int64
-	elapsed       time.Duration
-	rate          float64
-	p50, p99      time.Duration
-	stale, errors int64
-	// cpu is the CPU time this process (the workers, not PostgreSQL)
-	// spent during the timed window: less sensitive than the rate to other
-	// load on the machine.
-	cpu time.Duration
-	// deadTuples is the jobs table's dead tuples at the end of an
-	// in-process run; horizonHeld says whether a snapshot held the MVCC
-	// horizon meanwhile (--hold-horizon).
-	deadTuples  int64
-	horizonHeld bool
-}
-
-func (r benchResult) String() string {
-	s := fmt.Sprintf("%d jobs in %.2fs = %.0f jobs/s (every completion fenced; stale %d, errors %d)",
-		r.jobs, r.elapsed.Seconds(), r.rate, r.stale, r.errors)
-	if r.cpu > 0 && r.jobs > 0 {
-		s += fmt.Sprintf("; worker CPU %.1f µs/job", float64(r.cpu.Microseconds())/float64(r.jobs))
+// validate refuses flags the bench cannot honour, saying why.
+func (bf benchFlags) validate(cfg benchConfig) error {
+	switch bf.mode {
+	case "burndown", "continuous", "both", "latency", "claim", "heartbeat":
+	default:
+		return fmt.Errorf("unknown --mode %q: want %s", bf.mode, benchModes)
 	}
-	if r.horizonHeld {
-		s += fmt.Sprintf("; jobs table's dead tuples at the end %d, the MVCC horizon held by a REPEATABLE READ snapshot", r.deadTuples)
-	} else if r.deadTuples > 0 {
-		s += fmt.Sprintf("; jobs table's dead tuples at the end %d", r.deadTuples)
+	if bf.runs < 1 {
+		return fmt.Errorf("--runs %d: want at least 1", bf.runs)
 	}
-	if r.p50 > 0 {
-		s += fmt.Sprintf("; enqueue-to-start p50 %s p99 %s", r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond))
+	if (bf.mode == "claim" || bf.mode == "heartbeat") && bf.set["runs"] {
+		return fmt.Errorf("--runs repeats burn-down, continuous and latency runs; --mode %s runs once (claim mode takes the median of --claims claims): run it again for another table", bf.mode)
 	}
-	return s
-}
-
-// benchOnce runs one mode in a fresh schema, after a checkpoint, as River's
-// bench truncates and checkpoints before each run.
-func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig) (benchResult, error) {
-	schema := fmt.Sprintf("jobfence_bench_%d", time.Now().UnixNano())
-	admin, err := pgx.Connect(ctx, baseURL)
-	if err != nil {
-		return benchResult{}, err
+	if bf.dbURL != "" && bf.unsafeFast {
+		return errors.New("--unsafe-fast turns durability off on the bench's throwaway PostgreSQL; with --database-url or $DATABASE_URL your server's settings apply: leave it out")
 	}
-	defer admin.Close(context.Background())
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return benchResult{}, err
+	if bf.dbURL != "" && bf.set["shared-buffers"] {
+		return errors.New("--shared-buffers sets the throwaway PostgreSQL's shared_buffers; with --database-url or $DATABASE_URL your server's settings apply: leave it out")
 	}
-	defer admin.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	url := pgtest.WithSearchPath(baseURL, schema)
-	if err := migrations.Up(ctx, url); err != nil {
-		return benchResult{}, err
+	if err := devenv.CheckMemorySetting(bf.sharedBuffers); err != nil {
+		return fmt.Errorf("--shared-buffers %w", err)
 	}
-	if url, err = withExecMode(url, cfg.execMode); err != nil {
-		return benchResult{}, err
+	if cfg.otelSample < 0 || cfg.otelSample > 1 {
+		return fmt.Errorf("--otel-sample %v: want a fraction from 0 to 1", cfg.otelSample)
 	}
-	pool, err := newBenchPool(ctx, url, 10)
-	if err != nil {
-		return benchResult{}, err
+	if bf.pgbouncer && cfg.instances < 1 {
+		return errors.New("--pgbouncer needs --instances N (N worker processes through PgBouncer)")
 	}
-	defer pool.Close()
-	var tel *benchTelemetry
-	if cfg.otel {
-		tel = newBenchTelemetry(cfg.otelSample)
-		defer tel.shutdown(context.Background())
+	if cfg.instances < 0 || cfg.conns < 1 || bf.poolSize < 1 {
+		return fmt.Errorf("--instances %d, --conns %d, --pool-size %d: want instances ≥ 0, conns and pool size ≥ 1", cfg.instances, cfg.conns, bf.poolSize)
 	}
-	var clientCfg pgqueue.Config
-	if err := tel.attach(&clientCfg, nil); err != nil {
-		return benchResult{}, err
+	if cfg.concurrency < 1 || cfg.batch < 1 || cfg.jobs < 1 || cfg.backlog < 0 {
+		return fmt.Errorf("--concurrency %d, --batch %d, --jobs %d, --backlog %d: want concurrency, batch and jobs ≥ 1, backlog ≥ 0",
+			cfg.concurrency, cfg.batch, cfg.jobs, cfg.backlog)
 	}
-	client := pgqueue.New(pool, clientCfg)
-
-	if mode == "burndown" {
-		if err := insertJobs(ctx, client, cfg.jobs, cfg.batch); err != nil {
-			return benchResult{}, err
+	if cfg.duration <= 0 {
+		return fmt.Errorf("--duration %s: want a positive duration such as 30s", cfg.duration)
+	}
+	if cfg.holdHorizon && cfg.instances > 0 {
+		return errors.New("--hold-horizon runs one worker in this process: leave out --instances")
+	}
+	if bf.pgbouncer && bf.dbURL != "" {
+		return errPgBouncerNeedsThrowaway
+	}
+	if bf.mode == "latency" {
+		if cfg.rate <= 0 {
+			return fmt.Errorf("--mode latency needs --rate R, the jobs offered per second (R > 0; got %v)", cfg.rate)
+		}
+		if cfg.producers < 1 {
+			return fmt.Errorf("--producers %d: want at least 1", cfg.producers)
+		}
+		if cfg.instances > 0 {
+			return errors.New("--mode latency runs one worker in this process, whose clock times each job: leave out --instances")
+		}
+	} else if bf.set["rate"] || bf.set["producers"] {
+		return fmt.Errorf("--rate and --producers are for --mode latency, not --mode %s", bf.mode)
+	}
+	if bf.mode == "claim" {
+		if cfg.instances > 0 {
+			return errors.New("--mode claim measures claims from this process: leave out --instances")
+		}
+		return cfg.claim.validate()
+	}
+	for _, name := range []string{"rows", "future", "ready", "due", "claims"} {
+		if bf.set[name] {
+			return fmt.Errorf("--%s is for --mode claim, not --mode %s", name, bf.mode)
 		}
 	}
-	if _, err := admin.Exec(ctx, "CHECKPOINT"); err != nil {
-		return benchResult{}, err
+	if f := cfg.fillfactor; f != 0 && (f < 10 || f > 100) {
+		return fmt.Errorf("--fillfactor %d: want 10 to 100 (PostgreSQL's range)", f)
 	}
-
-	var lat latencies
-	reg := worker.NewRegistry()
-	worker.Add(reg, func(ctx context.Context, job *worker.Job[benchArgs]) error {
-		if mode == "continuous" {
-			lat.add(time.Since(job.CreatedAt))
+	if bf.mode == "heartbeat" {
+		if cfg.instances > 0 {
+			return errors.New("--mode heartbeat runs one worker in this process: leave out --instances")
 		}
 		return nil
-	})
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	p, err := newBenchPool(ctx, url, int32(cfg.conns))
-	if err != nil {
-		return benchResult{}, err
 	}
-	defer p.Close()
-	wcfg := benchWorkerConfig("bench", cfg, quiet)
-	if err := tel.attach(nil, &wcfg); err != nil {
-		return benchResult{}, err
-	}
-	w, err := worker.New(pgqueue.New(p, pgqueue.Config{Logger: quiet}), reg, wcfg)
-	if err != nil {
-		return benchResult{}, err
-	}
-	completed := func() (n, stale, errs int64) {
-		s := w.Stats()
-		return s.Completed, s.Stale, s.FetchErrors + s.FinishErrors
-	}
-	var release func()
-	if cfg.holdHorizon {
-		if release, err = holdHorizon(ctx, url); err != nil {
-			return benchResult{}, err
-		}
-	}
-	start, cpu0 := time.Now(), processCPU()
-	if err := w.Start(ctx); err != nil {
-		return benchResult{}, err
-	}
-	res, err := runMode(ctx, mode, cfg, client, start, cpu0, completed, &lat)
-	if err != nil {
-		return benchResult{}, err
-	}
-	// Read before the horizon is released, and before the worker's stop.
-	if res.deadTuples, err = deadTuples(ctx, admin, schema); err != nil {
-		return benchResult{}, err
-	}
-	res.horizonHeld = release != nil
-	if release != nil {
-		release()
-	}
-	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	w.Stop(stopCtx)
-	res.settle(mode, completed)
-	return res, nil
-}
-
-// settle fills in what the workers' final counters say, once they have
-// stopped: a burn-down's jobs, the stale and error counts, and the rate.
-func (r *benchResult) settle(mode string, completed func() (n, stale, errs int64)) {
-	n, stale, errs := completed()
-	if mode == "burndown" {
-		r.jobs = n
-	}
-	r.stale, r.errors = stale, errs
-	r.rate = float64(r.jobs) / r.elapsed.Seconds()
-}
-
-// runMode waits, in burn-down mode, until cfg.jobs jobs are completed
-// (counting from start and from this process's CPU time cpu0), or in continuous mode keeps cfg.backlog jobs
-// waiting for cfg.duration and counts the jobs completed after a warm-up.
-// lat, when not nil, is reset at the warm-up's end.
-func runMode(ctx context.Context, mode string, cfg benchConfig, producer *pgqueue.Client, start time.Time, cpu0 time.Duration,
-	completed func() (n, stale, errs int64), lat *latencies) (benchResult, error) {
-	var res benchResult
-	switch mode {
-	case "burndown":
-		for {
-			n, _, _ := completed()
-			if n >= int64(cfg.jobs) {
-				break
-			}
-			if ctx.Err() != nil {
-				return benchResult{}, ctx.Err()
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		res.elapsed, res.cpu = time.Since(start), processCPU()-cpu0
-	case "continuous":
-		runCtx, cancel := context.WithTimeout(ctx, cfg.duration)
-		defer cancel()
-		var inserted atomic.Int64
-		var insertErr error
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			insertErr = keepBacklog(runCtx, producer, cfg, &inserted, completed)
-		}()
-		// Measure after a warm-up so the backlog is established.
-		warm := min(cfg.duration/5, 5*time.Second)
-		time.Sleep(warm)
-		if err := analyzeJobs(ctx, producer); err != nil {
-			return benchResult{}, err
-		}
-		n0, _, _ := completed()
-		if lat != nil {
-			lat.reset()
-		}
-		t0, c0 := time.Now(), processCPU()
-		<-runCtx.Done()
-		cancel()
-		n1, _, _ := completed()
-		res.elapsed, res.cpu = time.Since(t0), processCPU()-c0
-		wg.Wait()
-		if insertErr != nil && !errors.Is(insertErr, context.DeadlineExceeded) && !errors.Is(insertErr, context.Canceled) {
-			return benchResult{}, insertErr
-		}
-		if ctx.Err() != nil {
-			return benchResult{}, ctx.Err()
-		}
-		res.jobs = n1 - n0
-		if lat != nil {
-			res.p50, res.p99 = lat.percentiles()
-		}
-	}
-	return res, nil
-}
-
-// processCPU is the user and system CPU time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// benchWorkerConns is each bench worker's pool size by default.
-const benchWorkerConns = 12
-
-func newBenchPool(ctx context.Context, url string, conns int32) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, err
-	}
-	cfg.MaxConns = conns
-	return pgxpool.NewWithConfig(ctx, cfg)
-}
-
-func insertJobs(ctx context.Context, c *pgqueue.Client, n, batch int) error {
-	ps := make([]queue.EnqueueParams, 0, batch)
-	for i := 0; i < n; {
-		ps = ps[:0]
-		for ; len(ps) < batch && i < n; i++ {
-			ps = append(ps, queue.EnqueueParams{Kind: "bench", Args: []byte(`{"n":1}`)})
-		}
-		if _, err := c.EnqueueMany(ctx, ps); err != nil {
-			return err
-		}
-	}
-	return analyzeJobs(ctx, c)
-}
-
-// analyzeJobs refreshes the jobs table's statistics, as autovacuum would
-// within a minute of a bulk insert. A run's table is new, and analyzed
-// empty: with that, an unnamed statement's custom plan (the exec mode
-// behind PgBouncer) claims by sorting every waiting job (a bitmap scan
-// and a sort) instead of reading the claim index in order.
-func analyzeJobs(ctx context.Context, c *pgqueue.Client) error {
-	if _, err := c.Pool().Exec(ctx, "ANALYZE jobfence_jobs"); err != nil {
-		return fmt.Errorf("bench: analyze: %w", err)
+	if bf.set["lease-index"] {
+		return fmt.Errorf("--lease-index is for --mode heartbeat, not --mode %s", bf.mode)
 	}
 	return nil
 }
 
-// keepBacklog inserts batches whenever fewer than cfg.backlog jobs wait.
-func keepBacklog(ctx context.Context, c *pgqueue.Client, cfg benchConfig, inserted *atomic.Int64, completed func() (int64, int64, int64)) error {
-	ps := make([]queue.EnqueueParams, cfg.batch)
-	for i := range ps {
-		ps[i] = queue.EnqueueParams{Kind: "bench", Args: []byte(`{"n":1}`)}
+// createStatStatements creates pg_stat_statements in the throwaway
+// server's database (it is preloaded there); never on a server of the
+// user's.
+func createStatStatements(ctx context.Context, dbURL string) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
 	}
-	for ctx.Err() == nil {
-		done, _, _ := completed()
-		if inserted.Load()-done >= int64(cfg.backlog) {
-			time.Sleep(2 * time.Millisecond)
-			continue
-		}
-		n, err := c.EnqueueMany(ctx, ps)
-		if err != nil {
-			return err
-		}
-		inserted.Add(n)
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		return fmt.Errorf("bench: create pg_stat_statements: %w", err)
 	}
-	return ctx.Err()
+	return nil
 }
 
-// latencies samples enqueue-to-start times.
-type latencies struct {
-	mu sync.Mutex
-	d  []time.Duration
-}
-
-func (l *latencies) add(d time.Duration) {
-	l.mu.Lock()
-	l.d = append(l.d, d)
-	l.mu.Unlock()
-}
-
-func (l *latencies) reset() {
-	l.mu.Lock()
-	l.d = l.d[:0]
-	l.mu.Unlock()
-}
-
-func (l *latencies) percentiles() (p50, p99 time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.d) == 0 {
-		return 0, 0
+// printSettings prints the server's settings and the machine's load.
+func printSettings(ctx context.Context, dbURL string, stdout io.Writer) (serverSettings, error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return serverSettings{}, err
 	}
-	slices.Sort(l.d)
-	return l.d[len(l.d)/2], l.d[len(l.d)*99/100]
+	defer conn.Close(context.Background())
+	s, err := readSettings(ctx, conn)
+	if err != nil {
+		return s, err
+	}
+	fmt.Fprintf(stdout, "bench: server %s\n", s)
+	fmt.Fprintf(stdout, "bench: machine load average %s (1, 5, 15 min) before the first run\n", loadAverage())
+	return s, nil
 }

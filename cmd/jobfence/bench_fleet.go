@@ -34,16 +34,15 @@ type fleetResult struct {
 	instances int
 	via       string
 	// act is what sampling pg_stat_activity found.
-	act  activity
-	load string
+	act activity
 }
 
 func (r fleetResult) String() string {
-	return fmt.Sprintf("%d instances via %s: %d jobs in %.2fs = %.0f jobs/s; server connections max %d; "+
-		"claim lock waits %.2f backends per sample (%.0f%% of samples); stale %d, errors %d; load %s\n"+
-		"  lock waiters per sample by statement/wait event: %s",
-		r.instances, r.via, r.jobs, r.elapsed.Seconds(), r.rate, r.act.maxConns,
-		r.act.claimWaitMean(), 100*r.act.perSample(r.act.claimSamples), r.stale, r.errors, r.load, r.act.breakdown())
+	return fmt.Sprintf("%d instances via %s: %s\n"+
+		"    server connections max %d; claim lock waits %.2f backends per sample (%.0f%% of samples); "+
+		"lock waiters per sample by statement/wait event: %s",
+		r.instances, r.via, r.benchResult, r.act.maxConns,
+		r.act.claimWaitMean(), 100*r.act.perSample(r.act.claimSamples), r.act.breakdown())
 }
 
 // fleetSetup is what every run of a fleet shares: the server, and
@@ -60,23 +59,26 @@ type fleetSetup struct {
 // pool of its own, as a role of the run's own whose default search_path is
 // a fresh schema (the way to choose the schema through PgBouncer, where a
 // search_path startup parameter would be session state).
-func fleetOnce(ctx context.Context, fs fleetSetup, mode string, cfg benchConfig) (fleetResult, error) {
+func fleetOnce(ctx context.Context, fs fleetSetup, mode string, cfg benchConfig, settings serverSettings) (fleetResult, error) {
 	name := fmt.Sprintf("jobfence_bench_%d", time.Now().UnixNano())
 	workURL, drop, err := devenv.CreateRoleSchema(ctx, fs.baseURL, name)
 	if err != nil {
 		return fleetResult{}, err
 	}
 	defer drop()
-	admin, err := pgx.Connect(ctx, fs.baseURL)
+	pr, err := newProbe(ctx, fs.baseURL, name, settings)
 	if err != nil {
 		return fleetResult{}, err
 	}
-	defer admin.Close(context.Background())
+	defer pr.close()
 	u, err := url.Parse(workURL)
 	if err != nil {
 		return fleetResult{}, err
 	}
 	if err := migrations.Up(ctx, workURL); err != nil {
+		return fleetResult{}, err
+	}
+	if err := setFillfactor(ctx, pr.conn, name, cfg.fillfactor); err != nil {
 		return fleetResult{}, err
 	}
 	res := fleetResult{instances: cfg.instances, via: "PostgreSQL directly"}
@@ -100,12 +102,13 @@ func fleetOnce(ctx context.Context, fs fleetSetup, mode string, cfg benchConfig)
 	}
 	defer producerPool.Close()
 	producer := pgqueue.New(producerPool, pgqueue.Config{PollOnly: fs.bouncer})
-	if mode == "burndown" {
-		if err := insertJobs(ctx, producer, cfg.jobs, cfg.batch); err != nil {
-			return fleetResult{}, err
-		}
+	r := benchResult{statements: cfg.statements}
+	prefilled, err := prepareRun(ctx, mode, cfg, producer, pr, &r)
+	if err != nil {
+		return fleetResult{}, err
 	}
-	if _, err := admin.Exec(ctx, "CHECKPOINT"); err != nil {
+	c0, err := pr.counters(ctx)
+	if err != nil {
 		return fleetResult{}, err
 	}
 	children, err := startBenchChildren(ctx, fs, workURL, cfg)
@@ -115,19 +118,21 @@ func fleetOnce(ctx context.Context, fs fleetSetup, mode string, cfg benchConfig)
 	}
 	samples := sampleActivity(ctx, fs.baseURL, name)
 	start := time.Now()
-	r, err := runMode(ctx, mode, cfg, producer, start, processCPU(), children.completed, nil)
-	if err != nil {
+	if err := runMode(ctx, mode, cfg, producer, prefilled, start, children.completed, pr, &r); err != nil {
 		return fleetResult{}, err
 	}
-	// The workers are other processes: this one's CPU says nothing of them.
-	r.cpu = 0
-	res.benchResult = r
-	res.load = loadAverage()
 	res.act = samples()
 	if err := children.stop(); err != nil {
 		return fleetResult{}, err
 	}
-	res.settle(mode, children.completed)
+	producerPool.Close()
+	if err := r.settle(ctx, mode, children.completed, pr, c0, name); err != nil {
+		return fleetResult{}, err
+	}
+	// The workers are other processes: this one's CPU says nothing of them.
+	r.cpu = 0
+	r.conns = res.act.maxConns
+	res.benchResult = r
 	return res, nil
 }
 
@@ -271,10 +276,10 @@ const activitySQL = `
 SELECT count(*), coalesce(string_agg(
     CASE WHEN query LIKE '%SKIP LOCKED%' THEN 'claim' WHEN query LIKE 'COPY%' THEN 'insert' ELSE 'outcome' END
     || '/' || wait_event, ',') FILTER (WHERE wait_event_type = 'Lock'), '')
-FROM pg_stat_activity WHERE usename = $1`
+FROM pg_stat_activity WHERE usename = $1 OR application_name = $1`
 
-// sampleActivity samples, every 50ms, the backends of role: how many there
-// are and which wait for a lock. The returned function stops sampling and
+// sampleActivity samples, every 50ms, the backends of role (or of that
+// application_name): how many there are and which wait for a lock. The returned function stops sampling and
 // returns what it found.
 func sampleActivity(ctx context.Context, baseURL, role string) func() activity {
 	ctx, cancel := context.WithCancel(ctx)

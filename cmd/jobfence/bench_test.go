@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/url"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -21,6 +23,26 @@ func TestBenchBadFlags(t *testing.T) {
 			"--pgbouncer runs PgBouncer in front of the bench's own throwaway PostgreSQL"},
 		{[]string{"bench", "--instances", "-1"}, "want instances ≥ 0"},
 		{[]string{"bench", "--instances", "2", "--hold-horizon"}, "--hold-horizon runs one worker in this process"},
+		{[]string{"bench", "--mode", "fast"}, `unknown --mode "fast": want burndown, continuous, both, latency, claim or heartbeat`},
+		{[]string{"bench", "--runs", "0"}, "--runs 0: want at least 1"},
+		{[]string{"bench", "--unsafe-fast", "--database-url", "postgres://u:hunter2@127.0.0.1:1/db"},
+			"--unsafe-fast turns durability off on the bench's throwaway PostgreSQL; with --database-url or $DATABASE_URL your server's settings apply"},
+		{[]string{"bench", "--shared-buffers", "1GB", "--database-url", "postgres://u:hunter2@127.0.0.1:1/db"},
+			"--shared-buffers sets the throwaway PostgreSQL's shared_buffers; with --database-url"},
+		{[]string{"bench", "--shared-buffers", "lots", "--database-url", ""}, `--shared-buffers "lots": want a size such as 256MB or 2GB`},
+		{[]string{"bench", "--shared-buffers", "2XB", "--database-url", ""}, `unit "XB": want kB, MB, GB or TB`},
+		{[]string{"bench", "--duration", "0s"}, "--duration 0s: want a positive duration"},
+		{[]string{"bench", "--jobs", "0"}, "want concurrency, batch and jobs ≥ 1"},
+		{[]string{"bench", "--mode", "latency"}, "--mode latency needs --rate R, the jobs offered per second (R > 0; got 0)"},
+		{[]string{"bench", "--mode", "latency", "--rate", "100", "--producers", "0"}, "--producers 0: want at least 1"},
+		{[]string{"bench", "--mode", "latency", "--rate", "100", "--instances", "2"}, "--mode latency runs one worker in this process"},
+		{[]string{"bench", "--mode", "burndown", "--rate", "100"}, "--rate and --producers are for --mode latency, not --mode burndown"},
+		{[]string{"bench", "--mode", "claim", "--rows", "10", "--future", "20"}, "--future 20 + --ready 5 + --due 0 is more than --rows 10"},
+		{[]string{"bench", "--mode", "claim", "--claims", "0"}, "--claims 0: want at least 1"},
+		{[]string{"bench", "--mode", "heartbeat", "--runs", "3"}, "--mode heartbeat runs once"},
+		{[]string{"bench", "--mode", "continuous", "--future", "10"}, "--future is for --mode claim, not --mode continuous"},
+		{[]string{"bench", "--mode", "heartbeat", "--fillfactor", "5"}, "--fillfactor 5: want 10 to 100"},
+		{[]string{"bench", "--mode", "latency", "--rate", "1", "--lease-index"}, "--lease-index is for --mode heartbeat, not --mode latency"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), tt.args, &out, &errb)
@@ -47,7 +69,7 @@ func TestBenchFleetThroughPgBouncer(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	m := regexp.MustCompile(`2 instances via PgBouncer \(transaction mode, pool size 3\): (\d+) jobs .* = (\d+) jobs/s; server connections max (\d+); .*stale 0, errors 0`).FindStringSubmatch(out.String())
+	m := regexp.MustCompile(`2 instances via PgBouncer \(transaction mode, pool size 3\): (\d+) jobs in [0-9.]+s = (\d+) jobs/s .*stale 0, errors 0(?s:.*)server connections max (\d+);`).FindStringSubmatch(out.String())
 	if m == nil {
 		t.Fatal("no fleet line with stale 0, errors 0")
 	}
@@ -56,5 +78,123 @@ func TestBenchFleetThroughPgBouncer(t *testing.T) {
 	}
 	if conns, _ := strconv.Atoi(m[3]); conns > 3 {
 		t.Fatalf("%d server connections, more than the pool size 3", conns)
+	}
+}
+
+// TestBenchIsDurableByDefault: the bench's own server keeps fsync and
+// synchronous_commit on and says so, and each run reports what a job cost
+// the server; --unsafe-fast turns durability off and every run's output
+// says so.
+func TestBenchIsDurableByDefault(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"bench", "--mode", "both", "--jobs", "3000", "--duration", "3s", "--backlog", "1000",
+		"--batch", "500", "--concurrency", "50", "--shared-buffers", "128MB"}, &out, &errb)
+	t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	o := out.String()
+	for _, want := range []string{
+		"fsync=on synchronous_commit=on full_page_writes=on shared_buffers=128MB",
+		"(durable); pg_stat_statements available",
+		"burndown   run 1: 3000 jobs in",
+		"from the workers' start (river bench's window, ramp-up included)",
+		"every completion fenced: stale 0, errors 0",
+		"(working only; inserting them beforehand:",
+		"continuous run 1:",
+		"enqueue-to-start p50",
+	} {
+		if !strings.Contains(o, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if strings.Contains(o, "NOT DURABLE") || strings.Contains(o, "--unsafe-fast") {
+		t.Error("a durable run is labelled not durable")
+	}
+	m := regexp.MustCompile(`cost: ([0-9.]+) commits/job, (\d+) WAL bytes/job, (\d+) statements/s \(([0-9.]+)/job, pg_stat_statements\).*?; connections max (\d+)`).
+		FindAllStringSubmatch(o, -1)
+	if len(m) != 2 {
+		t.Fatalf("%d cost lines with pg_stat_statements, want 2 (burn-down and continuous)", len(m))
+	}
+	for _, c := range m {
+		commits, _ := strconv.ParseFloat(c[1], 64)
+		wal, _ := strconv.Atoi(c[2])
+		conns, _ := strconv.Atoi(c[5])
+		// A job is claimed and completed, each in some batch: more than
+		// nothing, and fewer than a few commits and tens of kB of WAL.
+		if commits <= 0 || commits > 5 || wal <= 0 || wal > 50_000 || conns < 2 {
+			t.Errorf("implausible cost: %s", c[0])
+		}
+	}
+
+	out.Reset()
+	errb.Reset()
+	code = run(ctx, []string{"bench", "--mode", "burndown", "--jobs", "1000", "--batch", "500", "--concurrency", "50",
+		"--unsafe-fast", "--shared-buffers", "128MB"}, &out, &errb)
+	t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
+	if code != 0 {
+		t.Fatalf("--unsafe-fast: exit %d", code)
+	}
+	for _, want := range []string{
+		"fsync=off synchronous_commit=off full_page_writes=off",
+		"NOT DURABLE: a crash of the machine can lose or corrupt commits",
+		"bench: --unsafe-fast: durability is off; these figures overstate what a production server does",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--unsafe-fast output lacks %q", want)
+		}
+	}
+}
+
+// TestBenchModesOnYourServer: the latency, claim and heartbeat modes run
+// against a server given by URL, print its settings, and never its
+// password.
+func TestBenchModesOnYourServer(t *testing.T) {
+	const password = "hunter2-bench"
+	u, err := url.Parse(os.Getenv("DATABASE_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test server trusts local connections and ignores the password.
+	u.User = url.UserPassword("postgres", password)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--mode", "latency", "--rate", "200", "--duration", "2s", "--producers", "4"}, []string{
+			"offered 200 jobs/s for 2s, each inserted in a transaction of its own by 4 producers (400 offers",
+			"enqueue-to-start p50", "latency    median of 1 at 200 jobs/s: enqueue-to-start p50",
+		}},
+		{[]string{"--mode", "claim", "--rows", "20000", "--future", "5000", "--ready", "5", "--due", "1500", "--claims", "3"}, []string{
+			"claim: 20000 rows (5000 retries due in an hour or later, 1500 retries due now, 5 jobs ready, the rest completed)",
+			"rolled back: median", "(7 finding and locking the jobs), 5 jobs claimed",
+			"5 jobs claimed in all", "promoting the 1500 due retries in batches of 1000",
+			"3 promotions with nothing due",
+		}},
+		{[]string{"--mode", "heartbeat", "--concurrency", "20", "--duration", "3s"}, []string{
+			"heartbeat: 20 jobs running for 3s, heartbeating every second (indexes as migrated, fillfactor 70):",
+			"HOT (", "jobfence_jobs_running",
+		}},
+	} {
+		var out, errb bytes.Buffer
+		code := run(ctx, append([]string{"bench", "--database-url", u.String()}, tt.args...), &out, &errb)
+		t.Logf("%q:\nstdout:\n%s\nstderr:\n%s", tt.args, out.String(), errb.String())
+		if code != 0 {
+			t.Fatalf("%q: exit %d", tt.args, code)
+		}
+		if strings.Contains(out.String()+errb.String(), password) {
+			t.Fatalf("%q printed the password", tt.args)
+		}
+		want := append([]string{"bench: your PostgreSQL at ", "fsync=off synchronous_commit=off", "NOT DURABLE"}, tt.want...)
+		for _, w := range want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%q: output lacks %q", tt.args, w)
+			}
+		}
 	}
 }

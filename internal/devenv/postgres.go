@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -17,15 +18,42 @@ type Postgres struct {
 	// URL connects to the postgres database as the postgres superuser.
 	URL string
 
+	// StatStatements reports that pg_stat_statements is preloaded (it was
+	// asked for and the installed PostgreSQL has it): CREATE EXTENSION
+	// pg_stat_statements then works in any database.
+	StatStatements bool
+
 	bin    string
 	asUser string
+	opts   PostgresOptions
+}
+
+// PostgresOptions tunes StartPostgresWith. The zero value is the server
+// StartPostgres starts: durability off, shared_buffers 256MB.
+type PostgresOptions struct {
+	// Durable keeps fsync, synchronous_commit and full_page_writes at
+	// PostgreSQL's defaults (on), so that a commit costs what it costs in
+	// production: a benchmark's figures mean something only then. Tests
+	// leave it off; they never survive a crash of the machine anyway.
+	Durable bool
+	// SharedBuffers is the server's shared_buffers, such as "2GB";
+	// empty means 256MB.
+	SharedBuffers string
+	// StatStatements preloads pg_stat_statements when the installed
+	// PostgreSQL has it (Postgres.StatStatements tells).
+	StatStatements bool
 }
 
 // StartPostgres initialises a data directory in a new temporary directory and
 // starts a server on a free loopback port with durability turned off (fsync,
-// synchronous_commit and full_page_writes), which suits tests and benchmarks,
-// never production.
+// synchronous_commit and full_page_writes), which suits tests,
+// never production. StartPostgresWith starts a durable one.
 func StartPostgres(ctx context.Context) (*Postgres, error) {
+	return StartPostgresWith(ctx, PostgresOptions{})
+}
+
+// StartPostgresWith is StartPostgres with options.
+func StartPostgresWith(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 	if err := Install(ctx); err != nil {
 		return nil, err
 	}
@@ -38,7 +66,19 @@ func StartPostgres(ctx context.Context) (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{Dir: dir, bin: bin, asUser: asUser}
+	if o.SharedBuffers == "" {
+		o.SharedBuffers = "256MB"
+	}
+	if err := CheckMemorySetting(o.SharedBuffers); err != nil {
+		return nil, fmt.Errorf("devenv: shared_buffers: %w", err)
+	}
+	if o.StatStatements {
+		// Debian's postgresql-15 package ships the contrib modules; a
+		// build without them simply runs without the view.
+		_, err := os.Stat(filepath.Join(filepath.Dir(bin), "lib", "pg_stat_statements.so"))
+		o.StatStatements = err == nil
+	}
+	p := &Postgres{Dir: dir, bin: bin, asUser: asUser, opts: o, StatStatements: o.StatStatements}
 	if err := os.Chmod(dir, 0o700); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("devenv: chmod %s: %w", dir, err)
@@ -117,7 +157,28 @@ func (p *Postgres) Resume(ctx context.Context) error {
 }
 
 func (p *Postgres) serverOpts(port int) string {
-	return fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off "+
-		"-c synchronous_commit=off -c full_page_writes=off -c max_connections=300 "+
-		"-c shared_buffers=256MB", port, p.Dir)
+	s := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=300 -c shared_buffers=%s",
+		port, p.Dir, p.opts.SharedBuffers)
+	if !p.opts.Durable {
+		s += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	if p.opts.StatStatements {
+		s += " -c shared_preload_libraries=pg_stat_statements"
+	}
+	return s
+}
+
+// CheckMemorySetting accepts a PostgreSQL memory setting as the server
+// command line takes it: digits and a unit (kB, MB, GB or TB), or digits
+// alone (8kB pages).
+func CheckMemorySetting(v string) error {
+	unit := strings.TrimLeft(v, "0123456789")
+	if len(unit) == len(v) {
+		return fmt.Errorf("%q: want a size such as 256MB or 2GB", v)
+	}
+	switch unit {
+	case "", "kB", "MB", "GB", "TB":
+		return nil
+	}
+	return fmt.Errorf("%q: unit %q: want kB, MB, GB or TB", v, unit)
 }

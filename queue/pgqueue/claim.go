@@ -14,6 +14,14 @@ import (
 // claimSQL claims up to $2 ready jobs of queue $1. SKIP LOCKED hands each
 // row to one claimer only; the single nextval is this claim's fence.
 //
+// It reads only available jobs, through the partial index
+// jobfence_jobs_available (migration 00006), so its cost does not grow
+// with the jobs waiting for a future time: scheduled jobs, retries in
+// backoff and snoozes wait in jobfence_jobs_waiting until Promote makes
+// them available. The scheduled_at bound only guards against an available
+// row stamped in the future by hand; the index filters it without a heap
+// visit.
+//
 // The fence is drawn only after every row of the claim is locked: f reads
 // all of next (count) before it calls nextval. Drawn first, a fence could
 // be older than that of an owner who claimed, lost and released one of the
@@ -23,7 +31,7 @@ import (
 const claimSQL = `
 WITH next AS MATERIALIZED (
     SELECT id FROM jobfence_jobs
-    WHERE state IN ('available', 'scheduled', 'retryable') AND queue = $1 AND scheduled_at <= now()
+    WHERE state = 'available' AND queue = $1 AND scheduled_at <= now()
     ORDER BY priority, scheduled_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED

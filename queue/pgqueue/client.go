@@ -75,6 +75,7 @@ var (
 	_ queue.Backend      = (*Client)(nil)
 	_ queue.Waker        = (*Client)(nil)
 	_ queue.Maintainer   = (*Client)(nil)
+	_ queue.Promoter     = (*Client)(nil)
 	_ queue.Canceller    = (*Client)(nil)
 	_ queue.Checker      = (*Client)(nil)
 	_ queue.PauseWatcher = (*Client)(nil)
@@ -82,9 +83,9 @@ var (
 )
 
 // Client enqueues, claims and finishes jobs in PostgreSQL. It implements
-// queue.Backend, queue.Waker, queue.Maintainer, queue.Canceller,
-// queue.Checker, queue.PauseWatcher and queue.Registrar, so a
-// worker.Worker can run on it. A Client is safe for concurrent use.
+// queue.Backend, queue.Waker, queue.Maintainer, queue.Promoter,
+// queue.Canceller, queue.Checker, queue.PauseWatcher and queue.Registrar,
+// so a worker.Worker can run on it. A Client is safe for concurrent use.
 type Client struct {
 	pool *pgxpool.Pool
 	// cfg is the Config New was given, with its defaults filled in.

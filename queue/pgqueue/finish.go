@@ -22,7 +22,11 @@ RETURNING j.id, j.fence`
 
 // finishSQL applies any mix of outcomes (1 complete, 2 retry, 3 discard,
 // 4 snooze, 5 cancel), each only under its fence. A retry out of attempts
-// becomes a discard; a snooze gives its attempt back.
+// becomes a discard; a snooze gives its attempt back. A retry waits as
+// retryable, and a snooze with a delay as scheduled, until Promote makes
+// it available (a failed job stays recognisable as one meanwhile); a
+// snooze without a delay (a put-back: a stopping worker, an unknown
+// kind's first time) is available at once.
 const finishSQL = `
 WITH f AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::smallint[], $4::bigint[], $5::jsonb[])
@@ -33,7 +37,7 @@ WITH f AS (
             WHEN 1 THEN 'completed'
             WHEN 2 THEN CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END
             WHEN 3 THEN 'discarded'
-            WHEN 4 THEN 'scheduled'
+            WHEN 4 THEN CASE WHEN f.delay > 0 THEN 'scheduled' ELSE 'available' END
             WHEN 5 THEN 'cancelled'
         END AS state
     FROM jobfence_jobs j JOIN f ON j.id = f.id AND j.fence = f.fence
@@ -42,7 +46,7 @@ WITH f AS (
 )
 UPDATE jobfence_jobs j
 SET state = n.state,
-    scheduled_at = CASE WHEN n.state IN ('retryable', 'scheduled') THEN now() + n.delay * interval '1 microsecond' ELSE j.scheduled_at END,
+    scheduled_at = CASE WHEN n.state IN ('retryable', 'scheduled', 'available') THEN now() + n.delay * interval '1 microsecond' ELSE j.scheduled_at END,
     attempt = CASE WHEN n.outcome = 4 THEN j.attempt - 1 ELSE j.attempt END,
     errors = CASE WHEN n.err IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(n.err) END,
     finalized_at = CASE WHEN n.state IN ('completed', 'discarded', 'cancelled') THEN now() END,

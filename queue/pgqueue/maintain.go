@@ -13,22 +13,31 @@ import (
 // rescueLockSQL takes the running jobs whose lease expired, in a
 // transaction that rescueSQL then ends. SKIP LOCKED keeps two rescuers off
 // the same rows, and off a row whose holder is still committing.
+//
+// It reads the running jobs through jobfence_jobs_running (migration
+// 00006), whose predicate names attempted_at so that no other statement
+// (a completion, a heartbeat: they say state = 'running' but nothing of
+// attempted_at) can take that index to scan every running row. No index
+// holds lease_expires_at: a heartbeat changes no indexed column and can
+// be a HOT update, leaving the indexes alone. The lease is checked on the
+// row; running jobs are few (the fleet's concurrency).
 const rescueLockSQL = `
 SELECT ` + jobColumns + `, j.attempted_at < pg_postmaster_start_time()
 FROM jobfence_jobs j
-WHERE j.state = 'running' AND j.lease_expires_at < now()
+WHERE j.state = 'running' AND j.attempted_at IS NOT NULL AND j.lease_expires_at < now()
 ORDER BY j.lease_expires_at
 LIMIT $1
 FOR UPDATE SKIP LOCKED`
 
 // rescueSQL makes the locked jobs retryable after their delay, or discards
-// those out of attempts. A job claimed before the server last started gives
-// its attempt back: the restart, not the job, ended it. The expired owner's
-// fence stays on the row, but the state is no longer 'running', so its late
-// outcomes are stale.
+// those out of attempts. A job claimed before the server last started
+// gives its attempt back and is available at once: the restart, not the
+// job, ended it. The expired owner's fence stays on the row, but the
+// state is no longer 'running', so its late outcomes are stale.
 const rescueSQL = `
 UPDATE jobfence_jobs j
-SET state = CASE WHEN NOT r.restarted AND j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END,
+SET state = CASE WHEN NOT r.restarted AND j.attempt >= j.max_attempts THEN 'discarded'
+                 WHEN r.restarted THEN 'available' ELSE 'retryable' END,
     attempt = CASE WHEN r.restarted THEN j.attempt - 1 ELSE j.attempt END,
     scheduled_at = now() + r.delay * interval '1 microsecond',
     errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error',

@@ -252,6 +252,11 @@ func TestStaleCompletion(t *testing.T) {
 	var bj *queue.Job
 	deadline := time.Now().Add(10 * time.Second)
 	for bj == nil && time.Now().Before(deadline) {
+		// The rescued job is retryable, claimable once promoted, as B's
+		// worker would.
+		if _, err := b.Promote(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
 		if jobs := claim(t, b, "default", 1, time.Minute); len(jobs) == 1 {
 			bj = jobs[0]
 		}

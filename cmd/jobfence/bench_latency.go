@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jobfence/jobfence/queue/pgqueue"
+	"github.com/jobfence/jobfence/worker"
+)
+
+// latencyResult is one run of --mode latency.
+type latencyResult struct {
+	rate      float64
+	duration  time.Duration
+	producers int
+	offered   int64
+	// late counts offers that found every producer busy and waited for
+	// one (a web server's requests would queue the same way).
+	late int64
+	// start are enqueue-to-start times of the jobs offered after the
+	// warm-up: from the producer's clock reading just before its insert
+	// to the handler's first instruction, one process, one clock.
+	warmup time.Duration
+	start  percentiles
+	// insert are the insert calls' times (the insert committed and its
+	// wake-up sent).
+	insert percentiles
+	// claims are the worker's claims' round trips; claimed the jobs they
+	// took (empty claims included); finishes the outcome batches.
+	claims            percentiles
+	claimed, finishes int64
+	finished          int64
+	cost              cost
+	// top lists the costliest statements (--statements).
+	top   string
+	conns int
+	load  string
+}
+
+func (r latencyResult) String() string {
+	return fmt.Sprintf("offered %.0f jobs/s for %s, each inserted in a transaction of its own by %d producers (%d offers, %d waited for a free producer)\n"+
+		"    enqueue-to-start %s (%d jobs offered after a %s warm-up; from the clock read before the insert to the handler's start)\n"+
+		"    insert call %s; claims %s, %.2f jobs each (%d claims); %.1f outcomes per completion batch\n"+
+		"    cost: %s; connections max %d; load %s",
+		r.rate, r.duration, r.producers, r.offered, r.late, r.start, r.start.n, r.warmup, r.insert,
+		r.claims, float64(r.claimed)/float64(max(r.claims.n, 1)), r.claims.n, float64(r.finished)/float64(max(r.finishes, 1)),
+		r.cost, r.conns, r.load) + r.top
+}
+
+// percentiles summarises durations.
+type percentiles struct {
+	n                   int
+	p50, p90, p99, pmax time.Duration
+}
+
+func summarise(d []time.Duration) percentiles {
+	if len(d) == 0 {
+		return percentiles{}
+	}
+	slices.Sort(d)
+	at := func(q float64) time.Duration { return d[min(len(d)-1, int(q*float64(len(d))))] }
+	return percentiles{n: len(d), p50: at(0.50), p90: at(0.90), p99: at(0.99), pmax: d[len(d)-1]}
+}
+
+func (p percentiles) String() string {
+	r := func(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }
+	return fmt.Sprintf("p50 %s p90 %s p99 %s max %s", r(p.p50), r(p.p90), r(p.p99), r(p.pmax))
+}
+
+// runLatencyBench runs --mode latency runs times and prints each run and
+// the medians.
+func runLatencyBench(ctx context.Context, dbURL string, cfg benchConfig, runs int, settings serverSettings, stdout io.Writer) error {
+	var rs []latencyResult
+	for r := range runs {
+		res, err := latencyOnce(ctx, dbURL, cfg, settings)
+		if err != nil {
+			return fmt.Errorf("latency run %d: %w", r+1, err)
+		}
+		rs = append(rs, res)
+		fmt.Fprintf(stdout, "latency    run %d: %s\n", r+1, res)
+	}
+	med := func(f func(latencyResult) time.Duration) time.Duration {
+		v := make([]time.Duration, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	m := percentiles{
+		p50:  med(func(r latencyResult) time.Duration { return r.start.p50 }),
+		p90:  med(func(r latencyResult) time.Duration { return r.start.p90 }),
+		p99:  med(func(r latencyResult) time.Duration { return r.start.p99 }),
+		pmax: med(func(r latencyResult) time.Duration { return r.start.pmax }),
+	}
+	fmt.Fprintf(stdout, "latency    median of %d at %.0f jobs/s: enqueue-to-start %s\n", len(rs), cfg.rate, m)
+	return nil
+}
+
+// latencyOnce offers cfg.rate jobs a second for cfg.duration to a worker
+// in this process, each inserted by one of cfg.producers goroutines in a
+// transaction of its own, and times each job from just before its insert
+// to its handler's start.
+func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings serverSettings) (latencyResult, error) {
+	name := fmt.Sprintf("jobfence_bench_%d", time.Now().UnixNano())
+	pr, err := newProbe(ctx, baseURL, name, settings)
+	if err != nil {
+		return latencyResult{}, err
+	}
+	defer pr.close()
+	url, drop, err := runSchema(ctx, pr.conn, baseURL, name, cfg.fillfactor)
+	if err != nil {
+		return latencyResult{}, err
+	}
+	defer drop()
+	if url, err = withApplicationName(url, name); err != nil {
+		return latencyResult{}, err
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	prodPool, err := newBenchPool(ctx, url, int32(cfg.producers))
+	if err != nil {
+		return latencyResult{}, err
+	}
+	defer prodPool.Close()
+	producer := pgqueue.New(prodPool, pgqueue.Config{Logger: quiet})
+	workPool, err := newBenchPool(ctx, url, int32(cfg.conns))
+	if err != nil {
+		return latencyResult{}, err
+	}
+	defer workPool.Close()
+
+	res := latencyResult{rate: cfg.rate, duration: cfg.duration, producers: cfg.producers, warmup: min(cfg.duration/5, benchWarmup)}
+	var started sync.Mutex
+	var startTimes []time.Duration
+	var warmFrom atomic.Int64 // Unix nanoseconds; jobs inserted from then on count
+	warmFrom.Store(time.Now().Add(time.Hour).UnixNano())
+	var completed atomic.Int64
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[benchArgs]) error {
+		now := time.Now().UnixNano()
+		if at := job.Args.At; at >= warmFrom.Load() {
+			started.Lock()
+			startTimes = append(startTimes, time.Duration(now-at))
+			started.Unlock()
+		}
+		completed.Add(1)
+		return nil
+	})
+	var hookMu sync.Mutex
+	var claimTimes []time.Duration
+	wcfg := benchWorkerConfig("bench", cfg, quiet)
+	wcfg.Hooks.Claim = func(ctx context.Context, ci worker.ClaimInfo) {
+		if time.Now().UnixNano() < warmFrom.Load() {
+			return
+		}
+		hookMu.Lock()
+		claimTimes = append(claimTimes, ci.Duration)
+		res.claimed += int64(ci.Jobs)
+		hookMu.Unlock()
+	}
+	wcfg.Hooks.Finish = func(ctx context.Context, fi worker.FinishInfo) {
+		if time.Now().UnixNano() < warmFrom.Load() {
+			return
+		}
+		hookMu.Lock()
+		res.finishes++
+		res.finished += int64(fi.Jobs)
+		hookMu.Unlock()
+	}
+	w, err := worker.New(pgqueue.New(workPool, pgqueue.Config{Logger: quiet}), reg, wcfg)
+	if err != nil {
+		return latencyResult{}, err
+	}
+	samples := sampleActivity(ctx, baseURL, name)
+	if err := w.Start(ctx); err != nil {
+		return latencyResult{}, err
+	}
+	stopWorker := func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		w.Stop(stopCtx)
+	}
+	defer stopWorker()
+
+	offers := make(chan struct{}, max(int(cfg.rate), 1))
+	var inserted atomic.Int64
+	var insertMu sync.Mutex
+	var insertTimes []time.Duration
+	var insertErr error
+	var producers sync.WaitGroup
+	for range cfg.producers {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			var mine []time.Duration
+			defer func() {
+				insertMu.Lock()
+				insertTimes = append(insertTimes, mine...)
+				insertMu.Unlock()
+			}()
+			for range offers {
+				at := time.Now()
+				if _, err := producer.Insert(ctx, benchArgs{At: at.UnixNano()}, nil); err != nil {
+					insertMu.Lock()
+					if insertErr == nil {
+						insertErr = err
+					}
+					insertMu.Unlock()
+					continue
+				}
+				if at.UnixNano() >= warmFrom.Load() {
+					mine = append(mine, time.Since(at))
+				}
+				inserted.Add(1)
+			}
+		}()
+	}
+
+	// The pacer offers the jobs due by the clock every millisecond: a
+	// ticker that fell behind catches up instead of lowering the rate.
+	begin := time.Now()
+	var c0 dbCounters
+	warmed := false
+	tick := time.NewTicker(time.Millisecond)
+	for now := range tick.C {
+		if ctx.Err() != nil {
+			break
+		}
+		if !warmed && now.Sub(begin) >= res.warmup {
+			warmed = true
+			if c0, err = pr.counters(ctx); err != nil {
+				break
+			}
+			warmFrom.Store(time.Now().UnixNano())
+		}
+		elapsed := min(now.Sub(begin), cfg.duration)
+		for due := int64(cfg.rate * elapsed.Seconds()); res.offered < due; res.offered++ {
+			select {
+			case offers <- struct{}{}:
+			default:
+				res.late++
+				offers <- struct{}{}
+			}
+		}
+		if elapsed >= cfg.duration {
+			break
+		}
+	}
+	tick.Stop()
+	close(offers)
+	producers.Wait()
+	if err != nil {
+		return latencyResult{}, err
+	}
+	if insertErr != nil {
+		return latencyResult{}, fmt.Errorf("insert: %w", insertErr)
+	}
+	if ctx.Err() != nil {
+		return latencyResult{}, ctx.Err()
+	}
+	// Every inserted job must start: one that does not is a lost wake-up
+	// the poll would only cover a PollInterval later, and belongs in the
+	// figures.
+	deadline := time.Now().Add(30 * time.Second)
+	for completed.Load() < inserted.Load() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n, want := completed.Load(), inserted.Load(); n < want {
+		return latencyResult{}, fmt.Errorf("only %d of %d jobs ran within 30s of the last insert", n, want)
+	}
+	c1, err := pr.counters(ctx)
+	if err != nil {
+		return latencyResult{}, err
+	}
+	stopWorker()
+	res.conns = samples().maxConns
+	res.load = loadAverage()
+	started.Lock()
+	res.start = summarise(startTimes)
+	started.Unlock()
+	res.insert = summarise(insertTimes)
+	hookMu.Lock()
+	res.claims = summarise(claimTimes)
+	hookMu.Unlock()
+	res.cost = costBetween(c0, c1, int64(res.start.n))
+	if cfg.statements {
+		res.top = res.cost.topStatements(5)
+	}
+	return res, nil
+}

@@ -1,0 +1,433 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+	"github.com/jobfence/jobfence/worker"
+)
+
+// benchWarmup is how long a run works before the after-warm-up window
+// opens (a continuous run shorter than 25 s warms up for a fifth of it).
+const benchWarmup = 5 * time.Second
+
+type benchResult struct {
+	// jobs completed in elapsed, from the workers' start to the last
+	// completion (burn-down) or to the end of --duration (continuous):
+	// river bench's window, ramp-up included.
+	jobs    int64
+	elapsed time.Duration
+	rate    float64
+	// warmJobs completed in warmElapsed, after the warm-up; zero when the
+	// run ended before the warm-up did.
+	warmup      time.Duration
+	warmJobs    int64
+	warmElapsed time.Duration
+	// p50 and p99 are enqueue-to-start times of the jobs claimed after the
+	// warm-up, by the database's clock (continuous mode).
+	p50, p99      time.Duration
+	stale, errors int64
+	// cpu is the CPU time this process (the workers, not PostgreSQL)
+	// spent during the run: less sensitive than the rate to other load
+	// on the machine.
+	cpu time.Duration
+	// deadTuples is the jobs table's dead tuples at the end of an
+	// in-process run; horizonHeld says whether a snapshot held the MVCC
+	// horizon meanwhile (--hold-horizon).
+	deadTuples  int64
+	horizonHeld bool
+	// cost is what the jobs cost the server: the whole burn-down, or a
+	// continuous run's window after the warm-up (as many jobs inserted as
+	// completed). insert is what inserting a burn-down's jobs cost.
+	cost, insert cost
+	// conns is the most connections the run had open at once.
+	conns int
+	load  string
+	// statements prints the costliest statements (--statements).
+	statements bool
+}
+
+func (r benchResult) warmRate() float64 {
+	if r.warmElapsed <= 0 {
+		return 0
+	}
+	return float64(r.warmJobs) / r.warmElapsed.Seconds()
+}
+
+func (r benchResult) String() string {
+	s := fmt.Sprintf("%d jobs in %.2fs = %.0f jobs/s from the workers' start (river bench's window, ramp-up included)",
+		r.jobs, r.elapsed.Seconds(), r.rate)
+	if w := r.warmRate(); w > 0 {
+		s += fmt.Sprintf("; %.0f jobs/s after a %s warm-up", w, r.warmup)
+	} else {
+		s += fmt.Sprintf("; ended before a %s warm-up", r.warmup)
+	}
+	s += fmt.Sprintf("; every completion fenced: stale %d, errors %d", r.stale, r.errors)
+	if r.cpu > 0 && r.jobs > 0 {
+		s += fmt.Sprintf("; worker CPU %.1f µs/job", float64(r.cpu.Microseconds())/float64(r.jobs))
+	}
+	s += "; load " + r.load
+	s += "\n    cost: " + r.cost.String()
+	if r.insert.jobs > 0 {
+		s += fmt.Sprintf(" (working only; inserting them beforehand: %.4f commits/job, %.0f WAL bytes/job)",
+			float64(r.insert.commits)/float64(r.insert.jobs), float64(r.insert.walBytes)/float64(r.insert.jobs))
+	}
+	s += fmt.Sprintf("; connections max %d", r.conns)
+	if r.p50 > 0 {
+		s += fmt.Sprintf("; enqueue-to-start p50 %s p99 %s", r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond))
+	}
+	if r.horizonHeld {
+		s += fmt.Sprintf("; jobs table's dead tuples at the end %d, the MVCC horizon held by a REPEATABLE READ snapshot", r.deadTuples)
+	} else if r.deadTuples > 0 {
+		s += fmt.Sprintf("; jobs table's dead tuples at the end %d", r.deadTuples)
+	}
+	if r.statements {
+		s += r.cost.topStatements(5)
+	}
+	return s
+}
+
+// medianLine summarises runs: the median of each figure.
+func medianLine(mode string, rs []benchResult) string {
+	med := func(f func(benchResult) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	perJob := func(n float64, c cost) float64 { return n / float64(max(c.jobs, 1)) }
+	warm := "no run outlasted the warm-up"
+	if w := med(benchResult.warmRate); w > 0 {
+		warm = fmt.Sprintf("%.0f jobs/s after the warm-up", w)
+	}
+	s := fmt.Sprintf("median of %d: %.0f jobs/s from the workers' start, %s; %.4f commits/job, %.0f WAL bytes/job",
+		len(rs), med(func(r benchResult) float64 { return r.rate }), warm,
+		med(func(r benchResult) float64 { return perJob(float64(r.cost.commits), r.cost) }),
+		med(func(r benchResult) float64 { return perJob(float64(r.cost.walBytes), r.cost) }))
+	if mode == "continuous" {
+		s += fmt.Sprintf("; enqueue-to-start p50 %s p99 %s",
+			time.Duration(med(func(r benchResult) float64 { return float64(r.p50) })).Round(time.Millisecond),
+			time.Duration(med(func(r benchResult) float64 { return float64(r.p99) })).Round(time.Millisecond))
+	}
+	return s
+}
+
+// benchOnce runs one mode in a fresh schema, after a checkpoint, as River's
+// bench truncates the table before each run.
+func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, settings serverSettings) (benchResult, error) {
+	name := fmt.Sprintf("jobfence_bench_%d", time.Now().UnixNano())
+	pr, err := newProbe(ctx, baseURL, name, settings)
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer pr.close()
+	url, drop, err := runSchema(ctx, pr.conn, baseURL, name, cfg.fillfactor)
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer drop()
+	if url, err = withExecMode(url, cfg.execMode); err != nil {
+		return benchResult{}, err
+	}
+	if url, err = withApplicationName(url, name); err != nil {
+		return benchResult{}, err
+	}
+	var tel *benchTelemetry
+	if cfg.otel {
+		tel = newBenchTelemetry(cfg.otelSample)
+		defer tel.shutdown(context.Background())
+	}
+	var clientCfg pgqueue.Config
+	if err := tel.attach(&clientCfg, nil); err != nil {
+		return benchResult{}, err
+	}
+	pool, err := newBenchPool(ctx, url, 10)
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer pool.Close()
+	client := pgqueue.New(pool, clientCfg)
+	res := benchResult{statements: cfg.statements}
+	prefilled, err := prepareRun(ctx, mode, cfg, client, pr, &res)
+	if err != nil {
+		return benchResult{}, err
+	}
+
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[benchArgs]) error { return nil })
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	p, err := newBenchPool(ctx, url, int32(cfg.conns))
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer p.Close()
+	wcfg := benchWorkerConfig("bench", cfg, quiet)
+	if err := tel.attach(nil, &wcfg); err != nil {
+		return benchResult{}, err
+	}
+	w, err := worker.New(pgqueue.New(p, pgqueue.Config{Logger: quiet}), reg, wcfg)
+	if err != nil {
+		return benchResult{}, err
+	}
+	completed := func() (n, stale, errs int64) {
+		s := w.Stats()
+		return s.Completed, s.Stale, s.FetchErrors + s.FinishErrors
+	}
+	var release func()
+	if cfg.holdHorizon {
+		if release, err = holdHorizon(ctx, url); err != nil {
+			return benchResult{}, err
+		}
+	}
+	c0, err := pr.counters(ctx)
+	if err != nil {
+		return benchResult{}, err
+	}
+	samples := sampleActivity(ctx, baseURL, name)
+	start, cpu0 := time.Now(), processCPU()
+	if err := w.Start(ctx); err != nil {
+		return benchResult{}, err
+	}
+	if err := runMode(ctx, mode, cfg, client, prefilled, start, completed, pr, &res); err != nil {
+		return benchResult{}, err
+	}
+	res.cpu = processCPU() - cpu0
+	// Read before the horizon is released, and before the worker's stop.
+	if res.deadTuples, err = deadTuples(ctx, pr.conn, name); err != nil {
+		return benchResult{}, err
+	}
+	res.horizonHeld = release != nil
+	if release != nil {
+		release()
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w.Stop(stopCtx)
+	p.Close()
+	pool.Close()
+	res.conns = samples().maxConns
+	if err := res.settle(ctx, mode, completed, pr, c0, name); err != nil {
+		return benchResult{}, err
+	}
+	return res, nil
+}
+
+// prepareRun fills the table before the workers start: a burn-down's jobs
+// (whose insert it measures, closing the producer's connections so that
+// their statistics are flushed), or a continuous run's backlog, as River's
+// bench inserts its first batches before it starts its client. Then it
+// checkpoints. It returns the jobs inserted.
+func prepareRun(ctx context.Context, mode string, cfg benchConfig, client *pgqueue.Client, pr *probe, res *benchResult) (int64, error) {
+	n := cfg.backlog
+	if mode == "burndown" {
+		n = cfg.jobs
+	}
+	before, err := pr.counters(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := insertJobs(ctx, client, n, cfg.batch); err != nil {
+		return 0, err
+	}
+	if mode == "burndown" {
+		client.Pool().Reset()
+		if err := pr.waitGone(ctx); err != nil {
+			return 0, err
+		}
+		after, err := pr.counters(ctx)
+		if err != nil {
+			return 0, err
+		}
+		res.insert = costBetween(before, after, int64(n))
+	}
+	if _, err := pr.conn.Exec(ctx, "CHECKPOINT"); err != nil {
+		return 0, err
+	}
+	return int64(n), nil
+}
+
+// settle fills in what the final counters say once the workers have
+// stopped and their connections closed: a burn-down's jobs, rate and cost,
+// and the stale and error counts. c0 was read before the workers started.
+func (r *benchResult) settle(ctx context.Context, mode string, completed func() (n, stale, errs int64), pr *probe, c0 dbCounters, schema string) error {
+	n, stale, errs := completed()
+	r.stale, r.errors = stale, errs
+	r.load = loadAverage()
+	if mode != "burndown" {
+		return nil
+	}
+	r.jobs = n
+	r.rate = float64(r.jobs) / r.elapsed.Seconds()
+	if err := pr.waitGone(ctx); err != nil {
+		return err
+	}
+	c1, err := pr.counters(ctx)
+	if err != nil {
+		return err
+	}
+	r.cost = costBetween(c0, c1, n)
+	return nil
+}
+
+// runMode waits, in burn-down mode, until cfg.jobs jobs are completed
+// (counting from start), or in continuous mode keeps cfg.backlog jobs
+// waiting for cfg.duration (prefilled were inserted before start). Both
+// note the jobs completed after the warm-up; continuous mode reads the
+// server's counters over that window.
+func runMode(ctx context.Context, mode string, cfg benchConfig, producer *pgqueue.Client, prefilled int64, start time.Time,
+	completed func() (n, stale, errs int64), pr *probe, res *benchResult) error {
+	switch mode {
+	case "burndown":
+		res.warmup = benchWarmup
+		var n0 int64
+		var t0 time.Time
+		for {
+			n, _, _ := completed()
+			if n >= int64(cfg.jobs) {
+				break
+			}
+			if t0.IsZero() && time.Since(start) >= res.warmup {
+				n0, t0 = n, time.Now()
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		res.elapsed = time.Since(start)
+		if !t0.IsZero() {
+			res.warmJobs, res.warmElapsed = int64(cfg.jobs)-n0, time.Since(t0)
+		}
+	case "continuous":
+		res.warmup = min(cfg.duration/5, benchWarmup)
+		runCtx, cancel := context.WithDeadline(ctx, start.Add(cfg.duration))
+		defer cancel()
+		var inserted atomic.Int64
+		inserted.Store(prefilled)
+		var insertErr error
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			insertErr = keepBacklog(runCtx, producer, cfg, &inserted, completed)
+		}()
+		time.Sleep(time.Until(start.Add(res.warmup)))
+		if err := analyzeJobs(ctx, producer); err != nil {
+			return err
+		}
+		c0, err := pr.counters(ctx)
+		if err != nil {
+			return err
+		}
+		since, err := pr.now(ctx)
+		if err != nil {
+			return err
+		}
+		n0, _, _ := completed()
+		t0 := time.Now()
+		<-runCtx.Done()
+		cancel()
+		n1, _, _ := completed()
+		res.elapsed, res.warmElapsed = time.Since(start), time.Since(t0)
+		c1, err := pr.counters(ctx)
+		if err != nil {
+			return err
+		}
+		wg.Wait()
+		if insertErr != nil && !errors.Is(insertErr, context.DeadlineExceeded) && !errors.Is(insertErr, context.Canceled) {
+			return insertErr
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		res.jobs, res.warmJobs = n1, n1-n0
+		res.rate = float64(n1) / res.elapsed.Seconds()
+		res.cost = costBetween(c0, c1, n1-n0)
+		if res.p50, res.p99, err = pr.startLatency(ctx, pr.name, since); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchWorkerConns is each bench worker's pool size by default.
+const benchWorkerConns = 12
+
+func newBenchPool(ctx context.Context, url string, conns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = conns
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+func insertJobs(ctx context.Context, c *pgqueue.Client, n, batch int) error {
+	ps := make([]queue.EnqueueParams, 0, batch)
+	for i := 0; i < n; {
+		ps = ps[:0]
+		for ; len(ps) < batch && i < n; i++ {
+			ps = append(ps, queue.EnqueueParams{Kind: "bench", Args: []byte(`{"n":1}`)})
+		}
+		if _, err := c.EnqueueMany(ctx, ps); err != nil {
+			return err
+		}
+	}
+	return analyzeJobs(ctx, c)
+}
+
+// analyzeJobs refreshes the jobs table's statistics, as autovacuum would
+// within a minute of a bulk insert. A run's table is new, and analyzed
+// empty: with that, an unnamed statement's custom plan (the exec mode
+// behind PgBouncer) claims by sorting every waiting job (a bitmap scan
+// and a sort) instead of reading the claim index in order.
+func analyzeJobs(ctx context.Context, c *pgqueue.Client) error {
+	if _, err := c.Pool().Exec(ctx, "ANALYZE jobfence_jobs"); err != nil {
+		return fmt.Errorf("bench: analyze: %w", err)
+	}
+	return nil
+}
+
+// keepBacklog inserts batches whenever fewer than cfg.backlog jobs wait.
+func keepBacklog(ctx context.Context, c *pgqueue.Client, cfg benchConfig, inserted *atomic.Int64, completed func() (int64, int64, int64)) error {
+	ps := make([]queue.EnqueueParams, cfg.batch)
+	for i := range ps {
+		ps[i] = queue.EnqueueParams{Kind: "bench", Args: []byte(`{"n":1}`)}
+	}
+	for ctx.Err() == nil {
+		done, _, _ := completed()
+		if inserted.Load()-done >= int64(cfg.backlog) {
+			time.Sleep(2 * time.Millisecond)
+			continue
+		}
+		n, err := c.EnqueueMany(ctx, ps)
+		if err != nil {
+			return err
+		}
+		inserted.Add(n)
+	}
+	return ctx.Err()
+}
