@@ -33,7 +33,8 @@ FOR UPDATE SKIP LOCKED`
 // those out of attempts. A job claimed before the server last started
 // gives its attempt back and is available at once: the restart, not the
 // job, ended it. The expired owner's fence stays on the row, but the
-// state is no longer 'running', so its late outcomes are stale.
+// state is no longer 'running', so its late outcomes are stale. Its
+// arrays are read as completeSQL's are.
 const rescueSQL = `
 UPDATE jobfence_jobs j
 SET state = CASE WHEN NOT r.restarted AND j.attempt >= j.max_attempts THEN 'discarded'
@@ -46,7 +47,7 @@ SET state = CASE WHEN NOT r.restarted AND j.attempt >= j.max_attempts THEN 'disc
         || CASE WHEN r.restarted THEN '{"put_back": true}'::jsonb ELSE '{}'::jsonb END),
     finalized_at = CASE WHEN NOT r.restarted AND j.attempt >= j.max_attempts THEN now() END,
     lease_expires_at = NULL
-FROM unnest($1::bigint[], $2::bigint[], $3::boolean[]) AS r(id, delay, restarted)
+FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::boolean[])) AS r(id, delay, restarted)
 WHERE j.id = r.id AND j.state = 'running'`
 
 // Rescue implements queue.Maintainer. Every instance may run it; SKIP LOCKED

@@ -1,0 +1,100 @@
+package pgqueue_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+)
+
+// TestBatchStatementsProbeThePrimaryKey plans the statements that join jobs
+// to arrays of IDs as they run through PgBouncer (unnamed statements,
+// planned for their parameters), with 1,000 IDs, on a table whose
+// statistics were taken before any job ran. Each must reach the jobs
+// through the primary key, never by scanning the table: with a scan, one
+// batch compared every running row with every ID (seconds per batch), and
+// locked rows in the table's order rather than the IDs'.
+func TestBatchStatementsProbeThePrimaryKey(t *testing.T) {
+	c, db := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ps := make([]queue.EnqueueParams, 5000)
+	for i := range ps {
+		ps[i] = queue.EnqueueParams{Kind: "k"}
+	}
+	for range 4 {
+		if _, err := c.EnqueueMany(ctx, ps); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The statistics see 20,000 available jobs and none running.
+	if _, err := db.Pool.Exec(ctx, "ANALYZE jobfence_jobs"); err != nil {
+		t.Fatal(err)
+	}
+	jobs := claim(t, c, "default", 5000, time.Minute)
+	if len(jobs) != 5000 {
+		t.Fatalf("claimed %d jobs, want 5000", len(jobs))
+	}
+	const n = 1000
+	ids, fences, delays := make([]int64, n), make([]int64, n), make([]int64, n)
+	outcomes, errs, restarted := make([]int16, n), make([][]byte, n), make([]bool, n)
+	for i, j := range jobs[:n] {
+		ids[i], fences[i], outcomes[i] = j.ID, j.Fence, int16(queue.OutcomeComplete)
+	}
+	for _, tt := range []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		{"complete", pgqueue.CompleteSQL, []any{ids, fences}},
+		{"finish", pgqueue.FinishSQL, []any{ids, fences, outcomes, delays, errs}},
+		{"heartbeat", pgqueue.HeartbeatSQL, []any{ids, fences, time.Minute.Microseconds()}},
+		{"rescue", pgqueue.RescueSQL, []any{ids, delays, restarted}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var raw []byte
+			args := append([]any{pgx.QueryExecModeDescribeExec}, tt.args...)
+			if err := db.Pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+tt.sql, args...).Scan(&raw); err != nil {
+				t.Fatal(err)
+			}
+			var plan []struct{ Plan planNode }
+			if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
+				t.Fatalf("EXPLAIN output %.300s: %v", raw, err)
+			}
+			var scans []string
+			plan[0].Plan.walk(func(p planNode) {
+				if p.Relation == "jobfence_jobs" && p.Type != "ModifyTable" {
+					scans = append(scans, fmt.Sprintf("%s %s", p.Type, p.Index))
+				}
+			})
+			ok := len(scans) > 0
+			for _, s := range scans {
+				ok = ok && s == "Index Scan jobfence_jobs_pkey"
+			}
+			if !ok {
+				t.Fatalf("the jobs table is read by %q, want only Index Scans of jobfence_jobs_pkey; plan:\n%s", scans, raw)
+			}
+		})
+	}
+}
+
+// planNode is a node of EXPLAIN's JSON output.
+type planNode struct {
+	Type     string     `json:"Node Type"`
+	Relation string     `json:"Relation Name"`
+	Index    string     `json:"Index Name"`
+	Plans    []planNode `json:"Plans"`
+}
+
+func (p planNode) walk(f func(planNode)) {
+	f(p)
+	for _, c := range p.Plans {
+		c.walk(f)
+	}
+}
