@@ -44,6 +44,11 @@ type Options struct {
 	// Timeout bounds the database work of each request. Zero means
 	// DefaultTimeout.
 	Timeout time.Duration
+
+	// countCap is pgqueue.Config.CountCap for the overview's and the
+	// queues page's counts; zero means pgqueue.DefaultCountCap. Tests set
+	// it low so that a few jobs show what a million would.
+	countCap int
 }
 
 // handler is the dashboard: its options, its database and its pages.
@@ -79,7 +84,7 @@ func New(pool *pgxpool.Pool, opts Options) http.Handler {
 	}
 	h := &handler{
 		pool:   pool,
-		client: pgqueue.New(pool, pgqueue.Config{Logger: opts.Logger}),
+		client: pgqueue.New(pool, pgqueue.Config{Logger: opts.Logger, CountCap: opts.countCap}),
 		opts:   opts,
 		log:    opts.Logger,
 		csrf:   csrf{key: key, path: opts.BasePath + "/"},

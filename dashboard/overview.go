@@ -2,14 +2,31 @@ package dashboard
 
 import (
 	"net/http"
+
+	"github.com/jobfence/jobfence/queue/pgqueue"
 )
+
+// overviewPage is /'s data.
+type overviewPage struct {
+	fleet
+	Queues []pgqueue.QueueInfo
+	// Cap is the client's count cap, for the note that explains "10,000+"
+	// (a Count, for its thousands separators).
+	Cap pgqueue.Count
+}
 
 // overview serves /: every queue's counts, recent completions, oldest
 // waiting job and pause, and the fleet's live workers and stale outcomes.
+// The counts are pgqueue.Client.Queues', bounded, so the page costs the
+// same at a million jobs as at a thousand.
 func (h *handler) overview(w http.ResponseWriter, r *http.Request) error {
-	s, err := h.readSummary(r.Context())
+	qs, err := h.client.Queues(r.Context())
 	if err != nil {
 		return err
 	}
-	return h.render(w, r, http.StatusOK, "overview", "Overview", s.Now, s)
+	f, err := h.readFleet(r.Context())
+	if err != nil {
+		return err
+	}
+	return h.render(w, r, http.StatusOK, "overview", "Overview", f.Now, overviewPage{fleet: f, Queues: qs, Cap: pgqueue.Count{N: int64(h.client.CountCap())}})
 }

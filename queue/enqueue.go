@@ -9,6 +9,12 @@ const (
 	DefaultMaxAttempts = 25
 )
 
+// The range of EnqueueParams.Priority: MinPriority runs first.
+const (
+	MinPriority = 1
+	MaxPriority = 4
+)
+
 // EnqueueParams describes a job to insert.
 type EnqueueParams struct {
 	// Kind names the handler; required.
@@ -54,7 +60,7 @@ func (p EnqueueParams) Validate() error {
 	switch {
 	case p.Kind == "":
 		return &InvalidParamsError{Field: "Kind", Reason: "is empty"}
-	case p.Priority < 1 || p.Priority > 4:
+	case p.Priority < MinPriority || p.Priority > MaxPriority:
 		return &InvalidParamsError{Field: "Priority", Reason: "must be between 1 and 4"}
 	case p.MaxAttempts < 1:
 		return &InvalidParamsError{Field: "MaxAttempts", Reason: "must be at least 1"}

@@ -65,8 +65,10 @@ type queueJSON struct {
 	PausedBy  string     `json:"paused_by"`
 	UpdatedAt *time.Time `json:"updated_at"`
 	UpdatedBy string     `json:"updated_by"`
-	// Counts has every state, those without jobs at zero.
+	// Counts has every state, those without jobs at zero; a state in
+	// CountsAtLeast has at least its count (counting stopped at a cap).
 	Counts            map[string]int64 `json:"counts"`
+	CountsAtLeast     []string         `json:"counts_at_least"`
 	OldestAvailableAt *time.Time       `json:"oldest_available_at"`
 }
 
@@ -143,12 +145,16 @@ func toQueuesJSON(qs []pgqueue.QueueInfo) []queueJSON {
 	out := make([]queueJSON, 0, len(qs))
 	for _, q := range qs {
 		counts := make(map[string]int64, len(queue.States()))
+		atLeast := []string{}
 		for _, s := range queue.States() {
-			counts[string(s)] = q.Counts[s]
+			counts[string(s)] = q.Counts[s].N
+			if q.Counts[s].AtLeast {
+				atLeast = append(atLeast, string(s))
+			}
 		}
 		out = append(out, queueJSON{
 			Name: q.Name, Paused: q.Paused, PausedAt: jsonTime(q.PausedAt), PausedBy: q.PausedBy,
-			UpdatedAt: jsonTime(q.UpdatedAt), UpdatedBy: q.UpdatedBy, Counts: counts,
+			UpdatedAt: jsonTime(q.UpdatedAt), UpdatedBy: q.UpdatedBy, Counts: counts, CountsAtLeast: atLeast,
 			OldestAvailableAt: jsonTime(q.OldestAvailable),
 		})
 	}

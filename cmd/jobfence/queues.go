@@ -89,7 +89,7 @@ func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if !q.OldestAvailable.IsZero() {
 			oldest = formatAge(now.Sub(q.OldestAvailable))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", q.Name, status,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, status,
 			q.Counts[queue.StateAvailable], q.Counts[queue.StateScheduled], q.Counts[queue.StateRunning],
 			q.Counts[queue.StateRetryable], q.Counts[queue.StateCompleted], q.Counts[queue.StateDiscarded],
 			q.Counts[queue.StateCancelled], oldest, formatTime(q.PausedAt), pausedBy)

@@ -75,6 +75,11 @@ func TestQueuesCLI(t *testing.T) {
 		js[0]["counts"].(map[string]any)["available"] != 2.0 || js[0]["counts"].(map[string]any)["discarded"] != 0.0 {
 		t.Errorf("mail as JSON: %v", js[0])
 	}
+	// Every count is exact under the cap: no state is a lower bound, and
+	// the list is empty, not null.
+	if atLeast, ok := js[0]["counts_at_least"].([]any); !ok || len(atLeast) != 0 {
+		t.Errorf("mail's counts_at_least = %#v, want []", js[0]["counts_at_least"])
+	}
 	if js[1]["name"] != "reports" || js[1]["paused"] != false || js[1]["paused_at"] != nil || js[1]["oldest_available_at"] != nil {
 		t.Errorf("reports as JSON: %v", js[1])
 	}

@@ -62,7 +62,15 @@ func TestNoPasswordPrinted(t *testing.T) {
 	check := func(args []string) {
 		t.Helper()
 		var out, errb bytes.Buffer
-		code := run(ctx, args, &out, &errb)
+		cctx := ctx
+		if args[0] == "ui" {
+			// Against a migrated database ui serves until its context
+			// ends: a second is enough to start and print what it prints.
+			var stop context.CancelFunc
+			cctx, stop = context.WithTimeout(ctx, time.Second)
+			defer stop()
+		}
+		code := run(cctx, args, &out, &errb)
 		if strings.Contains(out.String()+errb.String(), password) {
 			t.Errorf("jobfence %q (DATABASE_URL %q) exited %d and printed the password:\nstdout:\n%s\nstderr:\n%s",
 				args, os.Getenv("DATABASE_URL"), code, out.String(), errb.String())

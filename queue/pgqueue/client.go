@@ -58,6 +58,12 @@ type Config struct {
 	// PausePollIntervals only in case the connection died silently. Zero
 	// means DefaultPausePollInterval (1s).
 	PausePollInterval time.Duration
+	// CountCap bounds the counts of Queues (and the dashboard's overview
+	// and queues pages): each queue's jobs in a state are counted exactly
+	// up to CountCap and shown as a lower bound beyond, so that reading
+	// them costs the same at a million jobs as at a thousand. Zero means
+	// DefaultCountCap (10,000).
+	CountCap int
 }
 
 // DefaultTxReserve is the default of Config.TxReserve: one connection for

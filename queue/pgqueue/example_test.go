@@ -44,7 +44,7 @@ func ExampleClient_PauseQueue() {
 		log.Fatal(err)
 	}
 	for _, q := range qs {
-		fmt.Printf("%s: paused %t by %s, %d available\n", q.Name, q.Paused, q.PausedBy, q.Counts[queue.StateAvailable])
+		fmt.Printf("%s: paused %t by %s, %s available\n", q.Name, q.Paused, q.PausedBy, q.Counts[queue.StateAvailable])
 	}
 
 	if err := jobs.ResumeQueue(ctx, "mail", "ada@ops"); err != nil {
@@ -106,3 +106,16 @@ type welcomeMail struct {
 
 // Kind implements queue.Args.
 func (welcomeMail) Kind() string { return "welcome_mail" }
+
+// A Count reads as a person would write it: exact, at least a number
+// where counting stopped at the cap, or "?" where it stopped before this
+// queue's jobs.
+func ExampleCount() {
+	fmt.Println(pgqueue.Count{N: 1234})
+	fmt.Println(pgqueue.Count{N: pgqueue.DefaultCountCap, AtLeast: true})
+	fmt.Println(pgqueue.Count{AtLeast: true})
+	// Output:
+	// 1,234
+	// 10,000+
+	// ?
+}

@@ -86,65 +86,38 @@ type QueueInfo struct {
 	// resumed; zero for a queue that never was.
 	UpdatedAt time.Time
 	UpdatedBy string
-	// Counts holds how many of its jobs are in each state; states without
-	// jobs are absent.
-	Counts map[queue.State]int64
+	// Counts holds how many of its jobs are in each state, counted up to
+	// Config.CountCap; a state absent has none. A count is a lower bound
+	// (Count.AtLeast) where counting stopped: at the cap for a queue's
+	// available and discarded jobs, and for the other states once the
+	// state holds more than the cap over all queues (then a queue's count
+	// is its share of the first CountCap by due time for scheduled and
+	// retryable, by finish time, newest first, for completed and
+	// cancelled, and may be "?" for a queue not among them).
+	Counts map[queue.State]Count
+	// Completed5m and Completed1h count its jobs completed in the last
+	// five minutes and the last hour, exactly while the CountCap newest
+	// finished jobs reach back that far, lower bounds otherwise.
+	Completed5m, Completed1h Count
 	// OldestAvailable is when the longest-waiting of its ready jobs
 	// (available, or scheduled or retryable and due) became ready; zero if
-	// none is waiting.
+	// none is waiting. It is exact unless more than CountCap scheduled and
+	// retryable jobs are due and not yet available.
 	OldestAvailable time.Time
 }
 
-// queuesSQL reads every queue that has jobs or a row in jobfence_queues:
-// the counts and the oldest ready job come from one pass over the jobs.
-const queuesSQL = `
-WITH byState AS (
-    SELECT queue, state, count(*) AS n,
-           min(scheduled_at) FILTER (WHERE state IN ('available', 'scheduled', 'retryable') AND scheduled_at <= now()) AS oldest
-    FROM jobfence_jobs
-    GROUP BY queue, state
-), byQueue AS (
-    SELECT queue, array_agg(state) AS states, array_agg(n) AS counts, min(oldest) AS oldest
-    FROM byState
-    GROUP BY queue
-)
-SELECT coalesce(j.queue, q.name), q.paused_at, q.paused_by, q.updated_at, q.updated_by,
-       coalesce(j.states, '{}'), coalesce(j.counts, '{}'), j.oldest
-FROM byQueue j FULL JOIN jobfence_queues q ON q.name = j.queue
-ORDER BY 1`
+// Count is how many of the queue's jobs are in state s: the zero Count
+// (none) for a state absent from Counts.
+func (q QueueInfo) Count(s queue.State) Count { return q.Counts[s] }
 
-// Queues lists every queue that has jobs or was ever paused, by name.
+// Queues lists, by name, every queue that has available, scheduled,
+// retryable, running or discarded jobs, one of the CountCap jobs finished
+// last, or a row in jobfence_queues (it was paused once), with bounded
+// counts (see QueueInfo.Counts): it reads at most a few CountCaps of index
+// entries and rows, whatever the size of the table. A queue whose only
+// jobs finished before the CountCap newest is not listed.
 func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
-	rows, err := c.pool.Query(ctx, queuesSQL)
-	if err != nil {
-		return nil, fmt.Errorf("pgqueue: queues: %w", err)
-	}
-	defer rows.Close()
-	var out []QueueInfo
-	for rows.Next() {
-		var (
-			qi                          QueueInfo
-			pausedAt, updatedAt, oldest *time.Time
-			pausedBy, updatedBy         *string
-			states                      []string
-			counts                      []int64
-		)
-		if err := rows.Scan(&qi.Name, &pausedAt, &pausedBy, &updatedAt, &updatedBy, &states, &counts, &oldest); err != nil {
-			return nil, fmt.Errorf("pgqueue: queues: %w", err)
-		}
-		qi.Paused = pausedAt != nil
-		qi.PausedAt, qi.UpdatedAt, qi.OldestAvailable = deref(pausedAt), deref(updatedAt), deref(oldest)
-		qi.PausedBy, qi.UpdatedBy = deref(pausedBy), deref(updatedBy)
-		qi.Counts = make(map[queue.State]int64, len(states))
-		for i, s := range states {
-			qi.Counts[queue.State(s)] = counts[i]
-		}
-		out = append(out, qi)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pgqueue: queues: %w", err)
-	}
-	return out, nil
+	return c.readQueues(ctx)
 }
 
 // deref returns *p, or the zero value for nil: NULL columns become zero

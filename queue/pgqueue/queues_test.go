@@ -45,7 +45,7 @@ func TestPauseResumeQueue(t *testing.T) {
 	if !mail.Paused || mail.PausedBy != "alice@ops" || mail.PausedAt.Before(before) || mail.UpdatedBy != "alice@ops" {
 		t.Errorf("mail = %+v, want paused by alice@ops (the first pauser)", mail)
 	}
-	if mail.Counts[queue.StateAvailable] != 2 || len(mail.Counts) != 1 || mail.OldestAvailable.Before(before) {
+	if mail.Counts[queue.StateAvailable] != (pgqueue.Count{N: 2}) || len(mail.Counts) != 1 || mail.OldestAvailable.Before(before) {
 		t.Errorf("mail = %+v, want 2 available jobs and an oldest ready job", mail)
 	}
 	if !empty.Paused || empty.PausedBy != "bob@ops" || len(empty.Counts) != 0 || !empty.OldestAvailable.IsZero() {
@@ -54,7 +54,7 @@ func TestPauseResumeQueue(t *testing.T) {
 	if reports.Paused || !reports.PausedAt.IsZero() || reports.PausedBy != "" || !reports.UpdatedAt.IsZero() {
 		t.Errorf("reports = %+v, want running and never paused", reports)
 	}
-	if reports.Counts[queue.StateAvailable] != 1 || reports.Counts[queue.StateScheduled] != 1 {
+	if reports.Counts[queue.StateAvailable] != (pgqueue.Count{N: 1}) || reports.Counts[queue.StateScheduled] != (pgqueue.Count{N: 1}) {
 		t.Errorf("reports counts = %v, want 1 available and 1 scheduled", reports.Counts)
 	}
 

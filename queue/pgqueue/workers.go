@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jobfence/jobfence/queue"
@@ -18,6 +19,15 @@ const (
 	LiveIntervals = 3
 	GoneIntervals = 10
 )
+
+// LiveWorkerCondition is the SQL condition under which a row of
+// jobfence_workers is a live instance: its last report is at most
+// LiveIntervals of its own heartbeat intervals old, by the database's
+// clock. Workers uses it, and so does anything else that counts live
+// instances (the dashboard's overview), so that both agree.
+func LiveWorkerCondition() string {
+	return "last_seen_at >= now() - heartbeat_interval * " + strconv.Itoa(LiveIntervals)
+}
 
 // registerSQL upserts the instance's row and, in the same round trip,
 // deletes rows of instances gone for GoneIntervals of their own interval.
@@ -81,18 +91,21 @@ type WorkerInfo struct {
 	Live bool
 }
 
-const workersSQL = `
+// workersSQL lists the registry's rows, each with whether it is live.
+func workersSQL() string {
+	return `
 SELECT id, host, pid, queues, running, completed, stale, lost, started_at, last_seen_at,
        (extract(epoch FROM heartbeat_interval) * 1000000)::bigint,
-       last_seen_at >= now() - heartbeat_interval * $1::int
+       ` + LiveWorkerCondition() + `
 FROM jobfence_workers
 ORDER BY id`
+}
 
 // Workers lists the registered worker instances by ID: those that report
 // now, and those that stopped reporting less than GoneIntervals ago (Live
 // false).
 func (c *Client) Workers(ctx context.Context) ([]WorkerInfo, error) {
-	rows, err := c.pool.Query(ctx, workersSQL, LiveIntervals)
+	rows, err := c.pool.Query(ctx, workersSQL())
 	if err != nil {
 		return nil, fmt.Errorf("pgqueue: workers: %w", err)
 	}
