@@ -32,6 +32,9 @@ type benchConfig struct {
 	concurrency int
 	batch       int
 	backlog     int
+	// inserters is how many insert streams keep the backlog
+	// (continuous mode).
+	inserters   int
 	instances   int
 	conns       int
 	execMode    string
@@ -82,7 +85,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.duration, "duration", 30*time.Second, "continuous and latency: how long to insert while working")
 	fs.IntVar(&cfg.concurrency, "concurrency", 2000, "jobs run at once per instance (River's bench uses 2,000)")
 	fs.IntVar(&cfg.batch, "batch", 5000, "jobs per insert batch (COPY)")
-	fs.IntVar(&cfg.backlog, "backlog", 75_000, "continuous: available jobs the inserter keeps ahead of the workers (inserted before the workers start, as River's bench does)")
+	fs.IntVar(&cfg.backlog, "backlog", 75_000, "continuous: available jobs the inserters keep ahead of the workers (inserted before the workers start, as River's bench does)")
+	fs.IntVar(&cfg.inserters, "inserters", 1, "continuous: insert streams that keep the backlog, each inserting --batch jobs at a time (one cannot keep up with a fleet's 20 instances: see the run's waiting jobs)")
 	fs.IntVar(&cfg.instances, "instances", 0, "worker processes, each with a pool of its own (0: one worker in this process)")
 	fs.IntVar(&cfg.conns, "conns", benchWorkerConns, "each worker's pool size")
 	fs.BoolVar(&bf.pgbouncer, "pgbouncer", false, "workers connect through PgBouncer in transaction mode, poll-only (needs --instances; on the throwaway PostgreSQL)")
@@ -253,6 +257,9 @@ func (bf benchFlags) validate(cfg benchConfig) error {
 	}
 	if cfg.instances < 0 || cfg.conns < 1 || bf.poolSize < 1 {
 		return fmt.Errorf("--instances %d, --conns %d, --pool-size %d: want instances ≥ 0, conns and pool size ≥ 1", cfg.instances, cfg.conns, bf.poolSize)
+	}
+	if cfg.inserters < 1 {
+		return fmt.Errorf("--inserters %d: want at least 1", cfg.inserters)
 	}
 	if cfg.concurrency < 1 || cfg.batch < 1 || cfg.jobs < 1 || cfg.backlog < 0 {
 		return fmt.Errorf("--concurrency %d, --batch %d, --jobs %d, --backlog %d: want concurrency, batch and jobs ≥ 1, backlog ≥ 0",

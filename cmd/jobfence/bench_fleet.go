@@ -96,7 +96,7 @@ func fleetOnce(ctx context.Context, fs fleetSetup, mode string, cfg benchConfig,
 	if workURL, err = withExecMode(workURL, cfg.execMode); err != nil {
 		return fleetResult{}, err
 	}
-	producerPool, err := newBenchPool(ctx, workURL, 4)
+	producerPool, err := newBenchPool(ctx, workURL, int32(max(4, cfg.inserters+1)))
 	if err != nil {
 		return fleetResult{}, err
 	}

@@ -52,6 +52,9 @@ type benchResult struct {
 	// continuous run's window after the warm-up (as many jobs inserted as
 	// completed). insert is what inserting a burn-down's jobs cost.
 	cost, insert cost
+	// waiting is the jobs inserted and not yet completed during a
+	// continuous run's window.
+	waiting waiting
 	// conns is the most connections the run had open at once.
 	conns int
 	load  string
@@ -87,6 +90,9 @@ func (r benchResult) String() string {
 	s += fmt.Sprintf("; connections max %d", r.conns)
 	if r.p50 > 0 {
 		s += fmt.Sprintf("; enqueue-to-start p50 %s p99 %s", r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond))
+	}
+	if r.waiting.mean > 0 {
+		s += fmt.Sprintf("; jobs inserted and not yet completed during the window: mean %d, min %d", r.waiting.mean, r.waiting.min)
 	}
 	if r.horizonHeld {
 		s += fmt.Sprintf("; jobs table's dead tuples at the end %d, the MVCC horizon held by a REPEATABLE READ snapshot", r.deadTuples)
@@ -155,7 +161,7 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, setti
 	if err := tel.attach(&clientCfg, nil); err != nil {
 		return benchResult{}, err
 	}
-	pool, err := newBenchPool(ctx, url, 10)
+	pool, err := newBenchPool(ctx, url, int32(max(10, cfg.inserters+1)))
 	if err != nil {
 		return benchResult{}, err
 	}
@@ -318,13 +324,15 @@ func runMode(ctx context.Context, mode string, cfg benchConfig, producer *pgqueu
 		defer cancel()
 		var inserted atomic.Int64
 		inserted.Store(prefilled)
-		var insertErr error
+		insertErrs := make(chan error, cfg.inserters)
 		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			insertErr = keepBacklog(runCtx, producer, cfg, &inserted, completed)
-		}()
+		for range cfg.inserters {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				insertErrs <- keepBacklog(runCtx, producer, cfg, &inserted, completed)
+			}()
+		}
 		time.Sleep(time.Until(start.Add(res.warmup)))
 		if err := analyzeJobs(ctx, producer); err != nil {
 			return err
@@ -339,8 +347,7 @@ func runMode(ctx context.Context, mode string, cfg benchConfig, producer *pgqueu
 		}
 		n0, _, _ := completed()
 		t0 := time.Now()
-		<-runCtx.Done()
-		cancel()
+		res.waiting = sampleWaiting(runCtx, &inserted, completed)
 		n1, _, _ := completed()
 		res.elapsed, res.warmElapsed = time.Since(start), time.Since(t0)
 		c1, err := pr.counters(ctx)
@@ -348,8 +355,11 @@ func runMode(ctx context.Context, mode string, cfg benchConfig, producer *pgqueu
 			return err
 		}
 		wg.Wait()
-		if insertErr != nil && !errors.Is(insertErr, context.DeadlineExceeded) && !errors.Is(insertErr, context.Canceled) {
-			return insertErr
+		close(insertErrs)
+		for err := range insertErrs {
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				return err
+			}
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -409,6 +419,39 @@ func analyzeJobs(ctx context.Context, c *pgqueue.Client) error {
 		return fmt.Errorf("bench: analyze: %w", err)
 	}
 	return nil
+}
+
+// waiting is what sampling the jobs inserted and not yet completed found
+// during a continuous run's window: whether the inserters kept the
+// backlog. It counts jobs claimed and still running too.
+type waiting struct {
+	mean, min int64
+}
+
+// sampleWaiting samples, every 100 ms until ctx ends, the jobs inserted
+// and not yet completed.
+func sampleWaiting(ctx context.Context, inserted *atomic.Int64, completed func() (int64, int64, int64)) waiting {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	var w waiting
+	var sum, n int64
+	for {
+		select {
+		case <-ctx.Done():
+			if n > 0 {
+				w.mean = sum / n
+			}
+			return w
+		case <-t.C:
+		}
+		done, _, _ := completed()
+		v := inserted.Load() - done
+		if n == 0 || v < w.min {
+			w.min = v
+		}
+		sum += v
+		n++
+	}
 }
 
 // keepBacklog inserts batches whenever fewer than cfg.backlog jobs wait.

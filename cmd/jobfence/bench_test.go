@@ -33,6 +33,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"bench", "--shared-buffers", "2XB", "--database-url", ""}, `unit "XB": want kB, MB, GB or TB`},
 		{[]string{"bench", "--duration", "0s"}, "--duration 0s: want a positive duration"},
 		{[]string{"bench", "--jobs", "0"}, "want concurrency, batch and jobs ≥ 1"},
+		{[]string{"bench", "--inserters", "0"}, "--inserters 0: want at least 1"},
 		{[]string{"bench", "--mode", "latency"}, "--mode latency needs --rate R, the jobs offered per second (R > 0; got 0)"},
 		{[]string{"bench", "--mode", "latency", "--rate", "100", "--producers", "0"}, "--producers 0: want at least 1"},
 		{[]string{"bench", "--mode", "latency", "--rate", "100", "--instances", "2"}, "--mode latency runs one worker in this process"},
