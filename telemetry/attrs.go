@@ -5,7 +5,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Attribute keys of jobfence's own, beside the messaging conventions'.
@@ -28,9 +27,8 @@ type series struct {
 	add      []metric.AddOption
 	record   []metric.RecordOption
 	spanName string
-	// start are the options of every attempt span of the series: its kind
-	// and the attributes all its attempts share, built once.
-	start []trace.SpanStartOption
+	// starts are the buffers attempt spans of the series start from.
+	starts *attemptStarts
 }
 
 type seriesKey struct{ queue, kind string }
