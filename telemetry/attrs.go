@@ -1,7 +1,9 @@
 package telemetry
 
 import (
+	"maps"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -34,20 +36,41 @@ type series struct {
 type seriesKey struct{ queue, kind string }
 
 // seriesCache holds the series of each queue and kind seen; both are
-// bounded by what the program registers and enqueues.
+// bounded by what the program registers and enqueues. It is looked up
+// twice per job and written a handful of times in a worker's life, so
+// readers load an immutable map (a Go map's hash of two strings is a
+// fraction of what sync.Map's hash of an interface key costs) and a
+// writer replaces it with a copy.
 type seriesCache struct {
-	m sync.Map // seriesKey -> *series
+	m  atomic.Pointer[map[seriesKey]*series]
+	mu sync.Mutex
 	// build makes the series of a key not seen yet.
 	build func(seriesKey) *series
 }
 
 func (c *seriesCache) get(queue, kind string) *series {
 	k := seriesKey{queue, kind}
-	if s, ok := c.m.Load(k); ok {
-		return s.(*series)
+	if m := c.m.Load(); m != nil {
+		if s, ok := (*m)[k]; ok {
+			return s
+		}
 	}
-	s, _ := c.m.LoadOrStore(k, c.build(k))
-	return s.(*series)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old != nil {
+		if s, ok := (*old)[k]; ok {
+			return s
+		}
+	}
+	m := make(map[seriesKey]*series, 1)
+	if old != nil {
+		maps.Copy(m, *old)
+	}
+	s := c.build(k)
+	m[k] = s
+	c.m.Store(&m)
+	return s
 }
 
 // measureOpts returns the options that attribute a measurement to set.
