@@ -1,11 +1,12 @@
 package telemetry
 
 import (
+	"maps"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Attribute keys of jobfence's own, beside the messaging conventions'.
@@ -28,28 +29,48 @@ type series struct {
 	add      []metric.AddOption
 	record   []metric.RecordOption
 	spanName string
-	// start are the options of every attempt span of the series: its kind
-	// and the attributes all its attempts share, built once.
-	start []trace.SpanStartOption
+	// starts are the buffers attempt spans of the series start from.
+	starts *attemptStarts
 }
 
 type seriesKey struct{ queue, kind string }
 
 // seriesCache holds the series of each queue and kind seen; both are
-// bounded by what the program registers and enqueues.
+// bounded by what the program registers and enqueues. It is looked up
+// twice per job and written a handful of times in a worker's life, so
+// readers load an immutable map (a Go map's hash of two strings is a
+// fraction of what sync.Map's hash of an interface key costs) and a
+// writer replaces it with a copy.
 type seriesCache struct {
-	m sync.Map // seriesKey -> *series
+	m  atomic.Pointer[map[seriesKey]*series]
+	mu sync.Mutex
 	// build makes the series of a key not seen yet.
 	build func(seriesKey) *series
 }
 
 func (c *seriesCache) get(queue, kind string) *series {
 	k := seriesKey{queue, kind}
-	if s, ok := c.m.Load(k); ok {
-		return s.(*series)
+	if m := c.m.Load(); m != nil {
+		if s, ok := (*m)[k]; ok {
+			return s
+		}
 	}
-	s, _ := c.m.LoadOrStore(k, c.build(k))
-	return s.(*series)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old != nil {
+		if s, ok := (*old)[k]; ok {
+			return s
+		}
+	}
+	m := make(map[seriesKey]*series, 1)
+	if old != nil {
+		maps.Copy(m, *old)
+	}
+	s := c.build(k)
+	m[k] = s
+	c.m.Store(&m)
+	return s
 }
 
 // measureOpts returns the options that attribute a measurement to set.

@@ -133,20 +133,13 @@ func newWorkerTelemetry(opts Options) (*workerTelemetry, error) {
 	t.jobs.build = func(k seriesKey) *series {
 		s := measureOpts(attribute.NewSet(attrQueue.String(k.queue), attrKind.String(k.kind)))
 		s.spanName = "process " + k.queue
-		s.start = []trace.SpanStartOption{
-			trace.WithSpanKind(trace.SpanKindConsumer),
-			// Each attempt is a trace of its own, linked to its enqueue:
-			// never a child of whatever span the context that started the
-			// worker carried.
-			trace.WithNewRoot(),
-			trace.WithAttributes(
-				semconv.MessagingSystemKey.String("jobfence"),
-				semconv.MessagingOperationTypeProcess,
-				semconv.MessagingOperationName("process"),
-				semconv.MessagingDestinationName(k.queue),
-				attrJobKind.String(k.kind),
-			),
-		}
+		s.starts = newAttemptStarts([attemptShared]attribute.KeyValue{
+			semconv.MessagingSystemKey.String("jobfence"),
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingOperationName("process"),
+			semconv.MessagingDestinationName(k.queue),
+			attrJobKind.String(k.kind),
+		})
 		return s
 	}
 	t.queues.build = func(k seriesKey) *series {
@@ -162,20 +155,15 @@ func (t *workerTelemetry) jobStart(ctx context.Context, job *queue.Job) context.
 	if !job.AttemptedAt.IsZero() && !job.ScheduledAt.IsZero() {
 		t.wait.Record(ctx, max(job.AttemptedAt.Sub(job.ScheduledAt).Seconds(), 0), s.record...)
 	}
-	// On a busy worker every allocation here is paid tens of thousands of
-	// times a second, for spans a sampler mostly drops: the shared options
-	// are built once, and an attempt's own attributes are set only on a
-	// span that records.
-	opts := s.start
+	var link trace.SpanContext
 	if len(job.Metadata) > 0 {
-		if sc := trace.SpanContextFromContext(t.prop.Extract(context.Background(), propagation.MapCarrier(job.Metadata))); sc.IsValid() {
-			opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: sc}))
-		}
+		link = trace.SpanContextFromContext(t.prop.Extract(context.Background(), propagation.MapCarrier(job.Metadata)))
 	}
-	ctx, span := t.tracer.Start(ctx, s.spanName, opts...)
-	if span.IsRecording() {
-		span.SetAttributes(attrJobID.Int64(job.ID), attrAttempt.Int(job.Attempt), attrFence.Int64(job.Fence))
-	}
+	// Each attempt is a trace of its own, linked to its enqueue: never a
+	// child of whatever span the context that started the worker carried.
+	b := s.starts.get(job, link)
+	ctx, _ = t.tracer.Start(ctx, s.spanName, b.options(trace.SpanContextFromContext(ctx).IsValid())...)
+	s.starts.put(b)
 	return ctx
 }
 

@@ -28,9 +28,16 @@ import (
 // rows while this claim was still scanning, and the new owner would then
 // hold the smaller fence, losing every fenced write to its predecessor.
 // An empty claim draws no fence.
+//
+// The update finds each locked row by its ctid, not by a second descent
+// of the primary key: a row locked by this statement cannot move before
+// it commits. (If a concurrent committed update made the locked version
+// newer than the statement's snapshot, the TID scan does not see it and
+// the row is left unclaimed, its lock released at commit: a claim of
+// fewer rows, never a wrong one.)
 const claimSQL = `
 WITH next AS MATERIALIZED (
-    SELECT id FROM jobfence_jobs
+    SELECT id, ctid FROM jobfence_jobs
     WHERE state = 'available' AND queue = $1 AND scheduled_at <= now()
     ORDER BY priority, scheduled_at, id
     LIMIT $2
@@ -43,7 +50,29 @@ SET state = 'running', attempt = j.attempt + 1, fence = f.fence,
     lease_expires_at = now() + $3::bigint * interval '1 microsecond',
     attempted_at = now(), attempted_by = j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $4::text
 FROM next, f
-WHERE j.id = next.id
+WHERE j.ctid = next.ctid
+RETURNING ` + jobColumns
+
+// claimAfterSQL is claimSQL starting after the cursor ($5, $6, $7): the
+// same claim without walking the index entries of jobs claimed before
+// (see claimCursor).
+const claimAfterSQL = `
+WITH next AS MATERIALIZED (
+    SELECT id, ctid FROM jobfence_jobs
+    WHERE state = 'available' AND queue = $1 AND scheduled_at <= now()
+      AND (priority, scheduled_at, id) > ($5::smallint, $6::timestamptz, $7::bigint)
+    ORDER BY priority, scheduled_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), f AS MATERIALIZED (
+    SELECT nextval('jobfence_fence_seq') AS fence FROM (SELECT count(*) AS n FROM next) c WHERE c.n > 0
+)
+UPDATE jobfence_jobs j
+SET state = 'running', attempt = j.attempt + 1, fence = f.fence,
+    lease_expires_at = now() + $3::bigint * interval '1 microsecond',
+    attempted_at = now(), attempted_by = j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $4::text
+FROM next, f
+WHERE j.ctid = next.ctid
 RETURNING ` + jobColumns
 
 // jobColumns are the columns scanJob reads, in order.
@@ -55,7 +84,39 @@ func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, 
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	rows, err := c.pool.Query(ctx, claimSQL, p.Queue, p.Limit, p.Lease.Microseconds(), p.WorkerID)
+	cur := c.cursors.get(p.Queue)
+	after, from := cur.start(time.Now())
+	if !after {
+		jobs, err := c.claimFull(ctx, p, p.Limit)
+		if err == nil {
+			cur.claimed(jobs, p.Limit)
+		}
+		return jobs, err
+	}
+	rows, err := c.pool.Query(ctx, claimAfterSQL, p.Queue, p.Limit, p.Lease.Microseconds(), p.WorkerID,
+		from.priority, from.scheduledAt, from.id)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: claim from %q: %w", p.Queue, err)
+	}
+	jobs, err := scanJobs(rows)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: claim from %q: %w", p.Queue, err)
+	}
+	if len(jobs) < p.Limit {
+		// The queue may end before the cursor: look there at once rather
+		// than report fewer jobs than are waiting.
+		more, err := c.claimFull(ctx, p, p.Limit-len(jobs))
+		if err != nil && len(jobs) == 0 {
+			return nil, err
+		}
+		jobs = append(jobs, more...)
+	}
+	cur.claimed(jobs, p.Limit)
+	return jobs, nil
+}
+
+func (c *Client) claimFull(ctx context.Context, p queue.ClaimParams, limit int) ([]*queue.Job, error) {
+	rows, err := c.pool.Query(ctx, claimSQL, p.Queue, limit, p.Lease.Microseconds(), p.WorkerID)
 	if err != nil {
 		return nil, fmt.Errorf("pgqueue: claim from %q: %w", p.Queue, err)
 	}

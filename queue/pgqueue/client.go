@@ -95,6 +95,8 @@ type Client struct {
 	txSlots chan struct{}
 	// listener holds the client's one LISTEN connection.
 	listener *listener
+	// cursors remember, per queue, where this client's claims left off.
+	cursors cursors
 }
 
 // New returns a Client on pool. The pool's search_path decides the schema
