@@ -35,32 +35,22 @@ import (
 // newer than the statement's snapshot, the TID scan does not see it and
 // the row is left unclaimed, its lock released at commit: a claim of
 // fewer rows, never a wrong one.)
-const claimSQL = `
-WITH next AS MATERIALIZED (
-    SELECT id, ctid FROM jobfence_jobs
-    WHERE state = 'available' AND queue = $1 AND scheduled_at <= now()
-    ORDER BY priority, scheduled_at, id
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-), f AS MATERIALIZED (
-    SELECT nextval('jobfence_fence_seq') AS fence FROM (SELECT count(*) AS n FROM next) c WHERE c.n > 0
-)
-UPDATE jobfence_jobs j
-SET state = 'running', attempt = j.attempt + 1, fence = f.fence,
-    lease_expires_at = now() + $3::bigint * interval '1 microsecond',
-    attempted_at = now(), attempted_by = j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $4::text
-FROM next, f
-WHERE j.ctid = next.ctid
-RETURNING ` + jobColumns
+const claimSQL = claimNext + claimRest
 
 // claimAfterSQL is claimSQL starting after the cursor ($5, $6, $7): the
 // same claim without walking the index entries of jobs claimed before
 // (see claimCursor).
-const claimAfterSQL = `
+const claimAfterSQL = claimNext + `
+      AND (priority, scheduled_at, id) > ($5::smallint, $6::timestamptz, $7::bigint)` + claimRest
+
+// claimNext and claimRest are the two claims' shared text, split where
+// claimAfterSQL adds its bound.
+const (
+	claimNext = `
 WITH next AS MATERIALIZED (
     SELECT id, ctid FROM jobfence_jobs
-    WHERE state = 'available' AND queue = $1 AND scheduled_at <= now()
-      AND (priority, scheduled_at, id) > ($5::smallint, $6::timestamptz, $7::bigint)
+    WHERE state = 'available' AND queue = $1 AND scheduled_at <= now()`
+	claimRest = `
     ORDER BY priority, scheduled_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -74,6 +64,7 @@ SET state = 'running', attempt = j.attempt + 1, fence = f.fence,
 FROM next, f
 WHERE j.ctid = next.ctid
 RETURNING ` + jobColumns
+)
 
 // jobColumns are the columns scanJob reads, in order.
 const jobColumns = `j.id, j.queue, j.kind, j.args, j.state, j.priority, j.attempt, j.max_attempts, j.fence,
@@ -86,43 +77,42 @@ func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, 
 	}
 	cur := c.cursors.get(p.Queue)
 	after, from := cur.start(time.Now())
-	if !after {
-		jobs, err := c.claimFull(ctx, p, p.Limit)
-		if err == nil {
-			cur.claimed(jobs, p.Limit)
-		}
-		return jobs, err
-	}
-	rows, err := c.pool.Query(ctx, claimAfterSQL, p.Queue, p.Limit, p.Lease.Microseconds(), p.WorkerID,
-		from.priority, from.scheduledAt, from.id)
-	if err != nil {
-		return nil, fmt.Errorf("pgqueue: claim from %q: %w", p.Queue, err)
-	}
-	jobs, err := scanJobs(rows)
-	if err != nil {
-		return nil, fmt.Errorf("pgqueue: claim from %q: %w", p.Queue, err)
-	}
-	if len(jobs) < p.Limit {
-		// The queue may end before the cursor: look there at once rather
-		// than report fewer jobs than are waiting.
-		more, err := c.claimFull(ctx, p, p.Limit-len(jobs))
-		if err != nil && len(jobs) == 0 {
+	args := []any{p.Queue, p.Limit, p.Lease.Microseconds(), p.WorkerID}
+	var jobs []*queue.Job
+	if after {
+		var err error
+		jobs, err = c.claim(ctx, p.Queue, claimAfterSQL, append(args, from.priority, from.scheduledAt, from.id)...)
+		if err != nil {
 			return nil, err
 		}
-		jobs = append(jobs, more...)
+		if len(jobs) == p.Limit {
+			cur.claimed(jobs, p.Limit)
+			return jobs, nil
+		}
+		// The queue may end before the cursor: look there at once rather
+		// than report fewer jobs than are waiting.
+		args[1] = p.Limit - len(jobs)
 	}
+	more, err := c.claim(ctx, p.Queue, claimSQL, args...)
+	if err != nil && len(jobs) == 0 {
+		return nil, err
+	}
+	// The jobs claimed after the cursor are committed and ours even if
+	// the second claim failed.
+	jobs = append(jobs, more...)
 	cur.claimed(jobs, p.Limit)
 	return jobs, nil
 }
 
-func (c *Client) claimFull(ctx context.Context, p queue.ClaimParams, limit int) ([]*queue.Job, error) {
-	rows, err := c.pool.Query(ctx, claimSQL, p.Queue, limit, p.Lease.Microseconds(), p.WorkerID)
+// claim runs one of the claim statements.
+func (c *Client) claim(ctx context.Context, q, sql string, args ...any) ([]*queue.Job, error) {
+	rows, err := c.pool.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("pgqueue: claim from %q: %w", p.Queue, err)
+		return nil, fmt.Errorf("pgqueue: claim from %q: %w", q, err)
 	}
 	jobs, err := scanJobs(rows)
 	if err != nil {
-		return nil, fmt.Errorf("pgqueue: claim from %q: %w", p.Queue, err)
+		return nil, fmt.Errorf("pgqueue: claim from %q: %w", q, err)
 	}
 	return jobs, nil
 }
