@@ -161,11 +161,11 @@ func (w *Worker) fetchLoop(ctx context.Context, f *queueFetch, helper bool) {
 		claimStart := time.Now()
 		jobs, err := w.backend.Claim(claimCtx, queue.ClaimParams{Queue: f.name, Limit: limit, Lease: w.cfg.Lease, WorkerID: w.cfg.ID})
 		cancelClaim()
+		took := time.Since(claimStart)
 		if w.cfg.Hooks.Claim != nil {
-			w.cfg.Hooks.Claim(ctx, ClaimInfo{Queue: f.name, Jobs: len(jobs), Duration: time.Since(claimStart), Err: err})
+			w.cfg.Hooks.Claim(ctx, ClaimInfo{Queue: f.name, Jobs: len(jobs), Duration: took, Err: err})
 		}
 		if !helper {
-			took := time.Since(claimStart)
 			f.fast.Store(len(jobs) >= threshold && took < time.Duration(len(jobs))*helperMaxPerJob)
 		}
 		if unused := limit - len(jobs); unused > 0 {

@@ -2,9 +2,6 @@ package worker
 
 import (
 	"context"
-	"maps"
-	"os"
-	"slices"
 	"time"
 
 	"github.com/jobfence/jobfence/queue"
@@ -17,8 +14,8 @@ func (w *Worker) instance() queue.Instance {
 	w.mu.Unlock()
 	s := w.stats.snapshot()
 	return queue.Instance{
-		ID: w.cfg.ID, Host: w.host, PID: os.Getpid(),
-		Queues:  slices.Sorted(maps.Keys(w.cfg.Queues)),
+		ID: w.cfg.ID, Host: w.host, PID: w.pid,
+		Queues:  w.queueNames,
 		Running: running, Completed: s.Completed, Stale: s.Stale, Lost: s.Lost,
 		StartedAt: w.startedAt, Interval: w.cfg.HeartbeatInterval,
 	}

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"maps"
 	"slices"
 	"sync"
 
@@ -70,7 +69,7 @@ func (w *Worker) watchPauses(ctx context.Context) map[string]*gate {
 	if !ok {
 		return gates
 	}
-	ch, err := pw.WatchPaused(ctx, slices.Sorted(maps.Keys(w.cfg.Queues)))
+	ch, err := pw.WatchPaused(ctx, w.queueNames)
 	if err != nil {
 		w.log.Warn("jobfence: cannot watch for paused queues; pausing a queue will not stop this worker", "err", err)
 		return gates

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,9 +58,12 @@ type Worker struct {
 	// may be off (poll-only) or down. Set by Start, read-only after.
 	pokes map[string]chan struct{}
 
-	// host and startedAt are reported to a queue.Registrar.
-	host      string
-	startedAt time.Time
+	// host, pid, queueNames (the queues, sorted) and startedAt are
+	// reported to a queue.Registrar.
+	host       string
+	pid        int
+	queueNames []string
+	startedAt  time.Time
 }
 
 // running is one job whose handler is running.
@@ -113,6 +118,8 @@ func New(backend queue.Backend, reg *Registry, cfg Config) (*Worker, error) {
 		giveUp:      make(chan struct{}),
 		leaseMargin: min(cfg.Lease/10, time.Second),
 		host:        host,
+		pid:         os.Getpid(),
+		queueNames:  slices.Sorted(maps.Keys(cfg.Queues)),
 	}, nil
 }
 

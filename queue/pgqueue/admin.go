@@ -48,20 +48,10 @@ type ListParams struct {
 // it (the unique key's, the primary key's for paging) rather than plan for
 // "$1 = empty OR ..." with any value.
 func listQuery(p ListParams) (string, []any) {
-	var where []string
-	var args []any
+	where, args := jobFilters(nil, nil, p.Queue, p.Kind, p.State)
 	add := func(cond string, v any) {
 		args = append(args, v)
 		where = append(where, fmt.Sprintf(cond, len(args)))
-	}
-	if p.Queue != "" {
-		add("j.queue = $%d", p.Queue)
-	}
-	if p.Kind != "" {
-		add("j.kind = $%d", p.Kind)
-	}
-	if p.State != "" {
-		add("j.state = $%d", string(p.State))
 	}
 	if p.UniqueKey != "" {
 		add("j.unique_key = $%d", p.UniqueKey)
@@ -85,6 +75,18 @@ func listQuery(p ListParams) (string, []any) {
 		q = `SELECT * FROM (` + q + `) j ORDER BY j.id DESC`
 	}
 	return q, args
+}
+
+// jobFilters appends to where and args a condition for each of queue,
+// kind and state that is set, numbering its parameters after args'.
+func jobFilters(where []string, args []any, q, kind string, state queue.State) ([]string, []any) {
+	for _, f := range []struct{ col, v string }{{"queue", q}, {"kind", kind}, {"state", string(state)}} {
+		if f.v != "" {
+			args = append(args, f.v)
+			where = append(where, fmt.Sprintf("j.%s = $%d", f.col, len(args)))
+		}
+	}
+	return where, args
 }
 
 // List returns stored jobs, newest first. An unknown p.State is an error

@@ -76,14 +76,8 @@ func (c *Client) bulk(ctx context.Context, what string, p BulkParams, change, el
 	if err := c.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM jobfence_jobs`).Scan(&last); err != nil {
 		return 0, fmt.Errorf("pgqueue: %s matching: %w", what, err)
 	}
-	where := []string{"j.id > $1", "j.id <= $2", eligible}
-	args := []any{int64(0), last, p.BatchSize}
-	for _, f := range []struct{ col, v string }{{"queue", p.Queue}, {"kind", p.Kind}, {"state", string(p.State)}} {
-		if f.v != "" {
-			args = append(args, f.v)
-			where = append(where, fmt.Sprintf("j.%s = $%d", f.col, len(args)))
-		}
-	}
+	where, args := jobFilters([]string{"j.id > $1", "j.id <= $2", eligible}, []any{int64(0), last, p.BatchSize},
+		p.Queue, p.Kind, p.State)
 	q := `WITH batch AS (
     SELECT j.id FROM jobfence_jobs j WHERE ` + strings.Join(where, " AND ") + `
     ORDER BY j.id LIMIT $3 FOR UPDATE SKIP LOCKED

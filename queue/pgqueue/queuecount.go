@@ -241,9 +241,15 @@ const queuesSettingsSQL = `SELECT set_config('jit', 'off', true), set_config('ma
        set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),
        set_config('enable_sort', 'off', true)`
 
-// readQueues runs queuesSQL in a read-only transaction, with
-// queuesSettingsSQL, and assembles the queues.
-func (c *Client) readQueues(ctx context.Context) ([]QueueInfo, error) {
+// Queues lists, by name, every queue that has available, scheduled,
+// retryable, running or discarded jobs, one of the CountCap jobs finished
+// last, or a row in jobfence_queues (it was paused once), with bounded
+// counts (see QueueInfo.Counts): it reads at most a few CountCaps of index
+// entries and rows, whatever the size of the table. A queue whose only
+// jobs finished before the CountCap newest is not listed.
+//
+// It runs queuesSQL in a read-only transaction, with queuesSettingsSQL.
+func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 	limit := c.CountCap()
 	var rows []queueRow
 	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {

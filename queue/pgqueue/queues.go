@@ -110,16 +110,6 @@ type QueueInfo struct {
 // (none) for a state absent from Counts.
 func (q QueueInfo) Count(s queue.State) Count { return q.Counts[s] }
 
-// Queues lists, by name, every queue that has available, scheduled,
-// retryable, running or discarded jobs, one of the CountCap jobs finished
-// last, or a row in jobfence_queues (it was paused once), with bounded
-// counts (see QueueInfo.Counts): it reads at most a few CountCaps of index
-// entries and rows, whatever the size of the table. A queue whose only
-// jobs finished before the CountCap newest is not listed.
-func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
-	return c.readQueues(ctx)
-}
-
 // deref returns *p, or the zero value for nil: NULL columns become zero
 // fields.
 func deref[T any](p *T) T {
