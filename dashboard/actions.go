@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -76,7 +75,11 @@ func actionError(err error) error {
 
 // jobID reads the {id} of the request's path.
 func jobID(r *http.Request) (int64, error) {
-	s := r.PathValue("id")
+	return parseJobID(r.PathValue("id"))
+}
+
+// parseJobID reads a job ID typed or linked by a user.
+func parseJobID(s string) (int64, error) {
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id <= 0 {
 		return 0, badRequest("job ID %q is not a number", s)
@@ -134,12 +137,9 @@ func bulkParams(r *http.Request) (pgqueue.BulkParams, error) {
 // bulkDone is where a bulk action sends the browser: the job list it was
 // started from, saying how many jobs it changed.
 func bulkDone(p pgqueue.BulkParams, done string, n int64) string {
-	v := url.Values{"done": {done}, "n": {strconv.FormatInt(n, 10)}}
-	for k, s := range map[string]string{"queue": p.Queue, "kind": p.Kind, "state": string(p.State)} {
-		if s != "" {
-			v.Set(k, s)
-		}
-	}
+	v := jobFilter{Queue: p.Queue, Kind: p.Kind, State: string(p.State)}.query()
+	v.Set("done", done)
+	v.Set("n", strconv.FormatInt(n, 10))
 	return "/jobs?" + v.Encode()
 }
 

@@ -54,9 +54,9 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	f := jobFilter{State: q.Get("state"), Queue: q.Get("queue"), Kind: q.Get("kind"), ID: strings.TrimSpace(q.Get("id")), Key: q.Get("key")}
 	if f.ID != "" {
-		id, err := strconv.ParseInt(f.ID, 10, 64)
-		if err != nil || id <= 0 {
-			return badRequest("job ID %q is not a number", f.ID)
+		id, err := parseJobID(f.ID)
+		if err != nil {
+			return err
 		}
 		http.Redirect(w, r, fmt.Sprintf("%s/jobs/%d", h.opts.BasePath, id), http.StatusSeeOther)
 		return nil

@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"html"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,7 +60,7 @@ func TestOverviewCountCap(t *testing.T) {
 		"small":  {"2", "0", "0", "0", "0", "?", "?"},
 		"busy":   {"0", "0", "0", "0", "0", "3+", "3+"},
 	} {
-		if got := cells(body, q); !equal(got, want) {
+		if got := cells(body, q); !slices.Equal(got, want) {
 			t.Errorf("overview, queue %s: %q, want %q", q, got, want)
 		}
 	}
@@ -75,20 +76,8 @@ func TestOverviewCountCap(t *testing.T) {
 		"broken": {"0", "0", "0", "0", "?", "3+", "?"},
 		"busy":   {"0", "0", "0", "0", "3+", "0", "?"},
 	} {
-		if got := cells(body, q); !equal(got, want) {
+		if got := cells(body, q); !slices.Equal(got, want) {
 			t.Errorf("queues page, queue %s: %q, want %q", q, got, want)
 		}
 	}
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -4,14 +4,12 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
 
 // queuesPage is /queues' data.
 type queuesPage struct {
 	Queues []pgqueue.QueueInfo
-	States []queue.State
 }
 
 // queues serves /queues: every queue with its jobs in each state, its
@@ -22,5 +20,5 @@ func (h *handler) queues(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return h.render(w, r, http.StatusOK, "queues", "Queues", time.Time{}, queuesPage{Queues: qs, States: queue.States()})
+	return h.render(w, r, http.StatusOK, "queues", "Queues", time.Time{}, queuesPage{Queues: qs})
 }

@@ -201,11 +201,14 @@ const shortLen = 160
 
 // short is the start of b for a table cell: arguments may be megabytes.
 func short(b []byte) string {
-	r := []rune(string(b))
-	if len(r) <= shortLen {
-		return string(r)
+	n := 0
+	for i := range string(b) {
+		if n == shortLen {
+			return string(b[:i]) + "…"
+		}
+		n++
 	}
-	return string(r[:shortLen]) + "…"
+	return string(b)
 }
 
 // prettyJSON indents JSON for reading; text that is not JSON is returned

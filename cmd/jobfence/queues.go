@@ -105,11 +105,12 @@ func pauseQueue(ctx context.Context, c *pgqueue.Client, q, by string, stdout io.
 		return err
 	}
 	fmt.Fprintf(stdout, "queue %q paused by %s: workers stop claiming its jobs within about a second; running jobs finish\n", q, by)
-	counts, err := c.Counts(ctx, q)
+	// One job is enough to know the name is in use.
+	jobs, err := c.List(ctx, pgqueue.ListParams{Queue: q, Limit: 1})
 	if err != nil {
 		return err
 	}
-	if len(counts) == 0 {
+	if len(jobs) == 0 {
 		fmt.Fprintf(stdout, "note: queue %q has no jobs; if the name is misspelt, undo with: jobfence queues resume %s\n", q, q)
 	}
 	return nil

@@ -9,9 +9,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/jobfence/jobfence/migrations"
 	"github.com/jobfence/jobfence/scheduler"
 )
 
@@ -47,18 +44,11 @@ func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fs.Usage()
 		return fmt.Errorf("unexpected arguments after %s: %q", action, rest)
 	}
-	dbURL := databaseURL()
-	if dbURL == "" {
-		return errors.New("no database: pass --database-url or set DATABASE_URL")
-	}
-	pool, err := pgxpool.New(ctx, dbURL)
+	_, pool, err := openClient(ctx, databaseURL())
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := migrations.Check(ctx, pool); err != nil {
-		return err
-	}
 	if action == "delete" {
 		found, err := scheduler.Delete(ctx, pool, name)
 		if err != nil {
