@@ -2,7 +2,6 @@ package migrations_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -51,18 +50,7 @@ func TestDownNothingToRollBack(t *testing.T) {
 func TestCheckBeforeUpgrade(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
-	sqlDB, err := sql.Open("pgx", db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sqlDB.Close()
-	p, err := migrations.NewProvider(sqlDB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 4); err != nil {
-		t.Fatal(err)
-	}
+	p := providerAt(t, db.URL, 4)
 	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_queues, jobfence_workers): run ` + "`jobfence migrate up`"
 	if err := migrations.Check(ctx, db.Pool); !errors.Is(err, migrations.ErrNotMigrated) || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("Check at version 4 = %v, want prefix %q", err, want)

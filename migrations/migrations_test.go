@@ -108,18 +108,7 @@ func TestOwnVersionTable(t *testing.T) {
 func TestClaimIndexMigrationOnABigTable(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
-	sqlDB, err := sql.Open("pgx", db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sqlDB.Close()
-	p, err := migrations.NewProvider(sqlDB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 4); err != nil {
-		t.Fatal(err)
-	}
+	p := providerAt(t, db.URL, 4)
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO jobfence_jobs (kind, state, scheduled_at)
 		SELECT 'k', (ARRAY['available', 'scheduled', 'retryable', 'completed'])[1 + i % 4], now() + (i % 3 - 1) * interval '1 hour'
 		FROM generate_series(1, 12000) AS i`); err != nil {
@@ -197,4 +186,23 @@ func TestClaimIndexMigrationOnABigTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("up again", newIndexes, "jobfence_jobs_claim", "jobfence_jobs_lease")
+}
+
+// providerAt migrates the schema of dbURL up to version v and returns the
+// provider, for a test that moves between versions.
+func providerAt(t *testing.T, dbURL string, v int64) *goose.Provider {
+	t.Helper()
+	sqlDB, err := sql.Open("pgx", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sqlDB.Close() })
+	p, err := migrations.NewProvider(sqlDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(context.Background(), v); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
