@@ -76,7 +76,8 @@ func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, 
 		return nil, nil
 	}
 	cur := c.cursors.get(p.Queue)
-	after, from := cur.start(time.Now())
+	began := time.Now()
+	after, from := cur.start(began)
 	args := []any{p.Queue, p.Limit, p.Lease.Microseconds(), p.WorkerID}
 	var jobs []*queue.Job
 	if after {
@@ -86,7 +87,7 @@ func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, 
 			return nil, err
 		}
 		if len(jobs) == p.Limit {
-			cur.claimed(jobs, p.Limit)
+			cur.claimed(jobs, p.Limit, time.Since(began))
 			return jobs, nil
 		}
 		// The queue may end before the cursor: look there at once rather
@@ -100,7 +101,7 @@ func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, 
 	// The jobs claimed after the cursor are committed and ours even if
 	// the second claim failed.
 	jobs = append(jobs, more...)
-	cur.claimed(jobs, p.Limit)
+	cur.claimed(jobs, p.Limit, time.Since(began))
 	return jobs, nil
 }
 
