@@ -8,3 +8,9 @@ var (
 	HeartbeatSQL = heartbeatSQL
 	RescueSQL    = rescueSQL
 )
+
+// The claim statements, for the test that EXPLAINs them.
+var (
+	ClaimSQL      = claimSQL
+	ClaimAfterSQL = claimAfterSQL
+)
