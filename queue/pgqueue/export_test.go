@@ -9,8 +9,5 @@ var (
 	RescueSQL    = rescueSQL
 )
 
-// The claim statements, for the test that EXPLAINs them.
-var (
-	ClaimSQL      = claimSQL
-	ClaimAfterSQL = claimAfterSQL
-)
+// ClaimSQL is the claim statement, for the test that EXPLAINs it.
+var ClaimSQL = claimSQL

@@ -13,10 +13,10 @@ import (
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
 
-// TestClaimAfterPlan: the claim that starts after the cursor starts its
-// scan of the available-jobs index there (an index condition), rather
-// than reading from the index's start and filtering.
-func TestClaimAfterPlan(t *testing.T) {
+// TestClaimPlan: the claim starts its scan of the available-jobs index at
+// the queue's claim position (an index condition), rather than reading
+// from the index's start and filtering.
+func TestClaimPlan(t *testing.T) {
 	c, db := newClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -31,8 +31,8 @@ func TestClaimAfterPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	var raw []byte
-	args := []any{pgx.QueryExecModeDescribeExec, "default", 100, time.Minute.Microseconds(), "w", int16(2), time.Now(), int64(1000)}
-	if err := db.Pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+pgqueue.ClaimAfterSQL, args...).Scan(&raw); err != nil {
+	args := []any{pgx.QueryExecModeDescribeExec, "default", 100, time.Minute.Microseconds(), "w", (250 * time.Millisecond).Microseconds()}
+	if err := db.Pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+pgqueue.ClaimSQL, args...).Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
 	var plan []struct{ Plan planNode }
@@ -46,6 +46,6 @@ func TestClaimAfterPlan(t *testing.T) {
 		}
 	})
 	if !found {
-		t.Fatalf("the claim after the cursor does not start its index scan at its bound; plan:\n%s", raw)
+		t.Fatalf("the claim does not start its index scan at the claim position; plan:\n%s", raw)
 	}
 }
