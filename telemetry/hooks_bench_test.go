@@ -55,8 +55,12 @@ func benchWorkerHooks(b *testing.B, sample float64) {
 	cpu0 := cpuclock.Process()
 	b.RunParallel(func(pb *testing.PB) {
 		job := &queue.Job{ID: 1, Queue: "default", Kind: "bench", Attempt: 1, Fence: 7, ScheduledAt: now, AttemptedAt: now.Add(time.Millisecond), Metadata: meta}
+		// The context the worker gives JobStart: its attempt's own, made
+		// cancellable (see worker.execute).
+		jobCtx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
 		for pb.Next() {
-			ctx := cfg.Hooks.JobStart(context.Background(), job)
+			ctx := cfg.Hooks.JobStart(jobCtx, job)
 			cfg.Hooks.JobEnd(ctx, job, worker.JobEnd{Outcome: queue.OutcomeComplete, Duration: time.Microsecond})
 		}
 	})

@@ -167,17 +167,19 @@ func (t *workerTelemetry) jobEnd(ctx context.Context, job *queue.Job, end worker
 		t.duration.Record(ctx, end.Duration.Seconds(), s.record...)
 	}
 	span := trace.SpanFromContext(ctx)
+	// Asked once: each call takes the span's lock.
+	recording := span.IsRecording()
 	switch {
 	case end.Stale:
 		s.counts[countStale].Add(1)
-		if span.IsRecording() {
+		if recording {
 			span.SetAttributes(attrStale.Bool(true))
 			span.AddEvent("jobfence.job.stale", trace.WithAttributes(attrFence.Int64(job.Fence)))
 			span.SetStatus(codes.Error, "outcome refused: stale fence (the job was claimed again)")
 		}
 	case end.Lost:
 		s.counts[countLost].Add(1)
-		if span.IsRecording() {
+		if recording {
 			span.SetAttributes(attrLost.Bool(true))
 			span.SetStatus(codes.Error, "job lost before its outcome was recorded")
 		}
@@ -186,7 +188,7 @@ func (t *workerTelemetry) jobEnd(ctx context.Context, job *queue.Job, end worker
 			s.counts[c].Add(1)
 		}
 	}
-	if span.IsRecording() {
+	if recording {
 		// A completed attempt carries no outcome attribute: the SDK keeps
 		// a span's attributes deduplicated with a map, and a ninth
 		// attribute on every span makes that map (and the attribute
