@@ -26,8 +26,12 @@ const (
 // building attribute sets and options for every job would allocate on the
 // worker's hot path.
 type series struct {
-	add      []metric.AddOption
-	record   []metric.RecordOption
+	add     []metric.AddOption
+	record  []metric.RecordOption
+	observe metric.ObserveOption
+	// counts are the attempts' outcomes of a queue and kind; a queue's
+	// series counts none.
+	counts   jobCounts
 	spanName string
 	// starts are the buffers attempt spans of the series start from.
 	starts *attemptStarts
@@ -76,5 +80,5 @@ func (c *seriesCache) get(queue, kind string) *series {
 // measureOpts returns the options that attribute a measurement to set.
 func measureOpts(set attribute.Set) *series {
 	o := metric.WithAttributeSet(set)
-	return &series{add: []metric.AddOption{o}, record: []metric.RecordOption{o}}
+	return &series{add: []metric.AddOption{o}, record: []metric.RecordOption{o}, observe: o}
 }

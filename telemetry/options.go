@@ -23,6 +23,9 @@ type Options struct {
 	// enqueued. Default: otel.GetTextMapPropagator(), or W3C Trace Context
 	// when the global one carries nothing (as it does until a program sets
 	// one): a job's link to its enqueue must not depend on that setting.
+	// With W3C Trace Context (alone, or composed with Baggage) a worker
+	// parses a job's traceparent itself, the same way and cheaper; any
+	// other propagator extracts it.
 	Propagator propagation.TextMapPropagator
 }
 

@@ -8,7 +8,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -27,12 +26,12 @@ var batchBuckets = []float64{1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500}
 // workerTelemetry holds a worker's instruments.
 type workerTelemetry struct {
 	tracer trace.Tracer
-	prop   propagation.TextMapPropagator
+	// link finds the span context of a job's enqueue in its metadata.
+	link   func(map[string]string) trace.SpanContext
 	jobs   seriesCache
 	queues seriesCache
 
-	outcomes                  map[queue.Outcome]metric.Int64Counter
-	stale, lost, rescued      metric.Int64Counter
+	rescued                   metric.Int64Counter
 	duration, wait            metric.Float64Histogram
 	claimTime, finishTime     metric.Float64Histogram
 	claimBatch, finishBatch   metric.Int64Histogram
@@ -93,7 +92,7 @@ func Worker(cfg *worker.Config, opts Options) error {
 
 func newWorkerTelemetry(opts Options) (*workerTelemetry, error) {
 	m := opts.meter()
-	t := &workerTelemetry{tracer: opts.tracer(), prop: opts.Propagator, outcomes: map[queue.Outcome]metric.Int64Counter{}}
+	t := &workerTelemetry{tracer: opts.tracer(), link: enqueueLink(opts.Propagator)}
 	var errs []error
 	counterOf := func(unit, name, desc string) metric.Int64Counter {
 		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
@@ -111,13 +110,6 @@ func newWorkerTelemetry(opts Options) (*workerTelemetry, error) {
 		errs = append(errs, err)
 		return h
 	}
-	t.outcomes[queue.OutcomeComplete] = counter("jobfence.jobs.completed", "Jobs completed.")
-	t.outcomes[queue.OutcomeRetry] = counter("jobfence.jobs.retried", "Failed attempts scheduled to run again.")
-	t.outcomes[queue.OutcomeDiscard] = counter("jobfence.jobs.discarded", "Jobs given up on: out of attempts, or arguments that do not decode.")
-	t.outcomes[queue.OutcomeCancel] = counter("jobfence.jobs.cancelled", "Jobs cancelled by their handler.")
-	t.outcomes[queue.OutcomeSnooze] = counter("jobfence.jobs.snoozed", "Jobs put back without spending an attempt.")
-	t.stale = counter("jobfence.jobs.stale", "Outcomes the backend refused because the job's fence was stale.")
-	t.lost = counter("jobfence.jobs.lost", "Jobs whose lease was lost (or that were cancelled) before their outcome was recorded.")
 	t.rescued = counter("jobfence.jobs.rescued", "Jobs whose lease expired, moved back to run again by this worker.")
 	t.duration = seconds("jobfence.job.duration", "Handler run time of one attempt.")
 	t.wait = seconds("jobfence.job.wait", "Time from when a job became ready (enqueued, scheduled or retried) to when an attempt claimed it, by the backend's clock.")
@@ -127,6 +119,7 @@ func newWorkerTelemetry(opts Options) (*workerTelemetry, error) {
 	t.finishBatch = batch("jobfence.finish.jobs", "Outcomes recorded in one round trip.")
 	t.claimErrors = counterOf("{claim}", "jobfence.claim.errors", "Claims that failed.")
 	t.finishErrors = counterOf("{batch}", "jobfence.finish.errors", "Outcome batches that failed to record (and are retried).")
+	errs = append(errs, countInstruments(m, &t.jobs))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("jobfence: telemetry: %w", err)
 	}
@@ -157,7 +150,7 @@ func (t *workerTelemetry) jobStart(ctx context.Context, job *queue.Job) context.
 	}
 	var link trace.SpanContext
 	if len(job.Metadata) > 0 {
-		link = trace.SpanContextFromContext(t.prop.Extract(context.Background(), propagation.MapCarrier(job.Metadata)))
+		link = t.link(job.Metadata)
 	}
 	// Each attempt is a trace of its own, linked to its enqueue: never a
 	// child of whatever span the context that started the worker carried.
@@ -174,26 +167,28 @@ func (t *workerTelemetry) jobEnd(ctx context.Context, job *queue.Job, end worker
 		t.duration.Record(ctx, end.Duration.Seconds(), s.record...)
 	}
 	span := trace.SpanFromContext(ctx)
+	// Asked once: each call takes the span's lock.
+	recording := span.IsRecording()
 	switch {
 	case end.Stale:
-		t.stale.Add(ctx, 1, s.add...)
-		if span.IsRecording() {
+		s.counts[countStale].Add(1)
+		if recording {
 			span.SetAttributes(attrStale.Bool(true))
 			span.AddEvent("jobfence.job.stale", trace.WithAttributes(attrFence.Int64(job.Fence)))
 			span.SetStatus(codes.Error, "outcome refused: stale fence (the job was claimed again)")
 		}
 	case end.Lost:
-		t.lost.Add(ctx, 1, s.add...)
-		if span.IsRecording() {
+		s.counts[countLost].Add(1)
+		if recording {
 			span.SetAttributes(attrLost.Bool(true))
 			span.SetStatus(codes.Error, "job lost before its outcome was recorded")
 		}
 	default:
-		if c := t.outcomes[end.Outcome]; c != nil {
-			c.Add(ctx, 1, s.add...)
+		if c, ok := outcomeCounted(end.Outcome); ok {
+			s.counts[c].Add(1)
 		}
 	}
-	if span.IsRecording() {
+	if recording {
 		// A completed attempt carries no outcome attribute: the SDK keeps
 		// a span's attributes deduplicated with a map, and a ninth
 		// attribute on every span makes that map (and the attribute

@@ -9,11 +9,11 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jobfence/jobfence/internal/cpuclock"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -204,14 +204,14 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, setti
 		return benchResult{}, err
 	}
 	samples := sampleActivity(ctx, baseURL, name)
-	start, cpu0 := time.Now(), processCPU()
+	start, cpu0 := time.Now(), cpuclock.Process()
 	if err := w.Start(ctx); err != nil {
 		return benchResult{}, err
 	}
 	if err := runMode(ctx, mode, cfg, client, prefilled, start, completed, pr, &res); err != nil {
 		return benchResult{}, err
 	}
-	res.cpu = processCPU() - cpu0
+	res.cpu = cpuclock.Process() - cpu0
 	// Read before the horizon is released, and before the worker's stop.
 	if res.deadTuples, err = deadTuples(ctx, pr.conn, name); err != nil {
 		return benchResult{}, err
@@ -372,15 +372,6 @@ func runMode(ctx context.Context, mode string, cfg benchConfig, producer *pgqueu
 		}
 	}
 	return nil
-}
-
-// processCPU is the user and system CPU time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // benchWorkerConns is each bench worker's pool size by default.
