@@ -36,7 +36,7 @@ func (e *NotMigratedError) Is(target error) bool { return target == ErrNotMigrat
 // which a worker, a scheduler and the idempotency store need.
 var relations = []string{
 	"jobfence_jobs", "jobfence_fence_seq", "jobfence_schedules",
-	"jobfence_idempotency_keys", "jobfence_results", "jobfence_queues", "jobfence_workers",
+	"jobfence_idempotency_keys", "jobfence_results", "jobfence_queues", "jobfence_workers", "jobfence_claim_hints",
 }
 
 // Querier is what Check needs of a connection: a *pgxpool.Pool, a *pgx.Conn

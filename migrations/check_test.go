@@ -19,10 +19,10 @@ func TestCheck(t *testing.T) {
 	if !errors.As(err, &nm) || !errors.Is(err, migrations.ErrNotMigrated) {
 		t.Fatalf("Check on an empty schema = %v, want a *NotMigratedError", err)
 	}
-	if nm.Schema != db.Schema || len(nm.Missing) != 7 {
-		t.Fatalf("Check = %+v, want schema %q and 7 missing relations", nm, db.Schema)
+	if nm.Schema != db.Schema || len(nm.Missing) != 8 {
+		t.Fatalf("Check = %+v, want schema %q and 8 missing relations", nm, db.Schema)
 	}
-	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs, jobfence_fence_seq, jobfence_schedules, jobfence_idempotency_keys, jobfence_results, jobfence_queues, jobfence_workers): run ` + "`jobfence migrate up`"
+	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs, jobfence_fence_seq, jobfence_schedules, jobfence_idempotency_keys, jobfence_results, jobfence_queues, jobfence_workers, jobfence_claim_hints): run ` + "`jobfence migrate up`"
 	if !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("message:\n%s\nwant prefix:\n%s", err, want)
 	}
@@ -46,12 +46,12 @@ func TestDownNothingToRollBack(t *testing.T) {
 
 // TestCheckBeforeUpgrade: a database migrated before the queue pause and
 // worker registry tables (version 4) is told to run `jobfence migrate up`,
-// naming just those tables; Down of version 5 removes them again.
+// naming just the tables it lacks; Down of version 5 removes them again.
 func TestCheckBeforeUpgrade(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
 	p := providerAt(t, db.URL, 4)
-	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_queues, jobfence_workers): run ` + "`jobfence migrate up`"
+	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_queues, jobfence_workers, jobfence_claim_hints): run ` + "`jobfence migrate up`"
 	if err := migrations.Check(ctx, db.Pool); !errors.Is(err, migrations.ErrNotMigrated) || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("Check at version 4 = %v, want prefix %q", err, want)
 	}

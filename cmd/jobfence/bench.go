@@ -40,11 +40,13 @@ type benchConfig struct {
 	execMode    string
 	holdHorizon bool
 	fetchers    int
-	fetchLimit  int
-	completers  int
-	otel        bool
-	otelSample  float64
-	statements  bool
+	// concurrentClaims sets pgqueue.Config.ConcurrentClaims on the workers.
+	concurrentClaims bool
+	fetchLimit       int
+	completers       int
+	otel             bool
+	otelSample       float64
+	statements       bool
 	// latency mode
 	rate      float64
 	producers int
@@ -94,6 +96,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&cfg.holdHorizon, "hold-horizon", false, "hold a REPEATABLE READ snapshot open for the whole run and report the jobs table's dead tuples")
 	fs.IntVar(&bf.poolSize, "pool-size", 20, "with --pgbouncer: PgBouncer's server connections")
 	fs.IntVar(&cfg.fetchers, "fetchers", 0, "claim loops per queue (0: the worker's default)")
+	fs.BoolVar(&cfg.concurrentClaims, "concurrent-claims", false, "the workers' claims of a queue run at once instead of taking turns (pgqueue.Config.ConcurrentClaims)")
 	fs.IntVar(&cfg.fetchLimit, "fetch-limit", 0, "jobs per claim (0: the worker's default, 1000)")
 	fs.IntVar(&cfg.completers, "completers", 0, "outcome batches in flight (0: the worker's default)")
 	fs.BoolVar(&cfg.otel, "otel", false, "attach telemetry with the OpenTelemetry SDK and exporters that drop everything, to measure its cost")

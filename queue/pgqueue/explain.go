@@ -40,7 +40,7 @@ func (c *Client) ExplainClaim(ctx context.Context, p queue.ClaimParams) (ClaimPl
 	defer tx.Rollback(context.Background())
 	var raw []byte
 	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+claimSQL,
-		p.Queue, p.Limit, p.Lease.Microseconds(), p.WorkerID).Scan(&raw)
+		p.Queue, p.Limit, p.Lease.Microseconds(), p.WorkerID, c.paces.get(p.Queue).headInterval().Microseconds()).Scan(&raw)
 	if err != nil {
 		return ClaimPlan{}, fmt.Errorf("pgqueue: explain claim: %w", err)
 	}

@@ -8,3 +8,6 @@ var (
 	HeartbeatSQL = heartbeatSQL
 	RescueSQL    = rescueSQL
 )
+
+// ClaimSQL is the claim statement, for the test that EXPLAINs it.
+var ClaimSQL = claimSQL

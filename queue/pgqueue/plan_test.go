@@ -86,10 +86,11 @@ func TestBatchStatementsProbeThePrimaryKey(t *testing.T) {
 
 // planNode is a node of EXPLAIN's JSON output.
 type planNode struct {
-	Type     string     `json:"Node Type"`
-	Relation string     `json:"Relation Name"`
-	Index    string     `json:"Index Name"`
-	Plans    []planNode `json:"Plans"`
+	Type      string     `json:"Node Type"`
+	Relation  string     `json:"Relation Name"`
+	Index     string     `json:"Index Name"`
+	IndexCond string     `json:"Index Cond"`
+	Plans     []planNode `json:"Plans"`
 }
 
 func (p planNode) walk(f func(planNode)) {

@@ -1,0 +1,36 @@
+package pgqueue
+
+import (
+	"testing"
+	"time"
+)
+
+// TestClaimPace: the interval between claims from the queue's start grows
+// with slow claims (a fleet's, on a busy server) and never falls below
+// 250 ms; a client's claims that run at once take turns of their own.
+func TestClaimPace(t *testing.T) {
+	var p claimPace
+	if got := p.headInterval(); got != headIntervalMin {
+		t.Fatalf("interval before any claim %v, want %v", got, headIntervalMin)
+	}
+	p.claimed(time.Millisecond)
+	if got := p.headInterval(); got != headIntervalMin {
+		t.Fatalf("interval after a quick claim %v, want %v", got, headIntervalMin)
+	}
+	p.claimed(300 * time.Millisecond)
+	if got := p.headInterval(); got != 1200*time.Millisecond {
+		t.Fatalf("interval after a claim of 300 ms %v, want 1.2s", got)
+	}
+
+	a, b := p.turn(), p.turn()
+	if a != 0 || b != 1 {
+		t.Fatalf("two claims at once took turns %d and %d, want 0 and 1", a, b)
+	}
+	if c := p.turn(); c != -1 {
+		t.Fatalf("a third claim at once took turn %d, want none of its own (-1)", c)
+	}
+	p.done(a)
+	if c := p.turn(); c != 0 {
+		t.Fatalf("a claim after turn 0 was given back took turn %d, want 0", c)
+	}
+}

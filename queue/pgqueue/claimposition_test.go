@@ -1,0 +1,108 @@
+package pgqueue_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+)
+
+// TestClaimCursor: claims from a backlog start after the jobs claimed
+// before (the queue's claim position), and a job that sorts before that
+// point is still claimed: at once when the rest of the queue is taken, and
+// otherwise within the interval.
+func TestClaimCursor(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	enqueue := func(n, priority int) []int64 {
+		t.Helper()
+		ids := make([]int64, n)
+		for i := range ids {
+			r, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", Priority: priority})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[i] = r.ID
+		}
+		return ids
+	}
+	ids := enqueue(40, 2)
+	if got := claim(t, c, "default", 10, time.Minute); len(got) != 10 || got[9].ID != ids[9] {
+		t.Fatalf("first claim: %d jobs, want the backlog's first 10", len(got))
+	}
+
+	// An urgent job sorts before the cursor: the next claim, started
+	// after the cursor, passes over it.
+	urgent := enqueue(1, 1)[0]
+	got := claim(t, c, "default", 10, time.Minute)
+	if len(got) != 10 || got[0].ID != ids[10] {
+		t.Fatalf("second claim: %d jobs starting at %d, want 10 from %d (after the cursor)", len(got), got[0].ID, ids[10])
+	}
+	// Within the interval, a claim reads from the start again.
+	time.Sleep(300 * time.Millisecond)
+	got = claim(t, c, "default", 10, time.Minute)
+	if len(got) != 10 || got[0].ID != urgent {
+		t.Fatalf("claim after the interval took %d jobs starting at %d, want the urgent job %d first", len(got), got[0].ID, urgent)
+	}
+
+	// The position stands at the queue's end; a claim that finds too
+	// little after it looks before it in the same call.
+	if rest := claim(t, c, "default", 100, time.Minute); len(rest) != 11 {
+		t.Fatalf("draining claim took %d jobs, want the 11 left", len(rest))
+	}
+	more := enqueue(2, 2)
+	if got := claim(t, c, "default", 1, time.Minute); len(got) != 1 || got[0].ID != more[0] {
+		t.Fatalf("claim of 1 took %d jobs, want job %d", len(got), more[0])
+	}
+	late := enqueue(1, 1)[0]
+	// A claim that came back short reads from the start in the same call
+	// unless any claim did within the last 20 ms (the draining claim did).
+	time.Sleep(30 * time.Millisecond)
+	got = claim(t, c, "default", 2, time.Minute)
+	if len(got) != 2 || got[0].ID != more[1] || got[1].ID != late {
+		t.Fatalf("claim of 2 took %d jobs, want job %d after the cursor and the late job %d before it", len(got), more[1], late)
+	}
+}
+
+// TestClaimPositionShared: a client's claim starts after the jobs another
+// client claimed (the queue's claim position is the fleet's, not each
+// client's), so a job that sorts between the two clients' last jobs
+// waits for a claim from the queue's start.
+func TestClaimPositionShared(t *testing.T) {
+	a, db := newClient(t)
+	b := pgqueue.New(db.Pool, pgqueue.Config{})
+	ctx := context.Background()
+	// One at a time: each job's scheduled_at is its own transaction's.
+	for range 40 {
+		if _, err := a.Enqueue(ctx, queue.EnqueueParams{Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := claim(t, a, "default", 10, time.Minute)
+	second := claim(t, b, "default", 10, time.Minute)
+	if len(first) != 10 || len(second) != 10 || second[0].ID != first[9].ID+1 {
+		t.Fatalf("claims of a and b: %d and %d jobs, want 10 each, b's after a's", len(first), len(second))
+	}
+	var pos int64
+	if err := db.Pool.QueryRow(ctx, "SELECT id FROM jobfence_claim_hints WHERE queue = 'default'").Scan(&pos); err != nil {
+		t.Fatal(err)
+	}
+	if pos != second[9].ID {
+		t.Fatalf("claim position at job %d, want b's last job %d", pos, second[9].ID)
+	}
+	// Between a's last job and the position: right after b's fifth job.
+	between, err := a.Enqueue(ctx, queue.EnqueueParams{Kind: "k", ScheduledAt: second[4].ScheduledAt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	third := claim(t, a, "default", 10, time.Minute)
+	if len(third) != 10 || third[0].ID != pos+1 {
+		t.Fatalf("a's claim took %d jobs from job %d, want 10 from job %d, after the position", len(third), third[0].ID, pos+1)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if got := claim(t, b, "default", 1, time.Minute); len(got) != 1 || got[0].ID != between.ID {
+		t.Fatalf("claim from the start took %d jobs, want job %d", len(got), between.ID)
+	}
+}
