@@ -124,10 +124,12 @@ func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, 
 		return nil, nil
 	}
 	pace := c.paces.get(p.Queue)
-	turn := pace.turn()
-	defer pace.done(turn)
+	turn, own := pace.turn()
+	if own {
+		defer pace.done(turn)
+	}
 	args := []any{p.Queue, p.Limit, p.Lease.Microseconds(), p.WorkerID, pace.headInterval().Microseconds()}
-	jobs, head, took, err := c.claim(ctx, p.Queue, max(turn, 0), args...)
+	jobs, head, took, err := c.claim(ctx, p.Queue, turn, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +138,7 @@ func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, 
 		// rather than report fewer jobs than are waiting, unless a claim
 		// just did.
 		args[1], args[4] = p.Limit-len(jobs), headRetryInterval.Microseconds()
-		more, _, tookMore, err := c.claim(ctx, p.Queue, max(turn, 0), args...)
+		more, _, tookMore, err := c.claim(ctx, p.Queue, turn, args...)
 		took += tookMore
 		if err != nil && len(jobs) == 0 {
 			return nil, err
@@ -220,9 +222,12 @@ func scanJob(row pgx.Row, more ...any) (*queue.Job, error) {
 		errs      []byte
 		meta      []byte
 	)
-	dest := append([]any{&j.ID, &j.Queue, &j.Kind, &j.EncodedArgs, &state, &priority, &j.Attempt, &j.MaxAttempts,
-		&j.Fence, &j.ScheduledAt, &j.CreatedAt, &attempted, &lease, &unique, &errs, &j.AttemptedBy, &meta}, more...)
-	if err := row.Scan(dest...); err != nil {
+	// One slice, sized for more too: appending more to a literal of
+	// exactly the columns would copy it, a second allocation for every job
+	// a claim returns.
+	dest := append(make([]any, 0, 17+len(more)), &j.ID, &j.Queue, &j.Kind, &j.EncodedArgs, &state, &priority, &j.Attempt, &j.MaxAttempts,
+		&j.Fence, &j.ScheduledAt, &j.CreatedAt, &attempted, &lease, &unique, &errs, &j.AttemptedBy, &meta)
+	if err := row.Scan(append(dest, more...)...); err != nil {
 		return nil, err
 	}
 	j.State = queue.State(state)

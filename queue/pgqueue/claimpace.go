@@ -43,24 +43,23 @@ type claimPace struct {
 	busy [claimTurns]bool
 }
 
-// turn returns a turn no claim of this client holds (the first if all
-// are held); give it back with done.
-func (p *claimPace) turn() int {
+// turn returns a turn no claim of this client holds, and own true: give
+// it back with done. When the client's claims hold every turn, it returns
+// the first, shared, and own false.
+func (p *claimPace) turn() (t int, own bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, b := range p.busy {
 		if !b {
 			p.busy[i] = true
-			return i
+			return i, true
 		}
 	}
-	return -1
+	return 0, false
 }
 
+// done gives back a turn that turn reported as the claim's own.
 func (p *claimPace) done(t int) {
-	if t < 0 {
-		return
-	}
 	p.mu.Lock()
 	p.busy[t] = false
 	p.mu.Unlock()

@@ -27,7 +27,7 @@ func TestClaimsTakeTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock('jobfence_jobs'::regclass::oid::int, hashtext('default') # 0)`); err != nil {
+	if _, err := tx.Exec(ctx, pgqueue.ClaimTurnSQL, "default", 0); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan []*queue.Job, 1)

@@ -9,5 +9,9 @@ var (
 	RescueSQL    = rescueSQL
 )
 
-// ClaimSQL is the claim statement, for the test that EXPLAINs it.
-var ClaimSQL = claimSQL
+// The claim statement, for the test that EXPLAINs it, and the turn it
+// waits for, for the test that holds one.
+var (
+	ClaimSQL     = claimSQL
+	ClaimTurnSQL = claimTurnSQL
+)
