@@ -12,7 +12,8 @@ FUZZ_TARGETS = \
 	./queue/pgqueue:FuzzRedactText \
 	./scheduler:FuzzParseSpec \
 	./worker:FuzzDecodeArgs \
-	./idempotency:FuzzFingerprint
+	./idempotency:FuzzFingerprint \
+	./telemetry:FuzzParseTraceparent
 
 .PHONY: test setup vet fuzz demo bench build
 
