@@ -9,19 +9,21 @@ import (
 )
 
 // redactingWriter passes whole lines to w with their passwords removed by
-// pgqueue.RedactText: every byte a command prints goes through one, so no
+// a pgqueue.Redactor: every byte a command prints goes through one, so no
 // flag default, log line or error can show a password. It buffers a line
 // until its newline (a password must not be split across two writes) and
 // is safe for concurrent use, as a demo's goroutines print at once.
 type redactingWriter struct {
-	mu      sync.Mutex
-	w       io.Writer
-	secrets []string // connection strings whose passwords to remove
-	line    []byte
+	mu     sync.Mutex
+	w      io.Writer
+	redact *pgqueue.Redactor
+	line   []byte
 }
 
+// newRedactingWriter returns a redactingWriter that removes the passwords
+// of secrets, connection strings, and those it recognises by their place.
 func newRedactingWriter(w io.Writer, secrets []string) *redactingWriter {
-	return &redactingWriter{w: w, secrets: secrets}
+	return &redactingWriter{w: w, redact: pgqueue.NewRedactor(secrets...)}
 }
 
 func (r *redactingWriter) Write(p []byte) (int, error) {
@@ -50,6 +52,6 @@ func (r *redactingWriter) Flush() error {
 }
 
 func (r *redactingWriter) writeRedacted(b []byte) error {
-	_, err := io.WriteString(r.w, pgqueue.RedactText(string(b), r.secrets...))
+	_, err := io.WriteString(r.w, r.redact.Text(string(b)))
 	return err
 }

@@ -41,6 +41,18 @@ func TestRedactText(t *testing.T) {
 	if got := pgqueue.RedactText("user=a password=abc failed: abc", "password=abc"); got != "user=a password=xxxxx failed: abc" {
 		t.Errorf("RedactText with a short password = %q", got)
 	}
+	// A Redactor finds the passwords once and removes them from every
+	// text; its zero value still removes passwords by their place.
+	r := pgqueue.NewRedactor(cs)
+	for range 2 {
+		if got := r.Text(msg); got != want {
+			t.Errorf("Redactor.Text = %q, want %q", got, want)
+		}
+	}
+	var zero pgqueue.Redactor
+	if got := zero.Text("url postgres://app:s3cret@db/app, password=s3cret and s3cret"); got != "url postgres://app:xxxxx@db/app, password=xxxxx and s3cret" {
+		t.Errorf("zero Redactor.Text = %q", got)
+	}
 	base := errors.New("connect postgres://app:p%40ss-w0rd@db/app: refused")
 	err := pgqueue.RedactError(base, cs)
 	if !errors.Is(err, base) || err.Error() != "connect postgres://app:xxxxx@db/app: refused" {
