@@ -68,6 +68,7 @@ type benchFlags struct {
 	pgbouncer     bool
 	poolSize      int
 	cpuProfile    string
+	versusOne     bool
 	dbURL         string
 	// set holds the names of the flags given on the command line.
 	set map[string]bool
@@ -95,6 +96,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.execMode, "exec-mode", "", "pgx default_query_exec_mode of the workers' connections (default: pgx's own directly, cache_describe through PgBouncer)")
 	fs.BoolVar(&cfg.holdHorizon, "hold-horizon", false, "hold a REPEATABLE READ snapshot open for the whole run and report the jobs table's dead tuples")
 	fs.IntVar(&bf.poolSize, "pool-size", 20, "with --pgbouncer: PgBouncer's server connections")
+	fs.BoolVar(&bf.versusOne, "versus-one", false, "with --instances: before each run, run one worker in this process connected directly, and report each pair's ratio")
 	fs.IntVar(&cfg.fetchers, "fetchers", 0, "claim loops per queue (0: the worker's default)")
 	fs.BoolVar(&cfg.concurrentClaims, "concurrent-claims", false, "the workers' claims of a queue run at once instead of taking turns (pgqueue.Config.ConcurrentClaims)")
 	fs.IntVar(&cfg.fetchLimit, "fetch-limit", 0, "jobs per claim (0: the worker's default, 1000)")
@@ -205,11 +207,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		modes = []string{"burndown", "continuous"}
 	}
 	for _, m := range modes {
-		var results []benchResult
+		var results, ones []benchResult
 		for r := range bf.runs {
 			var res fmt.Stringer
 			var br benchResult
 			if cfg.instances > 0 {
+				if bf.versusOne {
+					one := cfg
+					one.instances = 0
+					b, err := benchOnce(ctx, dbURL, m, one, settings)
+					if err != nil {
+						return fmt.Errorf("%s run %d, one instance: %w", m, r+1, err)
+					}
+					ones = append(ones, b)
+					fmt.Fprintf(stdout, "%-10s run %d, one instance connected directly: %s\n", m, r+1, b)
+				}
 				fr, err := fleetOnce(ctx, fleet, m, cfg, settings)
 				if err != nil {
 					return fmt.Errorf("%s run %d: %w", m, r+1, err)
@@ -226,6 +238,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stdout, "%-10s run %d: %s\n", m, r+1, res)
 		}
 		fmt.Fprintf(stdout, "%-10s %s\n", m, medianLine(m, results))
+		if len(ones) > 0 {
+			fmt.Fprintf(stdout, "%-10s %s\n", m, versusLine(cfg.instances, ones, results))
+		}
 	}
 	return nil
 }
@@ -257,6 +272,9 @@ func (bf benchFlags) validate(cfg benchConfig) error {
 	}
 	if bf.pgbouncer && cfg.instances < 1 {
 		return errors.New("--pgbouncer needs --instances N (N worker processes through PgBouncer)")
+	}
+	if bf.versusOne && cfg.instances < 1 {
+		return errors.New("--versus-one compares a fleet with one instance: it needs --instances N")
 	}
 	if cfg.instances < 0 || cfg.conns < 1 || bf.poolSize < 1 {
 		return fmt.Errorf("--instances %d, --conns %d, --pool-size %d: want instances ≥ 0, conns and pool size ≥ 1", cfg.instances, cfg.conns, bf.poolSize)

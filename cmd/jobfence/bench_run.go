@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,14 +106,7 @@ func (r benchResult) String() string {
 
 // medianLine summarises runs: the median of each figure.
 func medianLine(mode string, rs []benchResult) string {
-	med := func(f func(benchResult) float64) float64 {
-		v := make([]float64, len(rs))
-		for i, r := range rs {
-			v[i] = f(r)
-		}
-		slices.Sort(v)
-		return v[len(v)/2]
-	}
+	med := func(f func(benchResult) float64) float64 { return median(rates(rs, f)) }
 	perJob := func(n float64, c cost) float64 { return n / float64(max(c.jobs, 1)) }
 	warm := "no run outlasted the warm-up"
 	if w := med(benchResult.warmRate); w > 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"math"
 	"net/url"
 	"os"
 	"regexp"
@@ -22,6 +23,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"bench", "--pgbouncer", "--instances", "2", "--database-url", "postgres://u:hunter2@127.0.0.1:1/db"},
 			"--pgbouncer runs PgBouncer in front of the bench's own throwaway PostgreSQL"},
 		{[]string{"bench", "--instances", "-1"}, "want instances ≥ 0"},
+		{[]string{"bench", "--versus-one"}, "--versus-one compares a fleet with one instance: it needs --instances N"},
 		{[]string{"bench", "--instances", "2", "--hold-horizon"}, "--hold-horizon runs one worker in this process"},
 		{[]string{"bench", "--mode", "fast"}, `unknown --mode "fast": want burndown, continuous, both, latency, claim or heartbeat`},
 		{[]string{"bench", "--runs", "0"}, "--runs 0: want at least 1"},
@@ -58,14 +60,15 @@ func TestBenchBadFlags(t *testing.T) {
 
 // TestBenchFleetThroughPgBouncer: two worker processes through PgBouncer
 // complete jobs, on at most the pool's server connections, without stale
-// outcomes or errors.
+// outcomes or errors; --versus-one runs one instance connected directly
+// before the fleet and reports the pair's ratio.
 func TestBenchFleetThroughPgBouncer(t *testing.T) {
 	t.Setenv("DATABASE_URL", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out, errb bytes.Buffer
 	code := run(ctx, []string{"bench", "--mode", "continuous", "--duration", "4s", "--instances", "2", "--pgbouncer",
-		"--pool-size", "3", "--concurrency", "50", "--backlog", "2000", "--batch", "500"}, &out, &errb)
+		"--pool-size", "3", "--concurrency", "50", "--backlog", "2000", "--batch", "500", "--versus-one"}, &out, &errb)
 	t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
 	if code != 0 {
 		t.Fatalf("exit %d", code)
@@ -79,6 +82,19 @@ func TestBenchFleetThroughPgBouncer(t *testing.T) {
 	}
 	if conns, _ := strconv.Atoi(m[3]); conns > 3 {
 		t.Fatalf("%d server connections, more than the pool size 3", conns)
+	}
+	one := regexp.MustCompile(`run 1, one instance connected directly: \d+ jobs in [0-9.]+s = (\d+) jobs/s`).FindStringSubmatch(out.String())
+	if one == nil || one[1] == "0" {
+		t.Fatal("no run of one instance connected directly, or it completed nothing")
+	}
+	vs := regexp.MustCompile(`2 instances against one connected directly \(pairs: 1\): ratios ([0-9.]+) \(median ([0-9.]+)\)`).FindStringSubmatch(out.String())
+	if vs == nil || vs[1] != vs[2] {
+		t.Fatal("no line comparing the pair, or its median is not its one ratio")
+	}
+	fleet, _ := strconv.ParseFloat(m[2], 64)
+	single, _ := strconv.ParseFloat(one[1], 64)
+	if ratio, _ := strconv.ParseFloat(vs[1], 64); math.Abs(ratio-fleet/single) > 0.01 {
+		t.Fatalf("pair's ratio %v, want %.3f (%v / %v jobs/s)", ratio, fleet/single, fleet, single)
 	}
 }
 

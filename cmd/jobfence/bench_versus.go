@@ -1,0 +1,53 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// versusLine compares a fleet's runs with one instance's, run by pairs on
+// the same server (--versus-one): each pair's ratio of the fleet's rate to
+// the one instance's, their median, and the ratio of the two medians. On
+// a shared machine whose speed drifts from minute to minute, a pair's two
+// runs see much the same machine; runs made apart do not.
+func versusLine(instances int, ones, fleets []benchResult) string {
+	n := min(len(ones), len(fleets))
+	ratios := make([]float64, n)
+	strs := make([]string, n)
+	for i := range n {
+		if ones[i].rate > 0 {
+			ratios[i] = fleets[i].rate / ones[i].rate
+		}
+		strs[i] = fmt.Sprintf("%.2f", ratios[i])
+	}
+	rate := func(r benchResult) float64 { return r.rate }
+	oneMed, fleetMed := median(rates(ones, rate)), median(rates(fleets, rate))
+	ofMedians := 0.0
+	if oneMed > 0 {
+		ofMedians = fleetMed / oneMed
+	}
+	return fmt.Sprintf("%d instances against one connected directly (pairs: %d): ratios %s (median %.2f); medians %.0f against %.0f jobs/s (%.2f)",
+		instances, n, strings.Join(strs, ", "), median(ratios), fleetMed, oneMed, ofMedians)
+}
+
+// median returns the median of xs, or 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// rates returns f of each run.
+func rates(rs []benchResult, f func(benchResult) float64) []float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	return v
+}
