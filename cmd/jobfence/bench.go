@@ -96,7 +96,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.execMode, "exec-mode", "", "pgx default_query_exec_mode of the workers' connections (default: pgx's own directly, cache_describe through PgBouncer)")
 	fs.BoolVar(&cfg.holdHorizon, "hold-horizon", false, "hold a REPEATABLE READ snapshot open for the whole run and report the jobs table's dead tuples")
 	fs.IntVar(&bf.poolSize, "pool-size", 20, "with --pgbouncer: PgBouncer's server connections")
-	fs.BoolVar(&bf.versusOne, "versus-one", false, "with --instances: before each run, run one worker in this process connected directly, and report each pair's ratio")
+	fs.BoolVar(&bf.versusOne, "versus-one", false, "with --instances: pair each run with one of one worker in this process connected directly (before it, then after it, in turn), and report each pair's ratio")
 	fs.IntVar(&cfg.fetchers, "fetchers", 0, "claim loops per queue (0: the worker's default)")
 	fs.BoolVar(&cfg.concurrentClaims, "concurrent-claims", false, "the workers' claims of a queue run at once instead of taking turns (pgqueue.Config.ConcurrentClaims)")
 	fs.IntVar(&cfg.fetchLimit, "fetch-limit", 0, "jobs per claim (0: the worker's default, 1000)")
@@ -209,19 +209,32 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, m := range modes {
 		var results, ones []benchResult
 		for r := range bf.runs {
+			// A pair's runs take turns going first: the server gets
+			// faster over its first runs (WAL segments are created, then
+			// recycled), and going second would favour one side.
+			oneFirst := r%2 == 0
+			one := func() error {
+				if !bf.versusOne {
+					return nil
+				}
+				single := cfg
+				single.instances = 0
+				b, err := benchOnce(ctx, dbURL, m, single, settings)
+				if err != nil {
+					return fmt.Errorf("%s run %d, one instance: %w", m, r+1, err)
+				}
+				ones = append(ones, b)
+				fmt.Fprintf(stdout, "%-10s run %d, one instance connected directly: %s\n", m, r+1, b)
+				return nil
+			}
+			if oneFirst && cfg.instances > 0 {
+				if err := one(); err != nil {
+					return err
+				}
+			}
 			var res fmt.Stringer
 			var br benchResult
 			if cfg.instances > 0 {
-				if bf.versusOne {
-					one := cfg
-					one.instances = 0
-					b, err := benchOnce(ctx, dbURL, m, one, settings)
-					if err != nil {
-						return fmt.Errorf("%s run %d, one instance: %w", m, r+1, err)
-					}
-					ones = append(ones, b)
-					fmt.Fprintf(stdout, "%-10s run %d, one instance connected directly: %s\n", m, r+1, b)
-				}
 				fr, err := fleetOnce(ctx, fleet, m, cfg, settings)
 				if err != nil {
 					return fmt.Errorf("%s run %d: %w", m, r+1, err)
@@ -236,6 +249,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			results = append(results, br)
 			fmt.Fprintf(stdout, "%-10s run %d: %s\n", m, r+1, res)
+			if !oneFirst && cfg.instances > 0 {
+				if err := one(); err != nil {
+					return err
+				}
+			}
 		}
 		fmt.Fprintf(stdout, "%-10s %s\n", m, medianLine(m, results))
 		if len(ones) > 0 {

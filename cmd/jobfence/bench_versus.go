@@ -7,10 +7,11 @@ import (
 )
 
 // versusLine compares a fleet's runs with one instance's, run by pairs on
-// the same server (--versus-one): each pair's ratio of the fleet's rate to
-// the one instance's, their median, and the ratio of the two medians. On
-// a shared machine whose speed drifts from minute to minute, a pair's two
-// runs see much the same machine; runs made apart do not.
+// the same server, each side going first in turn (--versus-one): each
+// pair's ratio of the fleet's rate to the one instance's, their median,
+// and the ratio of the two medians. On a shared machine whose speed
+// drifts from minute to minute, a pair's two runs see much the same
+// machine; runs made apart do not.
 func versusLine(instances int, ones, fleets []benchResult) string {
 	n := min(len(ones), len(fleets))
 	ratios := make([]float64, n)
