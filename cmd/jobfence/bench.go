@@ -96,7 +96,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.execMode, "exec-mode", "", "pgx default_query_exec_mode of the workers' connections (default: pgx's own directly, cache_describe through PgBouncer)")
 	fs.BoolVar(&cfg.holdHorizon, "hold-horizon", false, "hold a REPEATABLE READ snapshot open for the whole run and report the jobs table's dead tuples")
 	fs.IntVar(&bf.poolSize, "pool-size", 20, "with --pgbouncer: PgBouncer's server connections")
-	fs.BoolVar(&bf.versusOne, "versus-one", false, "with --instances: pair each run with one of one worker in this process connected directly (before it, then after it, in turn), and report each pair's ratio")
+	fs.BoolVar(&bf.versusOne, "versus-one", false, "with --instances: pair each run with a run of one worker in this process, connected directly (before it, then after it, in turn), and report each pair's ratio")
 	fs.IntVar(&cfg.fetchers, "fetchers", 0, "claim loops per queue (0: the worker's default)")
 	fs.BoolVar(&cfg.concurrentClaims, "concurrent-claims", false, "the workers' claims of a queue run at once instead of taking turns (pgqueue.Config.ConcurrentClaims)")
 	fs.IntVar(&cfg.fetchLimit, "fetch-limit", 0, "jobs per claim (0: the worker's default, 1000)")
@@ -206,6 +206,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if bf.mode == "both" {
 		modes = []string{"burndown", "continuous"}
 	}
+	// --versus-one pairs each fleet run with a run of one instance
+	// (validate refuses it without --instances).
+	versus := bf.versusOne && cfg.instances > 0
 	for _, m := range modes {
 		var results, ones []benchResult
 		for r := range bf.runs {
@@ -214,9 +217,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			// recycled), and going second would favour one side.
 			oneFirst := r%2 == 0
 			one := func() error {
-				if !bf.versusOne {
-					return nil
-				}
 				single := cfg
 				single.instances = 0
 				b, err := benchOnce(ctx, dbURL, m, single, settings)
@@ -227,7 +227,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				fmt.Fprintf(stdout, "%-10s run %d, one instance connected directly: %s\n", m, r+1, b)
 				return nil
 			}
-			if oneFirst && cfg.instances > 0 {
+			if versus && oneFirst {
 				if err := one(); err != nil {
 					return err
 				}
@@ -249,14 +249,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			results = append(results, br)
 			fmt.Fprintf(stdout, "%-10s run %d: %s\n", m, r+1, res)
-			if !oneFirst && cfg.instances > 0 {
+			if versus && !oneFirst {
 				if err := one(); err != nil {
 					return err
 				}
 			}
 		}
 		fmt.Fprintf(stdout, "%-10s %s\n", m, medianLine(m, results))
-		if len(ones) > 0 {
+		if versus {
 			fmt.Fprintf(stdout, "%-10s %s\n", m, versusLine(cfg.instances, ones, results))
 		}
 	}

@@ -106,7 +106,7 @@ func (r benchResult) String() string {
 
 // medianLine summarises runs: the median of each figure.
 func medianLine(mode string, rs []benchResult) string {
-	med := func(f func(benchResult) float64) float64 { return median(rates(rs, f)) }
+	med := func(f func(benchResult) float64) float64 { return median(figures(rs, f)) }
 	perJob := func(n float64, c cost) float64 { return n / float64(max(c.jobs, 1)) }
 	warm := "no run outlasted the warm-up"
 	if w := med(benchResult.warmRate); w > 0 {

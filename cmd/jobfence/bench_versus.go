@@ -23,7 +23,7 @@ func versusLine(instances int, ones, fleets []benchResult) string {
 		strs[i] = fmt.Sprintf("%.2f", ratios[i])
 	}
 	rate := func(r benchResult) float64 { return r.rate }
-	oneMed, fleetMed := median(rates(ones, rate)), median(rates(fleets, rate))
+	oneMed, fleetMed := median(figures(ones, rate)), median(figures(fleets, rate))
 	ofMedians := 0.0
 	if oneMed > 0 {
 		ofMedians = fleetMed / oneMed
@@ -44,8 +44,8 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// rates returns f of each run.
-func rates(rs []benchResult, f func(benchResult) float64) []float64 {
+// figures returns f of each run.
+func figures(rs []benchResult, f func(benchResult) float64) []float64 {
 	v := make([]float64, len(rs))
 	for i, r := range rs {
 		v[i] = f(r)
