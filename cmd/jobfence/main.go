@@ -19,6 +19,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/jobfence/jobfence/queue/pgqueue"
 )
 
 // command is one subcommand: run gets the arguments after the command's name.
@@ -55,8 +57,8 @@ func main() {
 // prints passes through a redactingWriter that knows the connection strings
 // of the environment and of args, so no password is ever printed.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	secrets := append([]string{os.Getenv("DATABASE_URL"), os.Getenv("REDIS_URL")}, args...)
-	out, errOut := newRedactingWriter(stdout, secrets), newRedactingWriter(stderr, secrets)
+	redact := pgqueue.NewRedactor(append([]string{os.Getenv("DATABASE_URL"), os.Getenv("REDIS_URL")}, args...)...)
+	out, errOut := newRedactingWriter(stdout, redact), newRedactingWriter(stderr, redact)
 	defer errOut.Flush()
 	defer out.Flush()
 	return runCommand(ctx, args, out, errOut)

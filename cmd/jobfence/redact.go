@@ -20,10 +20,10 @@ type redactingWriter struct {
 	line   []byte
 }
 
-// newRedactingWriter returns a redactingWriter that removes the passwords
-// of secrets, connection strings, and those it recognises by their place.
-func newRedactingWriter(w io.Writer, secrets []string) *redactingWriter {
-	return &redactingWriter{w: w, redact: pgqueue.NewRedactor(secrets...)}
+// newRedactingWriter returns a redactingWriter that removes what redact
+// removes.
+func newRedactingWriter(w io.Writer, redact *pgqueue.Redactor) *redactingWriter {
+	return &redactingWriter{w: w, redact: redact}
 }
 
 func (r *redactingWriter) Write(p []byte) (int, error) {
