@@ -36,10 +36,10 @@ type Config struct {
 	// first claims whenever a quarter of a batch of slots is free; the
 	// others claim beside it only while its claims are quick (under
 	// 100 µs a job), overlapping round trips for a worker that one loop
-	// cannot keep busy. Claims that many workers run at once (a fleet
-	// of instances) are slower, since each skips the rows the others
-	// hold locked, and there one claim in flight per instance is
-	// cheaper for all. Default: 2.
+	// cannot keep busy. The claims of a fleet of instances are slower
+	// (with pgqueue they take turns per queue across the fleet), and
+	// there one claim in flight per instance is cheaper for all.
+	// Default: 2.
 	Fetchers int
 	// Completers is how many outcome batches may be in flight at once.
 	// Default: 2.

@@ -59,10 +59,11 @@ func (f *queueFetch) signal() {
 
 // helperMaxPerJob is the claim time per job under which a queue's helper
 // loops claim beside its lead. A claim's time per job grows with the
-// claims beside it, each skipping the rows the others hold locked: here
-// (2 cores, PostgreSQL on the same machine) one worker's claims of 600 to
-// 1,000 jobs took 25-70 µs a job, those of a fleet of 20 instances
-// through PgBouncer 230-500 µs.
+// claims of other workers: here (2 cores, PostgreSQL on the same machine)
+// one worker's claims of 600 to 1,000 jobs took 25-70 µs a job, those of
+// a fleet of 20 instances through PgBouncer 230-500 µs when they ran at
+// once, each skipping the rows the others held locked (with pgqueue's
+// claims taking turns, a fleet's claim still waits for about 16 others).
 const helperMaxPerJob = 100 * time.Microsecond
 
 // fetchLoop claims jobs of queue f while its slots have room and its
@@ -72,10 +73,10 @@ const helperMaxPerJob = 100 * time.Microsecond
 // slots is free, and polls. The others (helpers, Config.Fetchers beyond
 // the first) claim beside it only while its claims find a useful batch
 // quickly (helperMaxPerJob): then a worker that one loop cannot keep busy
-// overlaps round trips. When claims are slow because many run at once, as
-// in a fleet of instances, one claim more per instance would make every
-// claim skip more locked rows; the helpers wait, and claims stay one per
-// instance and queue.
+// overlaps round trips. When claims are slow because many workers claim,
+// as in a fleet of instances, one claim more per instance would only add
+// to what every claim waits for; the helpers wait, and claims stay one
+// per instance and queue.
 func (w *Worker) fetchLoop(ctx context.Context, f *queueFetch, helper bool) {
 	defer w.fetchWG.Done()
 	n := cap(f.slots)
