@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/telemetry"
@@ -63,4 +65,75 @@ func TestAttemptSpanIsRoot(t *testing.T) {
 			t.Errorf("attempt %d: span lacks %v (attributes %v)", i, want, s.Attributes())
 		}
 	}
+}
+
+// kindSampler drops the traces of one job kind, choosing by the attribute
+// an attempt span starts with, and keeps the attribute keys it was shown.
+type kindSampler struct {
+	drop string
+	seen []attribute.Key
+}
+
+func (s *kindSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	s.seen = s.seen[:0]
+	d := sdktrace.RecordAndSample
+	for _, a := range p.Attributes {
+		s.seen = append(s.seen, a.Key)
+		if a.Key == "jobfence.job.kind" && a.Value.AsString() == s.drop {
+			d = sdktrace.Drop
+		}
+	}
+	return sdktrace.SamplingResult{Decision: d}
+}
+
+func (s *kindSampler) Description() string { return "kindSampler" }
+
+// TestAttemptSpanSampler: a sampler sees an attempt's system, queue and
+// kind, so a user can sample by queue or kind; the job's own attributes
+// and the operation are set once the span records (giving them at start
+// cost every unsampled attempt their copy), so a recorded span carries
+// all of them and a dropped one none.
+func TestAttemptSpanSampler(t *testing.T) {
+	sampler := &kindSampler{drop: "noisy"}
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	var cfg worker.Config
+	if err := telemetry.Worker(&cfg, telemetry.Options{TracerProvider: tp}); err != nil {
+		t.Fatal(err)
+	}
+	for i, kind := range []string{"noisy", "billing"} {
+		job := &queue.Job{ID: int64(i + 1), Queue: "q", Kind: kind, Attempt: 2, Fence: 9}
+		ctx := cfg.Hooks.JobStart(context.Background(), job)
+		cfg.Hooks.JobEnd(ctx, job, worker.JobEnd{Outcome: queue.OutcomeComplete})
+		seen := attribute.NewSet(attrsOf(sampler.seen)...)
+		for _, k := range []attribute.Key{"messaging.system", "messaging.destination.name", "jobfence.job.kind"} {
+			if !seen.HasValue(k) {
+				t.Errorf("%s: the sampler was not shown %s (it saw %v)", kind, k, sampler.seen)
+			}
+		}
+	}
+	ended := rec.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d spans recorded, want 1 (the noisy kind's dropped by the sampler)", len(ended))
+	}
+	attrs := attribute.NewSet(ended[0].Attributes()...)
+	for k, want := range map[attribute.Key]string{
+		"messaging.system": "jobfence", "messaging.destination.name": "q", "messaging.operation.type": "process",
+		"messaging.operation.name": "process", "jobfence.job.kind": "billing",
+		"jobfence.job.id": "2", "jobfence.job.attempt": "2", "jobfence.job.fence": "9",
+	} {
+		if v, _ := attrs.Value(k); v.Emit() != want {
+			t.Errorf("recorded span: %s = %q, want %q", k, v.Emit(), want)
+		}
+	}
+}
+
+// attrsOf makes keys into attributes, so a set can tell which it holds.
+func attrsOf(keys []attribute.Key) []attribute.KeyValue {
+	kv := make([]attribute.KeyValue, len(keys))
+	for i, k := range keys {
+		kv[i] = k.Bool(true)
+	}
+	return kv
 }

@@ -126,12 +126,13 @@ func newWorkerTelemetry(opts Options) (*workerTelemetry, error) {
 	t.jobs.build = func(k seriesKey) *series {
 		s := measureOpts(attribute.NewSet(attrQueue.String(k.queue), attrKind.String(k.kind)))
 		s.spanName = "process " + k.queue
-		s.starts = newAttemptStarts([attemptShared]attribute.KeyValue{
+		s.starts = newAttemptStarts([attemptSampled]attribute.KeyValue{
 			semconv.MessagingSystemKey.String("jobfence"),
-			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingOperationName("process"),
 			semconv.MessagingDestinationName(k.queue),
 			attrJobKind.String(k.kind),
+		}, [attemptOp]attribute.KeyValue{
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingOperationName("process"),
 		})
 		return s
 	}
@@ -155,7 +156,8 @@ func (t *workerTelemetry) jobStart(ctx context.Context, job *queue.Job) context.
 	// Each attempt is a trace of its own, linked to its enqueue: never a
 	// child of whatever span the context that started the worker carried.
 	b := s.starts.get(job, link)
-	ctx, _ = t.tracer.Start(ctx, s.spanName, b.options(trace.SpanContextFromContext(ctx).IsValid())...)
+	ctx, span := t.tracer.Start(ctx, s.spanName, b.options(trace.SpanContextFromContext(ctx).IsValid())...)
+	b.record(span)
 	s.starts.put(b)
 	return ctx
 }
