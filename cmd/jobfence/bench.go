@@ -213,8 +213,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		var results, ones []benchResult
 		for r := range bf.runs {
 			// A pair's runs take turns going first: the server gets
-			// faster over its first runs (WAL segments are created, then
-			// recycled), and going second would favour one side.
+			// faster over its first runs (its WAL segments made
+			// beforehand, it still did), and going second would favour
+			// one side.
 			oneFirst := r%2 == 0
 			one := func() error {
 				single := cfg
