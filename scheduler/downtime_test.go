@@ -12,6 +12,7 @@ import (
 
 	"github.com/jobfence/jobfence/internal/logbuf"
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/scheduler"
 )
@@ -49,7 +50,7 @@ func TestCatchUpAfterDowntime(t *testing.T) {
 				t.Fatal(err)
 			}
 			start(t, before)
-			waitFor(t, time.Minute, "two fires", func() bool { return len(rec.inserted(0)) >= 2 })
+			testwatch.WaitFor(t, time.Minute, "two fires", func() bool { return len(rec.inserted(0)) >= 2 })
 			stop(t, before)
 			ins := rec.inserted(0)
 			last := lastFire(t, db.Pool, "report")
@@ -210,7 +211,7 @@ func TestKilledAfterInsertLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, b)
-	waitFor(t, time.Minute, "B to insert four fires", func() bool { return len(rec.inserted(0)) >= 4 })
+	testwatch.WaitFor(t, time.Minute, "B to insert four fires", func() bool { return len(rec.inserted(0)) >= 4 })
 	stop(t, b)
 
 	all := jobs(t, db.Pool)

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/jobfence/jobfence/internal/logbuf"
-
 	"github.com/jobfence/jobfence/internal/netfault"
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/scheduler"
 )
@@ -55,20 +55,20 @@ func TestStalledEnqueueIsBounded(t *testing.T) {
 	}
 	stopWithin(t, s)
 	started := time.Now()
-	waitFor(t, time.Minute, "a fire before the stall", func() bool { return rec.insertedAfter(0, started) > 0 })
+	testwatch.WaitFor(t, time.Minute, "a fire before the stall", func() bool { return rec.insertedAfter(0, started) > 0 })
 
 	proxy.SetMode(netfault.Stall)
 	stalled := time.Now()
 	// The next fire comes within a second; its transaction must end within
 	// the timeout after that.
-	waitFor(t, timeout+time.Second+3*time.Second, "the stalled fire's transaction to fail", func() bool {
+	testwatch.WaitFor(t, timeout+time.Second+3*time.Second, "the stalled fire's transaction to fail", func() bool {
 		return strings.Contains(logs.String(), msgEnqueueFailed)
 	})
 	t.Logf("the stalled fire failed %v after the stall", time.Since(stalled))
 
 	proxy.SetMode(netfault.Forward)
 	resumed := time.Now()
-	waitFor(t, 30*time.Second, "a fire after the network came back", func() bool {
+	testwatch.WaitFor(t, 30*time.Second, "a fire after the network came back", func() bool {
 		return rec.insertedAfter(0, resumed) > 0
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/scheduler"
 )
@@ -31,7 +32,7 @@ func TestPgBouncerFleetCron(t *testing.T) {
 	}
 	first := time.Now().Truncate(time.Second).Add(2 * time.Second)
 	last := first.Add((fires - 1) * time.Second)
-	waitFor(t, 2*time.Minute, "every instance to handle the last fire", func() bool { return rec.saw(instances, last) })
+	testwatch.WaitFor(t, 2*time.Minute, "every instance to handle the last fire", func() bool { return rec.saw(instances, last) })
 	for _, s := range fleet {
 		stop(t, s)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/scheduler"
 )
@@ -70,18 +71,6 @@ func (r *recorder) saw(n int, t time.Time) bool {
 		}
 	}
 	return true
-}
-
-// waitFor polls cond until it holds, failing the test after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // start starts s and stops it when the test ends, if the test has not.
@@ -192,7 +181,7 @@ func TestFleetOneJobPerFire(t *testing.T) {
 	first := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(time.Second)
 	const fires = 12
 	last := first.Add((fires - 1) * time.Second)
-	waitFor(t, 2*time.Minute, "every instance to handle the last fire", func() bool { return rec.saw(instances, last) })
+	testwatch.WaitFor(t, 2*time.Minute, "every instance to handle the last fire", func() bool { return rec.saw(instances, last) })
 	for _, s := range fleet {
 		stop(t, s)
 	}
@@ -256,7 +245,7 @@ func TestJobFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, s)
-	waitFor(t, time.Minute, "a fire", func() bool { return len(rec.inserted(0)) >= 1 })
+	testwatch.WaitFor(t, time.Minute, "a fire", func() bool { return len(rec.inserted(0)) >= 1 })
 	stop(t, s)
 	f := rec.inserted(0)[0]
 	j, err := client.Get(context.Background(), f.JobID)

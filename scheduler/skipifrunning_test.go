@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/scheduler"
@@ -33,7 +34,7 @@ func startHeld(t *testing.T, name string, skip bool) heldSchedule {
 		t.Fatal(err)
 	}
 	start(t, h.s)
-	waitFor(t, time.Minute, "the first job to be claimed", func() bool {
+	testwatch.WaitFor(t, time.Minute, "the first job to be claimed", func() bool {
 		got, err := h.client.Claim(context.Background(), queue.ClaimParams{Queue: name, Limit: 1, Lease: time.Hour, WorkerID: "test"})
 		if err != nil {
 			t.Fatal(err)
@@ -57,14 +58,14 @@ func TestSkipIfRunning(t *testing.T) {
 			h := startHeld(t, "slow", skip)
 			db, client, rec, s, running := h.db, h.client, h.rec, h.s, h.first
 			ctx := context.Background()
-			waitFor(t, time.Minute, "three fires while the first job runs", func() bool {
+			testwatch.WaitFor(t, time.Minute, "three fires while the first job runs", func() bool {
 				return rec.insertedAfter(0, running.ScheduledAt) >= 3
 			})
 			if err := client.Complete(ctx, running.Lease()); err != nil {
 				t.Fatal(err)
 			}
 			completed := time.Now()
-			waitFor(t, time.Minute, "two fires after the first job completed", func() bool {
+			testwatch.WaitFor(t, time.Minute, "two fires after the first job completed", func() bool {
 				return rec.insertedAfter(0, completed) >= 2
 			})
 			stop(t, s)
@@ -121,7 +122,7 @@ func TestSkipIfRunningAfterRescheduled(t *testing.T) {
 				t.Fatalf("Finish: stale %v, %v", stale, err)
 			}
 			finished := time.Now()
-			waitFor(t, time.Minute, "three fires after the first job was rescheduled", func() bool {
+			testwatch.WaitFor(t, time.Minute, "three fires after the first job was rescheduled", func() bool {
 				return rec.insertedAfter(0, finished) >= 3
 			})
 			stop(t, s)

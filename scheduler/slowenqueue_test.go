@@ -13,6 +13,7 @@ import (
 
 	"github.com/jobfence/jobfence/internal/logbuf"
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/scheduler"
 )
@@ -39,7 +40,7 @@ func TestSlowScheduleDelaysNoOther(t *testing.T) {
 		t.Fatal(err)
 	}
 	released := time.Now()
-	waitFor(t, time.Minute, "both schedules to insert two fires after the lock was released", func() bool {
+	testwatch.WaitFor(t, time.Minute, "both schedules to insert two fires after the lock was released", func() bool {
 		r := rec.inserted(0)
 		return slices.ContainsFunc(r, func(f scheduler.Fire) bool { return f.Schedule == "slow" && f.At.After(released.Add(time.Second)) }) &&
 			slices.ContainsFunc(r, func(f scheduler.Fire) bool { return f.Schedule == "other" && f.At.After(released.Add(time.Second)) })
@@ -76,7 +77,7 @@ func TestStopDuringSlowEnqueue(t *testing.T) {
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- s.Stop(ctx) }()
-	waitFor(t, time.Minute, "Stop to begin", func() bool {
+	testwatch.WaitFor(t, time.Minute, "Stop to begin", func() bool {
 		return errors.Is(s.Add("late", "@hourly", "late", nil, scheduler.Options{}), scheduler.ErrStopping)
 	})
 	wantAdd := `scheduler: schedule "late" spec "@hourly": scheduler: stopping`
@@ -120,7 +121,7 @@ func TestStopDuringSlowEnqueue(t *testing.T) {
 	// Stopped, the Scheduler starts again and enqueues the next fires.
 	restarted := time.Now()
 	start(t, s)
-	waitFor(t, time.Minute, "a fire after the restart", func() bool {
+	testwatch.WaitFor(t, time.Minute, "a fire after the restart", func() bool {
 		return slices.ContainsFunc(rec.inserted(0), func(f scheduler.Fire) bool { return f.Schedule == "other" && f.At.After(restarted) })
 	})
 	stop(t, s)
@@ -156,7 +157,7 @@ func holdScheduleRow(t *testing.T, db *pgtest.DB, name string) pgx.Tx {
 	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM jobfence_schedules WHERE name = $1 FOR UPDATE`, name).Scan(&holder); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "an enqueue of "+name+" to wait for the lock", func() bool {
+	testwatch.WaitFor(t, time.Minute, "an enqueue of "+name+" to wait for the lock", func() bool {
 		var n int
 		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&n); err != nil {
 			t.Fatal(err)

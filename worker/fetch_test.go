@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -99,7 +100,7 @@ func (r *fetchRig) enqueue(wave, n int) {
 // running waits until n jobs run.
 func (r *fetchRig) running(n int) {
 	r.t.Helper()
-	waitFor(r.t, 10*time.Second, "running jobs", func() bool {
+	testwatch.WaitFor(r.t, 10*time.Second, "running jobs", func() bool {
 		var got int
 		err := r.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM jobfence_jobs WHERE state = 'running'").Scan(&got)
 		if err != nil {
@@ -148,14 +149,14 @@ func TestHelperFetcherIdleWhileClaimsAreSlow(t *testing.T) {
 	r := newFetchRig(t, 1000, 100)
 	r.hold()
 	r.enqueue(1, 40)
-	waitFor(t, 10*time.Second, "the first claim to wait", func() bool { return r.waitingClaims() == 1 })
+	testwatch.WaitFor(t, 10*time.Second, "the first claim to wait", func() bool { return r.waitingClaims() == 1 })
 	time.Sleep(100 * time.Millisecond)
 	r.release()
 	r.running(40)
 	r.hold()
 	r.enqueue(2, 100)
 	// The lead claims the 60 free slots' worth and waits for its fence.
-	waitFor(t, 10*time.Second, "the lead loop's claim to wait", func() bool { return r.waitingClaims() == 1 })
+	testwatch.WaitFor(t, 10*time.Second, "the lead loop's claim to wait", func() bool { return r.waitingClaims() == 1 })
 	// Wave 1 ends: 40 slots free while 40 jobs are still ready.
 	close(r.gate(1))
 	deadline := time.Now().Add(time.Second)
@@ -178,5 +179,5 @@ func TestHelperFetcherOverlapsQuickClaims(t *testing.T) {
 	// 2,000 slots free; each loop claims FetchLimit (1,000) jobs and
 	// waits for its fence.
 	close(r.gate(1))
-	waitFor(t, 10*time.Second, "both loops' claims to wait", func() bool { return r.waitingClaims() == 2 })
+	testwatch.WaitFor(t, 10*time.Second, "both loops' claims to wait", func() bool { return r.waitingClaims() == 2 })
 }

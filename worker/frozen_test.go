@@ -14,6 +14,7 @@ import (
 	"github.com/jobfence/jobfence/internal/freeze"
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/internal/testchild"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -59,7 +60,7 @@ func TestFrozenTxHolderLosesTheJob(t *testing.T) {
 	startWorker(t, pgqueue.New(db.NewPool(t, 8), pgqueue.Config{Logger: quietLogger()}), reg, worker.Config{
 		Lease: lease, PollInterval: 100 * time.Millisecond, RetryPolicy: worker.ExponentialRetry{Max: time.Millisecond},
 	})
-	waitFor(t, 30*time.Second, "the frozen worker's job completed by another", func() bool {
+	testwatch.WaitFor(t, 30*time.Second, "the frozen worker's job completed by another", func() bool {
 		j := stateOf(t, c, res.ID)
 		return j.State == queue.StateCompleted && j.Fence != childFence
 	})

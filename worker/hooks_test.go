@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -73,7 +74,7 @@ func TestHooksAndMiddlewareOnTx(t *testing.T) {
 		}
 	}
 	startWorker(t, c, reg, cfg)
-	waitFor(t, time.Minute, "three JobEnds", func() bool {
+	testwatch.WaitFor(t, time.Minute, "three JobEnds", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(ends) == 3

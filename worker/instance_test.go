@@ -12,6 +12,7 @@ import (
 
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/internal/testchild"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -53,7 +54,7 @@ func TestWorkerRegistry(t *testing.T) {
 		ID: "live", Queues: map[string]int{"q": 4, "r": 1}, Lease: time.Second, HeartbeatInterval: registryBeat,
 		PollInterval: 50 * time.Millisecond,
 	})
-	waitFor(t, 5*time.Second, "the worker's row", func() bool { return workerRow(t, c, "live") != nil })
+	testwatch.WaitFor(t, 5*time.Second, "the worker's row", func() bool { return workerRow(t, c, "live") != nil })
 	row := workerRow(t, c, "live")
 	host, _ := os.Hostname()
 	if row.Host != host || row.PID != os.Getpid() || fmt.Sprint(row.Queues) != "[q r]" || !row.Live ||
@@ -67,9 +68,9 @@ func TestWorkerRegistry(t *testing.T) {
 	}
 	<-started
 	<-started
-	waitFor(t, 5*time.Second, "running = 2 in the row", func() bool { return workerRow(t, c, "live").Running == 2 })
+	testwatch.WaitFor(t, 5*time.Second, "running = 2 in the row", func() bool { return workerRow(t, c, "live").Running == 2 })
 	close(release)
-	waitFor(t, 5*time.Second, "completed = 2 in the row", func() bool {
+	testwatch.WaitFor(t, 5*time.Second, "completed = 2 in the row", func() bool {
 		r := workerRow(t, c, "live")
 		return r.Completed == 2 && r.Running == 0
 	})
@@ -78,12 +79,12 @@ func TestWorkerRegistry(t *testing.T) {
 	if line := child.Next(t); line != "STARTED" {
 		t.Fatalf("child says %q, want STARTED (stderr %s)", line, child.Stderr())
 	}
-	waitFor(t, 5*time.Second, "the child's row", func() bool { r := workerRow(t, c, "killed"); return r != nil && r.Live })
+	testwatch.WaitFor(t, 5*time.Second, "the child's row", func() bool { r := workerRow(t, c, "killed"); return r != nil && r.Live })
 	child.Signal(t, syscall.SIGKILL)
 	killed := time.Now()
-	waitFor(t, 5*time.Second, "the killed worker's row to be listed as not live", func() bool { return !workerRow(t, c, "killed").Live })
+	testwatch.WaitFor(t, 5*time.Second, "the killed worker's row to be listed as not live", func() bool { return !workerRow(t, c, "killed").Live })
 	notLive := time.Since(killed)
-	waitFor(t, 10*time.Second, "the killed worker's row to age out", func() bool { return workerRow(t, c, "killed") == nil })
+	testwatch.WaitFor(t, 10*time.Second, "the killed worker's row to age out", func() bool { return workerRow(t, c, "killed") == nil })
 	gone := time.Since(killed)
 	t.Logf("killed worker: not live after %s, deleted after %s (heartbeat interval %s)", notLive, gone, registryBeat)
 	if gone < (pgqueue.GoneIntervals-1)*registryBeat {

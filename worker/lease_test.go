@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -52,7 +53,7 @@ func TestLeaseRunsOutWithoutHeartbeats(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("handler not cancelled when its lease ran out")
 	}
-	waitFor(t, 10*time.Second, "lost counted", func() bool { return w.Stats().Lost == 1 })
+	testwatch.WaitFor(t, 10*time.Second, "lost counted", func() bool { return w.Stats().Lost == 1 })
 }
 
 // TestHandlerCancelledBeforeLeaseEnds: without heartbeats, a handler is
@@ -119,7 +120,7 @@ func TestMiddleware(t *testing.T) {
 	})
 	startWorker(t, c, reg, worker.Config{Middleware: []worker.Middleware{mw("outer"), mw("inner")}, Queues: map[string]int{"default": 1}})
 	res, _ := c.Insert(ctx, effectArgs{}, nil)
-	waitFor(t, 20*time.Second, "job completed", func() bool { return stateOf(t, c, res.ID).State == queue.StateCompleted })
+	testwatch.WaitFor(t, 20*time.Second, "job completed", func() bool { return stateOf(t, c, res.ID).State == queue.StateCompleted })
 	want := []string{"outer>", "inner>", "handler", "<inner", "<outer"}
 	mu.Lock()
 	defer mu.Unlock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jobfence/jobfence/internal/logbuf"
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -57,7 +58,7 @@ func TestListenOneConnection(t *testing.T) {
 			if err := w.Stop(stop); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 10*time.Second, "the LISTEN connection to close when the worker stopped", func() bool {
+			testwatch.WaitFor(t, 10*time.Second, "the LISTEN connection to close when the worker stopped", func() bool {
 				return len(pgtest.Listeners(t, db, app)) == 0
 			})
 		})
@@ -126,13 +127,13 @@ func TestListenReconnect(t *testing.T) {
 			if err := db.Pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pids[0]).Scan(&killed); err != nil || !killed {
 				t.Fatalf("terminate the LISTEN connection: %v, %v", killed, err)
 			}
-			waitFor(t, 10*time.Second, "a new LISTEN connection", func() bool {
+			testwatch.WaitFor(t, 10*time.Second, "a new LISTEN connection", func() bool {
 				p := pgtest.Listeners(t, db, app)
 				return len(p) == 1 && p[0] != pids[0]
 			})
 			// The new connection LISTENs on the channels in order, the
 			// pause channel last: once it shows that, all are in place.
-			waitFor(t, 10*time.Second, "the new connection to LISTEN on every channel", func() bool {
+			testwatch.WaitFor(t, 10*time.Second, "the new connection to LISTEN on every channel", func() bool {
 				var n int
 				err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query = 'LISTEN "jobfence_pause"'`, app).Scan(&n)
 				return err == nil && n == 1
@@ -141,7 +142,7 @@ func TestListenReconnect(t *testing.T) {
 			if !strings.Contains(logs, "LISTEN connection lost") || !strings.Contains(logs, "channels=jobfence_cancel,jobfence_insert,jobfence_pause") {
 				t.Fatalf("client logs do not report the lost LISTEN of all three channels:\n%s", logs)
 			}
-			waitFor(t, 10*time.Second, "the LISTEN connection back, logged", func() bool {
+			testwatch.WaitFor(t, 10*time.Second, "the LISTEN connection back, logged", func() bool {
 				return strings.Contains(clientLogs.String(), "LISTEN connection back")
 			})
 
@@ -182,7 +183,7 @@ func TestListenReconnect(t *testing.T) {
 			if err := c.PauseQueue(ctx, "c", "test"); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 5*time.Second, "the pause of c to reach the worker", func() bool {
+			testwatch.WaitFor(t, 5*time.Second, "the pause of c to reach the worker", func() bool {
 				p, _ := pauseLogs(workerLogs, "c")
 				return p == 1
 			})

@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jobfence/jobfence/internal/logbuf"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jobfence/jobfence/internal/logbuf"
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -52,7 +52,7 @@ func TestTxHandlersDoNotStarveHeartbeats(t *testing.T) {
 		Lease: lease, Queues: map[string]int{"default": 16}, PollInterval: 100 * time.Millisecond,
 		RescueInterval: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 	})
-	waitFor(t, 2*time.Minute, "every job completed", func() bool {
+	testwatch.WaitFor(t, 2*time.Minute, "every job completed", func() bool {
 		counts, _ := c.Counts(ctx, "")
 		return counts[queue.StateCompleted] == n
 	})
@@ -150,7 +150,7 @@ func TestRestartsSpendNoAttempts(t *testing.T) {
 		Logger:      slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)),
 	})
 	for range 3 {
-		waitFor(t, time.Minute, "every job running", func() bool { return running.Load() == n })
+		testwatch.WaitFor(t, time.Minute, "every job running", func() bool { return running.Load() == n })
 		if err := pg.Halt(); err != nil {
 			t.Fatal(err)
 		}
@@ -160,9 +160,9 @@ func TestRestartsSpendNoAttempts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, time.Minute, "every job running after the restarts", func() bool { return running.Load() == n })
+	testwatch.WaitFor(t, time.Minute, "every job running after the restarts", func() bool { return running.Load() == n })
 	restarting.Store(false)
-	waitFor(t, 2*time.Minute, "every job final", func() bool {
+	testwatch.WaitFor(t, 2*time.Minute, "every job final", func() bool {
 		counts, err := c.Counts(ctx, "")
 		return err == nil && counts[queue.StateCompleted]+counts[queue.StateDiscarded]+counts[queue.StateCancelled] == n
 	})
@@ -208,7 +208,7 @@ func TestTxTimeoutSpendsTheAttempt(t *testing.T) {
 		return err
 	}, worker.HandlerOptions{Timeout: 200 * time.Millisecond})
 	startWorker(t, c, reg, worker.Config{PollInterval: 50 * time.Millisecond})
-	waitFor(t, 30*time.Second, "the timed-out job final", func() bool { return stateOf(t, c, res.ID).State.Final() })
+	testwatch.WaitFor(t, 30*time.Second, "the timed-out job final", func() bool { return stateOf(t, c, res.ID).State.Final() })
 	j := stateOf(t, c, res.ID)
 	if j.State != queue.StateDiscarded || j.Attempt != 1 || len(j.Errors) != 1 || j.Errors[0].PutBack ||
 		!strings.Contains(j.Errors[0].Error, "timed out") {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jobfence/jobfence/internal/logbuf"
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -109,7 +110,7 @@ func checkPause(t *testing.T, c *pgqueue.Client, within time.Duration) {
 	if err := c.PauseQueue(ctx, "q", "test"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the worker to log the pause", func() bool { p, _ := pauseLogs(logs, "q"); return p > 0 })
+	testwatch.WaitFor(t, 10*time.Second, "the worker to log the pause", func() bool { p, _ := pauseLogs(logs, "q"); return p > 0 })
 	took := time.Since(pausedAt)
 	t.Logf("pause reached the worker after %s", took)
 	if took > within {
@@ -130,7 +131,7 @@ func checkPause(t *testing.T, c *pgqueue.Client, within time.Duration) {
 		t.Fatalf("job b of the paused queue is %s, want available", j.State)
 	}
 	close(release)
-	waitFor(t, 10*time.Second, "the running job a to complete while q is paused", func() bool {
+	testwatch.WaitFor(t, 10*time.Second, "the running job a to complete while q is paused", func() bool {
 		return stateOf(t, c, a).State == queue.StateCompleted
 	})
 	if j := stateOf(t, c, b); j.State != queue.StateAvailable {
@@ -141,7 +142,7 @@ func checkPause(t *testing.T, c *pgqueue.Client, within time.Duration) {
 	if err := c.ResumeQueue(ctx, "q", "test"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "job b to run after the resume", func() bool {
+	testwatch.WaitFor(t, 10*time.Second, "job b to run after the resume", func() bool {
 		return stateOf(t, c, b).State == queue.StateCompleted
 	})
 	took = time.Since(resumedAt)
@@ -180,7 +181,7 @@ func TestStartPaused(t *testing.T) {
 	if err := c.ResumeQueue(ctx, queue.DefaultQueue, "test"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the job to run after the resume", func() bool {
+	testwatch.WaitFor(t, 10*time.Second, "the job to run after the resume", func() bool {
 		return stateOf(t, c, res.ID).State == queue.StateCompleted
 	})
 }
@@ -264,7 +265,7 @@ func TestPauseAfterLostListen(t *testing.T) {
 	}
 	// Pause once the old connection is gone, while the worker waits to
 	// reconnect (100ms): no notification can reach it then.
-	waitFor(t, 10*time.Second, "the LISTEN connection to end", func() bool {
+	testwatch.WaitFor(t, 10*time.Second, "the LISTEN connection to end", func() bool {
 		var n int
 		return db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&n) == nil && n == 0
 	})
@@ -272,13 +273,13 @@ func TestPauseAfterLostListen(t *testing.T) {
 	if err := c.PauseQueue(ctx, queue.DefaultQueue, "test"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the worker to log the pause", func() bool { p, _ := pauseLogs(logs, queue.DefaultQueue); return p == 1 })
+	testwatch.WaitFor(t, 10*time.Second, "the worker to log the pause", func() bool { p, _ := pauseLogs(logs, queue.DefaultQueue); return p == 1 })
 	took := time.Since(at)
 	t.Logf("pause reached the worker %s after its LISTEN connection was cut", took)
 	if took > pollPauseBound {
 		t.Fatalf("pause reached the worker after %s, want within %s", took, pollPauseBound)
 	}
-	waitFor(t, 10*time.Second, "the lost LISTEN logged", func() bool {
+	testwatch.WaitFor(t, 10*time.Second, "the lost LISTEN logged", func() bool {
 		for _, l := range strings.Split(clientLogs.String(), "\n") {
 			if strings.Contains(l, "LISTEN connection lost") && strings.Contains(l, "jobfence_pause") {
 				return true
@@ -287,7 +288,7 @@ func TestPauseAfterLostListen(t *testing.T) {
 		return false
 	})
 	// A new LISTEN is in place, and a resume comes by NOTIFY again.
-	waitFor(t, 10*time.Second, "a new LISTEN for pauses", func() bool {
+	testwatch.WaitFor(t, 10*time.Second, "a new LISTEN for pauses", func() bool {
 		var n int
 		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND pid <> $2 AND query = 'LISTEN "jobfence_pause"'`, app, pid).Scan(&n)
 		return err == nil && n == 1
@@ -296,6 +297,6 @@ func TestPauseAfterLostListen(t *testing.T) {
 	if err := c.ResumeQueue(ctx, queue.DefaultQueue, "test"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the worker to log the resume", func() bool { _, r := pauseLogs(logs, queue.DefaultQueue); return r == 1 })
+	testwatch.WaitFor(t, 10*time.Second, "the worker to log the resume", func() bool { _, r := pauseLogs(logs, queue.DefaultQueue); return r == 1 })
 	t.Logf("resume reached the worker after %s", time.Since(at))
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -61,7 +62,7 @@ func TestPgBouncerFleetPollOnly(t *testing.T) {
 		}))
 	}
 	maxConns := 0
-	waitFor(t, 3*time.Minute, "every job completed", func() bool {
+	testwatch.WaitFor(t, 3*time.Minute, "every job completed", func() bool {
 		n, err := db.ServerConns(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -134,7 +135,7 @@ func TestPgBouncerCancelAtHeartbeat(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the cancelled job's handler was not cancelled within a minute")
 	}
-	waitFor(t, time.Minute, "the handler's end accounted", func() bool { return w.Stats().Lost == 1 })
+	testwatch.WaitFor(t, time.Minute, "the handler's end accounted", func() bool { return w.Stats().Lost == 1 })
 	if s := w.Stats(); s.Stale != 0 {
 		t.Fatalf("stats %+v: a cancelled job's handler must record no stale outcome", s)
 	}

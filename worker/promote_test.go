@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -80,7 +81,7 @@ func TestStartedWorkerRunsScheduledAndSnoozedJobs(t *testing.T) {
 	// LISTEN: only promotions wake the loop sooner.
 	start := time.Now()
 	w := startWorker(t, client, reg, worker.Config{PollInterval: time.Minute, PromoteInterval: 100 * time.Millisecond})
-	waitFor(t, 10*time.Second, "both jobs to complete", func() bool {
+	testwatch.WaitFor(t, 10*time.Second, "both jobs to complete", func() bool {
 		return stateOf(t, client, scheduled.ID).State == queue.StateCompleted && stateOf(t, client, snoozed.ID).State == queue.StateCompleted
 	})
 	if took := time.Since(start); took > 3*time.Second {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -56,7 +57,7 @@ func TestReclaimBySameWorkerStaysWatched(t *testing.T) {
 	}
 	close(releaseFirst) // the first handler returns; its outcome is stale
 	close(hb.release)
-	waitFor(t, 10*time.Second, "the first claim's stale outcome", func() bool { return w.Stats().Stale == 1 })
+	testwatch.WaitFor(t, 10*time.Second, "the first claim's stale outcome", func() bool { return w.Stats().Stale == 1 })
 	if err := c.Cancel(ctx, res.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestFreeSlotsBelowThresholdAreUsed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 20*time.Second, "35 long jobs running", func() bool {
+	testwatch.WaitFor(t, 20*time.Second, "35 long jobs running", func() bool {
 		counts, _ := c.Counts(ctx, "")
 		return counts[queue.StateRunning] == 35
 	})

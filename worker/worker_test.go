@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jobfence/jobfence/internal/logbuf"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jobfence/jobfence/internal/logbuf"
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -63,18 +63,6 @@ func startWorker(t *testing.T, b queue.Backend, reg *worker.Registry, cfg worker
 		w.Stop(ctx)
 	})
 	return w
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func stateOf(t *testing.T, c *pgqueue.Client, id int64) *queue.Job {
@@ -126,7 +114,7 @@ func TestFourWorkersExactlyOnce(t *testing.T) {
 		workers = append(workers, startWorker(t, c, reg, worker.Config{ID: fmt.Sprint("w", i), Queues: map[string]int{"default": 20}}))
 	}
 	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
-	waitFor(t, 3*time.Minute, "all jobs completed", func() bool {
+	testwatch.WaitFor(t, 3*time.Minute, "all jobs completed", func() bool {
 		counts, err := c.Counts(ctx, "")
 		return err == nil && counts[queue.StateCompleted] == total
 	})
@@ -216,7 +204,7 @@ func TestOutlivedLeaseIsFencedOut(t *testing.T) {
 	})
 	b := startWorker(t, pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quietLogger()}), regB,
 		worker.Config{ID: "B", Lease: 5 * time.Second, RescueInterval: 200 * time.Millisecond, PollInterval: 100 * time.Millisecond})
-	waitFor(t, 30*time.Second, "B to complete the rescued job", func() bool { return b.Stats().Completed == 1 })
+	testwatch.WaitFor(t, 30*time.Second, "B to complete the rescued job", func() bool { return b.Stats().Completed == 1 })
 
 	close(aWake)
 	select {
@@ -228,7 +216,7 @@ func TestOutlivedLeaseIsFencedOut(t *testing.T) {
 		t.Fatal("A's handler did not return")
 	}
 	close(backendA.release)
-	waitFor(t, 30*time.Second, "A counts the job lost", func() bool { return a.Stats().Lost == 1 })
+	testwatch.WaitFor(t, 30*time.Second, "A counts the job lost", func() bool { return a.Stats().Lost == 1 })
 
 	rows, distinct := countEffects(t, db.Pool)
 	if rows != 1 || distinct != 1 {
@@ -263,7 +251,7 @@ func TestBadInput(t *testing.T) {
 
 	unknown, _ := c.Enqueue(ctx, queue.EnqueueParams{Kind: "nobody-handles-this"})
 	undecodable, _ := c.Enqueue(ctx, queue.EnqueueParams{Kind: "typed", Args: []byte(`{"n":"not a number"}`)})
-	waitFor(t, 20*time.Second, "both bad jobs attempted", func() bool {
+	testwatch.WaitFor(t, 20*time.Second, "both bad jobs attempted", func() bool {
 		return stateOf(t, c, unknown.ID).State == queue.StateScheduled && stateOf(t, c, undecodable.ID).State == queue.StateDiscarded
 	})
 	tests := []struct {
@@ -301,7 +289,7 @@ func TestBadInput(t *testing.T) {
 	if err := c.Retry(ctx, undecodable.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the fixed job to complete", func() bool {
+	testwatch.WaitFor(t, 20*time.Second, "the fixed job to complete", func() bool {
 		return stateOf(t, c, undecodable.ID).State == queue.StateCompleted
 	})
 	if ran.Load() != 1 || w.Stats().Discarded != 1 {
@@ -362,7 +350,7 @@ func TestHandlerOutcomes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 20*time.Second, "outcome", func() bool { return stateOf(t, c, res.ID).State == tt.state })
+			testwatch.WaitFor(t, 20*time.Second, "outcome", func() bool { return stateOf(t, c, res.ID).State == tt.state })
 			j := stateOf(t, c, res.ID)
 			if j.Attempt != tt.attempt {
 				t.Fatalf("attempt = %d, want %d", j.Attempt, tt.attempt)
@@ -460,7 +448,7 @@ func TestStopWithJobsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Start(ctx)
-	waitFor(t, 20*time.Second, "all jobs running", func() bool { return running.Load() == n })
+	testwatch.WaitFor(t, 20*time.Second, "all jobs running", func() bool { return running.Load() == n })
 	stopCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	close(stopping)
 	err = a.Stop(stopCtx)
@@ -483,7 +471,7 @@ func TestStopWithJobsInFlight(t *testing.T) {
 	regB := worker.NewRegistry()
 	worker.AddTx(regB, handler(false))
 	startWorker(t, pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quietLogger()}), regB, worker.Config{PollInterval: 50 * time.Millisecond})
-	waitFor(t, 20*time.Second, "the rest completed", func() bool {
+	testwatch.WaitFor(t, 20*time.Second, "the rest completed", func() bool {
 		counts, _ := c.Counts(ctx, "")
 		return counts[queue.StateCompleted] == n
 	})
@@ -509,7 +497,7 @@ func TestKilledWorkerIsRescued(t *testing.T) {
 	worker.Add(reg, func(ctx context.Context, job *worker.Job[effectArgs]) error { ran.Add(1); return nil })
 	w := startWorker(t, pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quietLogger()}), reg,
 		worker.Config{RescueInterval: 100 * time.Millisecond, PollInterval: 100 * time.Millisecond})
-	waitFor(t, 30*time.Second, "rescued job completed", func() bool { return stateOf(t, c, res.ID).State == queue.StateCompleted })
+	testwatch.WaitFor(t, 30*time.Second, "rescued job completed", func() bool { return stateOf(t, c, res.ID).State == queue.StateCompleted })
 	j := stateOf(t, c, res.ID)
 	if ran.Load() != 1 || j.Attempt != 2 || len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, "lease expired") || w.Stats().Rescued != 1 {
 		t.Fatalf("ran=%d job=%+v stats=%+v", ran.Load(), j, w.Stats())
@@ -542,7 +530,7 @@ func TestDatabaseDownAtStart(t *testing.T) {
 	}
 	t.Logf("enqueue error a user sees: %v", err)
 	w := startWorker(t, c, reg, worker.Config{Logger: logger, PollInterval: 100 * time.Millisecond})
-	waitFor(t, 20*time.Second, "claim errors", func() bool { return w.Stats().FetchErrors >= 2 })
+	testwatch.WaitFor(t, 20*time.Second, "claim errors", func() bool { return w.Stats().FetchErrors >= 2 })
 	if !strings.Contains(logs.String(), "cannot claim jobs; retrying") || !strings.Contains(logs.String(), "retry_in") {
 		t.Fatalf("logs:\n%s", logs.String())
 	}
@@ -553,7 +541,7 @@ func TestDatabaseDownAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "job run after the database came back", func() bool {
+	testwatch.WaitFor(t, 30*time.Second, "job run after the database came back", func() bool {
 		j, err := c.Get(ctx, res.ID)
 		return err == nil && j.State == queue.StateCompleted
 	})

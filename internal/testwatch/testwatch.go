@@ -1,7 +1,9 @@
 // Package testwatch bounds how long a test may run, so that a hang in a test
 // or its cleanups fails under the test's own name within minutes instead of
 // stalling the whole package until go test's -timeout, whose report names
-// the test only at the top of a long goroutine dump.
+// the test only at the top of a long goroutine dump. WaitFor bounds a wait
+// inside a test the same way: it fails the test, saying what it waited
+// for, rather than let it hang.
 package testwatch
 
 import (

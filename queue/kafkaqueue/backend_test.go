@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -183,7 +184,7 @@ func TestSameKeyRunsInOrder(t *testing.T) {
 		}
 		return queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeComplete}
 	})
-	waitFor(t, time.Minute, "every job done", func() bool {
+	testwatch.WaitFor(t, time.Minute, "every job done", func() bool {
 		m.checkErrs(t)
 		mu.Lock()
 		defer mu.Unlock()
@@ -256,7 +257,7 @@ func TestPoisonJobGoesToDeadLetterTopic(t *testing.T) {
 		return queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeComplete}
 	})
 	dead := readAll(t, c, topic+DefaultDeadLetterTopicSuffix, 2, 2)
-	waitFor(t, time.Minute, "flaky jobs done", func() bool {
+	testwatch.WaitFor(t, time.Minute, "flaky jobs done", func() bool {
 		m.checkErrs(t)
 		mu.Lock()
 		defer mu.Unlock()

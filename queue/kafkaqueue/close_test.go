@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -52,7 +53,7 @@ func TestCloseWaitsForBackgroundGoroutines(t *testing.T) {
 	if stale, err := b.Finish(ctx, fs); err != nil || len(stale) != 0 {
 		t.Fatalf("Finish = %v, %v", stale, err)
 	}
-	waitFor(t, time.Minute, "a failed dead-letter write logged", func() bool { return logs.count(dead) >= 1 })
+	testwatch.WaitFor(t, time.Minute, "a failed dead-letter write logged", func() bool { return logs.count(dead) >= 1 })
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}

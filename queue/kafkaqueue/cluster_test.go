@@ -119,18 +119,6 @@ func newTestClient(t testing.TB, c *testCluster) *Client {
 	return cl
 }
 
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // endOffsets returns the last offset+1 of every partition of topic.
 func endOffsets(ctx context.Context, brokers []string, topic string, partitions int) (map[int]int64, error) {
 	cl := &kafka.Client{Addr: kafka.TCP(brokers...)}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -71,7 +72,7 @@ func testPausedMember(t *testing.T, syncCommit bool) {
 		return queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeComplete}
 	})
 	defer close(release)
-	waitFor(t, time.Minute, "the zombie to own the partitions", func() bool {
+	testwatch.WaitFor(t, time.Minute, "the zombie to own the partitions", func() bool {
 		return len(zombie.b.Assignment().Partitions[topic]) == 2
 	})
 	livePool := db.NewPool(t, 4)
@@ -81,7 +82,7 @@ func testPausedMember(t *testing.T, syncCommit bool) {
 		}
 		return queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeComplete}
 	})
-	waitFor(t, time.Minute, "the members to share the partitions", func() bool {
+	testwatch.WaitFor(t, time.Minute, "the members to share the partitions", func() bool {
 		za, la := zombie.b.Assignment(), live.b.Assignment()
 		return za.Generation == la.Generation && len(za.Partitions[topic]) == 1 && len(la.Partitions[topic]) == 1
 	})
@@ -107,7 +108,7 @@ func testPausedMember(t *testing.T, syncCommit bool) {
 	t.Logf("zombie paused holding %s under fence %d", h.job.Key, h.job.Fence)
 
 	var liveFence int64
-	waitFor(t, 2*time.Minute, "the live member to apply the held job under a newer fence", func() bool {
+	testwatch.WaitFor(t, 2*time.Minute, "the live member to apply the held job under a newer fence", func() bool {
 		live.checkErrs(t)
 		err := db.Pool.QueryRow(context.Background(), `SELECT fence FROM effects WHERE msg_key = $1`, h.job.Key).Scan(&liveFence)
 		return err == nil && liveFence > h.job.Fence
@@ -126,13 +127,13 @@ func testPausedMember(t *testing.T, syncCommit bool) {
 		t.Fatalf("effect of %s: fence %d by %s after the zombie's write; want fence >= %d by live", h.job.Key, fence, owner, liveFence)
 	}
 	if syncCommit {
-		waitFor(t, time.Minute, "the zombie's Finish to be stale", func() bool { return zombie.stale.Load() >= 1 })
+		testwatch.WaitFor(t, time.Minute, "the zombie's Finish to be stale", func() bool { return zombie.stale.Load() >= 1 })
 	}
-	waitFor(t, time.Minute, "the zombie to learn it lost the job", func() bool {
+	testwatch.WaitFor(t, time.Minute, "the zombie to learn it lost the job", func() bool {
 		lost, err := zombie.b.Heartbeat(context.Background(), []queue.Lease{h.job.Lease()}, time.Minute)
 		return err == nil && len(lost) == 1 && zombie.b.Assignment().Generation != h.job.Fence
 	})
-	waitFor(t, time.Minute, "every effect", func() bool {
+	testwatch.WaitFor(t, time.Minute, "every effect", func() bool {
 		rows, _ := countEffects(t, db.Pool)
 		return rows == jobs
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -140,7 +141,7 @@ func TestHandOffWriteFailureRetriesTheWrite(t *testing.T) {
 					Error: &queue.AttemptError{Error: "failed", Trace: strings.Repeat("t", tt.trace)}}
 			})
 			if tt.raise {
-				waitFor(t, time.Minute, "three failed writes logged with the job's key", func() bool {
+				testwatch.WaitFor(t, time.Minute, "three failed writes logged with the job's key", func() bool {
 					m.checkErrs(t)
 					mu.Lock()
 					k, n := key, runs[1]
@@ -158,7 +159,7 @@ func TestHandOffWriteFailureRetriesTheWrite(t *testing.T) {
 				setMaxMessageBytes(t, c, topic+tt.limited, 1<<20)
 			}
 			if tt.finish == queue.OutcomeRetry {
-				waitFor(t, time.Minute, "the job to run from the retry topic", func() bool {
+				testwatch.WaitFor(t, time.Minute, "the job to run from the retry topic", func() bool {
 					m.checkErrs(t)
 					mu.Lock()
 					defer mu.Unlock()
@@ -235,7 +236,7 @@ func TestHandOffPartialWriteRetriesOnlyTheFailed(t *testing.T) {
 	if stale, err := b.Finish(ctx, fs); err != nil || len(stale) != 0 {
 		t.Fatalf("Finish = %v, %v", stale, err)
 	}
-	waitFor(t, time.Minute, "two failed writes of the retry copy logged", func() bool { return logs.count(retried) >= 2 })
+	testwatch.WaitFor(t, time.Minute, "two failed writes of the retry copy logged", func() bool { return logs.count(retried) >= 2 })
 	setMaxMessageBytes(t, c, topic+DefaultRetryTopicSuffix, 1<<20)
 
 	again := claimN(t, b, topic, 1, time.Minute)

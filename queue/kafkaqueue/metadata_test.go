@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -73,7 +74,7 @@ func TestMetadataHeaders(t *testing.T) {
 	if _, err := b.Finish(ctx, fs); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "the finished offsets committed", func() bool {
+	testwatch.WaitFor(t, time.Minute, "the finished offsets committed", func() bool {
 		a := b.Assignment()
 		return a.CommitLag == 0 && len(a.Partitions[topic]) == 1
 	})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -54,7 +55,7 @@ func TestRebalanceEveryEffectOnce(t *testing.T) {
 	for _, name := range []string{"a", "b", "c"} {
 		members[name] = startMember(t, name, cfg, topic, 32, handler(name))
 	}
-	waitFor(t, time.Minute, "3 members to share the partitions", func() bool {
+	testwatch.WaitFor(t, time.Minute, "3 members to share the partitions", func() bool {
 		total, gen := 0, int64(-1)
 		for _, m := range members {
 			a := m.b.Assignment()
@@ -99,12 +100,12 @@ func TestRebalanceEveryEffectOnce(t *testing.T) {
 			return int64(rows) >= n
 		}
 	}
-	waitFor(t, 2*time.Minute, "a quarter of the effects", progress(jobs/4))
+	testwatch.WaitFor(t, 2*time.Minute, "a quarter of the effects", progress(jobs/4))
 	members["b"].close()
 	delete(members, "b")
-	waitFor(t, 2*time.Minute, "half of the effects", progress(jobs/2))
+	testwatch.WaitFor(t, 2*time.Minute, "half of the effects", progress(jobs/2))
 	members["d"] = startMember(t, "d", cfg, topic, 32, handler("d"))
-	waitFor(t, time.Minute, "the new member to get partitions", func() bool {
+	testwatch.WaitFor(t, time.Minute, "the new member to get partitions", func() bool {
 		return len(members["d"].b.Assignment().Partitions[topic]) > 0
 	})
 	stopReport := make(chan struct{})
@@ -128,7 +129,7 @@ func TestRebalanceEveryEffectOnce(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, 3*time.Minute, "every effect", progress(jobs))
+	testwatch.WaitFor(t, 3*time.Minute, "every effect", progress(jobs))
 	close(stopReport)
 	wg.Wait()
 	select {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -62,7 +63,7 @@ func TestRedriveMovesDeadLettersBack(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, time.Minute, "three dead letters", func() bool { return deadLetters() == 3 })
+	testwatch.WaitFor(t, time.Minute, "three dead letters", func() bool { return deadLetters() == 3 })
 	broken.Store(false)
 
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -79,7 +80,7 @@ func TestRedriveMovesDeadLettersBack(t *testing.T) {
 	if n, err := cl.Redrive(rctx, topic, opts); err != nil || n != 0 {
 		t.Fatalf("third Redrive = %d, %v; want 0: every dead letter was moved", n, err)
 	}
-	waitFor(t, time.Minute, "the three jobs to run again", func() bool {
+	testwatch.WaitFor(t, time.Minute, "the three jobs to run again", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(done) == 3

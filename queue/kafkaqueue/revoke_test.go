@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -57,7 +58,7 @@ func TestRevokeCancelsRunningJobs(t *testing.T) {
 
 	// The message runs again, at whichever member owns its partition now.
 	var again *queue.Job
-	waitFor(t, time.Minute, "the held job to be delivered again", func() bool {
+	testwatch.WaitFor(t, time.Minute, "the held job to be delivered again", func() bool {
 		for _, m := range []*Backend{a, b} {
 			js, err := m.Claim(ctx, queue.ClaimParams{Queue: topic, Limit: 10})
 			if err != nil {

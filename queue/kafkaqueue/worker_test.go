@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/worker"
 )
@@ -114,13 +115,13 @@ func TestWorkerOnKafka(t *testing.T) {
 	effectsAtLeast := func(pool *pgxpool.Pool, n int) func() bool {
 		return func() bool { rows, _ := countEffects(t, pool); return rows >= n }
 	}
-	waitFor(t, 2*time.Minute, "a third of the effects", effectsAtLeast(db.Pool, jobs/3))
+	testwatch.WaitFor(t, 2*time.Minute, "a third of the effects", effectsAtLeast(db.Pool, jobs/3))
 	members["a"].stop()
 	members["c"] = startWorker(t, "c", cfg, reg)
-	waitFor(t, time.Minute, "the new member to get partitions", func() bool {
+	testwatch.WaitFor(t, time.Minute, "the new member to get partitions", func() bool {
 		return len(members["c"].b.Assignment().Partitions[topic]) > 0
 	})
-	waitFor(t, 3*time.Minute, "every effect", effectsAtLeast(db.Pool, jobs))
+	testwatch.WaitFor(t, 3*time.Minute, "every effect", effectsAtLeast(db.Pool, jobs))
 
 	dead := readAll(t, c, topic+DefaultDeadLetterTopicSuffix, partitions, 1)
 	h := map[string]string{}
