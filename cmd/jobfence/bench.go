@@ -213,9 +213,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		var results, ones []benchResult
 		for r := range bf.runs {
 			// A pair's runs take turns going first: the server gets
-			// faster over its first runs (its WAL segments made
-			// beforehand, it still did), and going second would favour
-			// one side.
+			// faster over its first runs, and going second would favour
+			// one side. (Not because it creates its WAL segments then:
+			// with them made beforehand, it still did.)
 			oneFirst := r%2 == 0
 			one := func() error {
 				single := cfg
