@@ -91,10 +91,15 @@ func TestBenchFleetThroughPgBouncer(t *testing.T) {
 	if vs == nil || vs[1] != vs[2] {
 		t.Fatal("no line comparing the pair, or its median is not its one ratio")
 	}
+	// The rates are printed rounded to whole jobs/s and the ratio to two
+	// places, so the ratio is checked against the range the unrounded rates
+	// allow: with a slow single run (87 jobs/s in one CI run) that range is
+	// wider than any fixed tolerance.
 	fleet, _ := strconv.ParseFloat(m[2], 64)
 	single, _ := strconv.ParseFloat(one[1], 64)
-	if ratio, _ := strconv.ParseFloat(vs[1], 64); math.Abs(ratio-fleet/single) > 0.01 {
-		t.Fatalf("pair's ratio %v, want %.3f (%v / %v jobs/s)", ratio, fleet/single, fleet, single)
+	lo, hi := (fleet-0.5)/(single+0.5)-0.005, (fleet+0.5)/math.Max(single-0.5, 0.5)+0.005
+	if ratio, _ := strconv.ParseFloat(vs[1], 64); ratio < lo || ratio > hi {
+		t.Fatalf("pair's ratio %v, want %.3f to %.3f (%v / %v jobs/s, both rounded)", ratio, lo, hi, fleet, single)
 	}
 }
 
