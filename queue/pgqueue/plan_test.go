@@ -87,6 +87,7 @@ func TestBatchStatementsProbeThePrimaryKey(t *testing.T) {
 // planNode is a node of EXPLAIN's JSON output.
 type planNode struct {
 	Type      string     `json:"Node Type"`
+	Subplan   string     `json:"Subplan Name"`
 	Relation  string     `json:"Relation Name"`
 	Index     string     `json:"Index Name"`
 	IndexCond string     `json:"Index Cond"`
@@ -98,4 +99,17 @@ func (p planNode) walk(f func(planNode)) {
 	for _, c := range p.Plans {
 		c.walk(f)
 	}
+}
+
+// find returns the node of subplan name under p, or nil.
+func (p planNode) find(name string) *planNode {
+	if p.Subplan == name {
+		return &p
+	}
+	for _, c := range p.Plans {
+		if f := c.find(name); f != nil {
+			return f
+		}
+	}
+	return nil
 }
