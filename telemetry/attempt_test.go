@@ -56,7 +56,7 @@ func TestAttemptSpanIsRoot(t *testing.T) {
 		for _, a := range s.Attributes() {
 			if v, ok := want[a.Key]; ok {
 				if a.Value.AsInt64() != v {
-					t.Errorf("attempt %d: %s = %v, want %d", i, a.Key, a.Value.Emit(), v)
+					t.Errorf("attempt %d: %s = %v, want %d", i, a.Key, a.Value.String(), v)
 				}
 				delete(want, a.Key)
 			}
@@ -123,8 +123,8 @@ func TestAttemptSpanSampler(t *testing.T) {
 		"messaging.operation.name": "process", "jobfence.job.kind": "billing",
 		"jobfence.job.id": "2", "jobfence.job.attempt": "2", "jobfence.job.fence": "9",
 	} {
-		if v, _ := attrs.Value(k); v.Emit() != want {
-			t.Errorf("recorded span: %s = %q, want %q", k, v.Emit(), want)
+		if v, _ := attrs.Value(k); v.String() != want {
+			t.Errorf("recorded span: %s = %q, want %q", k, v.String(), want)
 		}
 	}
 }
