@@ -220,7 +220,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			one := func() error {
 				single := cfg
 				single.instances = 0
-				b, err := benchOnce(ctx, dbURL, m, single, settings)
+				b, err := benchOnce(ctx, dbURL, m, single, settings, stderr)
 				if err != nil {
 					return fmt.Errorf("%s run %d, one instance: %w", m, r+1, err)
 				}
@@ -242,7 +242,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				}
 				res, br = fr, fr.benchResult
 			} else {
-				b, err := benchOnce(ctx, dbURL, m, cfg, settings)
+				b, err := benchOnce(ctx, dbURL, m, cfg, settings, stderr)
 				if err != nil {
 					return fmt.Errorf("%s run %d: %w", m, r+1, err)
 				}

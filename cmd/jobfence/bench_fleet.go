@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"os/exec"
@@ -101,7 +102,7 @@ func fleetOnce(ctx context.Context, fs fleetSetup, mode string, cfg benchConfig,
 		return fleetResult{}, err
 	}
 	defer producerPool.Close()
-	producer := pgqueue.New(producerPool, pgqueue.Config{PollOnly: fs.bouncer})
+	producer := pgqueue.New(producerPool, pgqueue.Config{PollOnly: fs.bouncer, Logger: slog.New(slog.NewTextHandler(fs.stderr, nil))})
 	r := benchResult{statements: cfg.statements}
 	prefilled, err := prepareRun(ctx, mode, cfg, producer, pr, &r)
 	if err != nil {

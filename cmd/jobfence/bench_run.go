@@ -125,8 +125,9 @@ func medianLine(mode string, rs []benchResult) string {
 }
 
 // benchOnce runs one mode in a fresh schema, after a checkpoint, as River's
-// bench truncates the table before each run.
-func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, settings serverSettings) (benchResult, error) {
+// bench truncates the table before each run. What its producer logs goes
+// to stderr.
+func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, settings serverSettings, stderr io.Writer) (benchResult, error) {
 	name := fmt.Sprintf("jobfence_bench_%d", time.Now().UnixNano())
 	pr, err := newProbe(ctx, baseURL, name, settings)
 	if err != nil {
@@ -149,7 +150,7 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, setti
 		tel = newBenchTelemetry(cfg.otelSample)
 		defer tel.shutdown(context.Background())
 	}
-	var clientCfg pgqueue.Config
+	clientCfg := pgqueue.Config{Logger: slog.New(slog.NewTextHandler(stderr, nil))}
 	if err := tel.attach(&clientCfg, nil); err != nil {
 		return benchResult{}, err
 	}

@@ -73,6 +73,11 @@ func TestBenchFleetThroughPgBouncer(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
+	// A clean run logs no warning: what the producer logs goes to the
+	// command's stderr, where a user reads it.
+	if strings.Contains(errb.String(), "level=WARN") {
+		t.Errorf("the bench logged a warning:\n%s", errb.String())
+	}
 	m := regexp.MustCompile(`2 instances via PgBouncer \(transaction mode, pool size 3\): (\d+) jobs in [0-9.]+s = (\d+) jobs/s .*stale 0, errors 0(?s:.*)server connections max (\d+);`).FindStringSubmatch(out.String())
 	if m == nil {
 		t.Fatal("no fleet line with stale 0, errors 0")
