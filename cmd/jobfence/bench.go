@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"runtime/pprof"
 	"time"
@@ -155,7 +156,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer pprof.StopCPUProfile()
 	}
-	fleet := fleetSetup{bouncer: bf.pgbouncer, poolSize: bf.poolSize, stderr: stderr}
+	// What the bench's own producers log goes to the command's stderr.
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	fleet := fleetSetup{bouncer: bf.pgbouncer, poolSize: bf.poolSize, stderr: stderr, log: log}
 	if cfg.instances > 0 {
 		self, err := os.Executable()
 		if err != nil {
@@ -220,7 +223,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			one := func() error {
 				single := cfg
 				single.instances = 0
-				b, err := benchOnce(ctx, dbURL, m, single, settings, stderr)
+				b, err := benchOnce(ctx, dbURL, m, single, settings, log)
 				if err != nil {
 					return fmt.Errorf("%s run %d, one instance: %w", m, r+1, err)
 				}
@@ -242,7 +245,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				}
 				res, br = fr, fr.benchResult
 			} else {
-				b, err := benchOnce(ctx, dbURL, m, cfg, settings, stderr)
+				b, err := benchOnce(ctx, dbURL, m, cfg, settings, log)
 				if err != nil {
 					return fmt.Errorf("%s run %d: %w", m, r+1, err)
 				}

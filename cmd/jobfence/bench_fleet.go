@@ -51,7 +51,8 @@ func (r fleetResult) String() string {
 type fleetSetup struct {
 	baseURL  string
 	self     string
-	stderr   io.Writer
+	stderr   io.Writer // the worker processes' stderr
+	log      *slog.Logger
 	bouncer  bool
 	poolSize int
 }
@@ -102,7 +103,7 @@ func fleetOnce(ctx context.Context, fs fleetSetup, mode string, cfg benchConfig,
 		return fleetResult{}, err
 	}
 	defer producerPool.Close()
-	producer := pgqueue.New(producerPool, pgqueue.Config{PollOnly: fs.bouncer, Logger: slog.New(slog.NewTextHandler(fs.stderr, nil))})
+	producer := pgqueue.New(producerPool, pgqueue.Config{PollOnly: fs.bouncer, Logger: fs.log})
 	r := benchResult{statements: cfg.statements}
 	prefilled, err := prepareRun(ctx, mode, cfg, producer, pr, &r)
 	if err != nil {

@@ -125,9 +125,8 @@ func medianLine(mode string, rs []benchResult) string {
 }
 
 // benchOnce runs one mode in a fresh schema, after a checkpoint, as River's
-// bench truncates the table before each run. What its producer logs goes
-// to stderr.
-func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, settings serverSettings, stderr io.Writer) (benchResult, error) {
+// bench truncates the table before each run. Its producer logs to log.
+func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, settings serverSettings, log *slog.Logger) (benchResult, error) {
 	name := fmt.Sprintf("jobfence_bench_%d", time.Now().UnixNano())
 	pr, err := newProbe(ctx, baseURL, name, settings)
 	if err != nil {
@@ -150,7 +149,7 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, setti
 		tel = newBenchTelemetry(cfg.otelSample)
 		defer tel.shutdown(context.Background())
 	}
-	clientCfg := pgqueue.Config{Logger: slog.New(slog.NewTextHandler(stderr, nil))}
+	clientCfg := pgqueue.Config{Logger: log}
 	if err := tel.attach(&clientCfg, nil); err != nil {
 		return benchResult{}, err
 	}

@@ -17,14 +17,14 @@ import (
 // same machine; runs made apart do not.
 func versusLine(instances int, ones, fleets []benchResult) string {
 	n := min(len(ones), len(fleets))
+	ones, fleets = ones[:n], fleets[:n]
 	line := fmt.Sprintf("%d instances against one connected directly (pairs: %d): ", instances, n) +
-		pairRatios(ones[:n], fleets[:n], func(r benchResult) float64 { return r.rate })
-	warm := func(r benchResult) float64 { return r.warmRate() }
-	if slices.ContainsFunc(ones[:n], func(r benchResult) bool { return warm(r) == 0 }) ||
-		slices.ContainsFunc(fleets[:n], func(r benchResult) bool { return warm(r) == 0 }) {
+		pairRatios(ones, fleets, func(r benchResult) float64 { return r.rate })
+	cold := func(r benchResult) bool { return r.warmRate() == 0 }
+	if slices.ContainsFunc(ones, cold) || slices.ContainsFunc(fleets, cold) {
 		return line
 	}
-	return line + "; after the warm-up: " + pairRatios(ones[:n], fleets[:n], warm)
+	return line + "; after the warm-up: " + pairRatios(ones, fleets, benchResult.warmRate)
 }
 
 // pairRatios reports rate's ratio of each pair of fleets[i] to ones[i],

@@ -101,15 +101,12 @@ func (p planNode) walk(f func(planNode)) {
 	}
 }
 
-// find returns the node of subplan name under p, or nil.
-func (p planNode) find(name string) *planNode {
-	if p.Subplan == name {
-		return &p
-	}
-	for _, c := range p.Plans {
-		if f := c.find(name); f != nil {
-			return f
+// find returns the first node of subplan name under p, or nil.
+func (p planNode) find(name string) (found *planNode) {
+	p.walk(func(n planNode) {
+		if found == nil && n.Subplan == name {
+			found = &n
 		}
-	}
-	return nil
+	})
+	return found
 }
