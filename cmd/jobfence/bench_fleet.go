@@ -119,10 +119,11 @@ func fleetOnce(ctx context.Context, fs fleetSetup, mode string, cfg benchConfig,
 		return fleetResult{}, err
 	}
 	samples := sampleActivity(ctx, fs.baseURL, name)
-	start := time.Now()
+	start, machine := time.Now(), readMachine()
 	if err := runMode(ctx, mode, cfg, producer, prefilled, start, children.completed, pr, &r); err != nil {
 		return fleetResult{}, err
 	}
+	r.machine = machine()
 	res.act = samples()
 	if err := children.stop(); err != nil {
 		return fleetResult{}, err

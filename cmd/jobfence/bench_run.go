@@ -42,6 +42,11 @@ type benchResult struct {
 	// spent during the run: less sensitive than the rate to other load
 	// on the machine.
 	cpu time.Duration
+	// machine is what the whole machine's processors spent during the
+	// run (PostgreSQL's and every other process's CPU too), or zero where
+	// the system cannot tell: whether the run saturated them, and what a
+	// job cost all of them.
+	machine cpuclock.Machine
 	// deadTuples is the jobs table's dead tuples at the end of an
 	// in-process run; horizonHeld says whether a snapshot held the MVCC
 	// horizon meanwhile (--hold-horizon).
@@ -79,6 +84,10 @@ func (r benchResult) String() string {
 	s += fmt.Sprintf("; every completion fenced: stale %d, errors %d", r.stale, r.errors)
 	if r.cpu > 0 && r.jobs > 0 {
 		s += fmt.Sprintf("; worker CPU %.1f µs/job", float64(r.cpu.Microseconds())/float64(r.jobs))
+	}
+	if r.machine.CPUs > 0 && r.jobs > 0 {
+		s += fmt.Sprintf("; machine CPU %.1f µs/job, busy %.0f %% of %d CPUs, steal %.0f %%",
+			float64(r.machine.Busy.Microseconds())/float64(r.jobs), 100*r.machine.BusyShare(), r.machine.CPUs, 100*r.machine.StealShare())
 	}
 	s += "; load " + r.load
 	s += "\n    cost: " + r.cost.String()
@@ -196,7 +205,7 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, setti
 		return benchResult{}, err
 	}
 	samples := sampleActivity(ctx, baseURL, name)
-	start, cpu0 := time.Now(), cpuclock.Process()
+	start, cpu0, machine := time.Now(), cpuclock.Process(), readMachine()
 	if err := w.Start(ctx); err != nil {
 		return benchResult{}, err
 	}
@@ -204,6 +213,7 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, setti
 		return benchResult{}, err
 	}
 	res.cpu = cpuclock.Process() - cpu0
+	res.machine = machine()
 	// Read before the horizon is released, and before the worker's stop.
 	if res.deadTuples, err = deadTuples(ctx, pr.conn, name); err != nil {
 		return benchResult{}, err
@@ -461,4 +471,18 @@ func keepBacklog(ctx context.Context, c *pgqueue.Client, cfg benchConfig, insert
 		inserted.Add(n)
 	}
 	return ctx.Err()
+}
+
+// readMachine reads the machine's CPU times now and returns a function
+// giving what the machine has spent since, zero where the system cannot
+// tell.
+func readMachine() (since func() cpuclock.Machine) {
+	m0, err := cpuclock.ReadMachine()
+	return func() cpuclock.Machine {
+		m1, err1 := cpuclock.ReadMachine()
+		if err != nil || err1 != nil {
+			return cpuclock.Machine{}
+		}
+		return m1.Since(m0)
+	}
 }

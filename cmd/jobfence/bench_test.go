@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -87,6 +88,11 @@ func TestBenchFleetThroughPgBouncer(t *testing.T) {
 	}
 	if conns, _ := strconv.Atoi(m[3]); conns > 3 {
 		t.Fatalf("%d server connections, more than the pool size 3", conns)
+	}
+	// The workers are other processes, so only the machine's counters
+	// say what a job cost: PostgreSQL's, PgBouncer's and theirs.
+	if runtime.GOOS == "linux" && !regexp.MustCompile(`2 instances via PgBouncer [^\n]*; machine CPU [0-9.]+ µs/job, busy \d+ % of \d+ CPUs, steal \d+ %`).MatchString(out.String()) {
+		t.Error("the fleet line does not say what a job cost the machine's processors")
 	}
 	one := regexp.MustCompile(`run 1, one instance connected directly: \d+ jobs in [0-9.]+s = (\d+) jobs/s`).FindStringSubmatch(out.String())
 	if one == nil || one[1] == "0" {

@@ -1,6 +1,7 @@
-// Package cpuclock reads the CPU time this process has used: benchmarks on
-// a shared machine report it per operation, since other load disturbs it
-// far less than it disturbs wall-clock rates.
+// Package cpuclock reads the CPU time this process, and the whole machine,
+// have used: benchmarks on a shared machine report it per operation, since
+// other load disturbs it far less than it disturbs wall-clock rates, and
+// the machine's share of busy time says whether a run was bound by CPU.
 package cpuclock
 
 import (
