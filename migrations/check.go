@@ -32,11 +32,15 @@ func (e *NotMigratedError) Error() string {
 // Is reports whether target is ErrNotMigrated.
 func (e *NotMigratedError) Is(target error) bool { return target == ErrNotMigrated }
 
-// Relations are the tables and sequences the migrations create, all of
-// which a worker, a scheduler and the idempotency store need.
+// relations are the tables and sequences the migrations create, all of
+// which a worker, a scheduler and the idempotency store need, and, as
+// table.column, the columns later migrations added to tables that were
+// already there: a database migrated before them has every table and
+// still cannot take a job.
 var relations = []string{
 	"jobfence_jobs", "jobfence_fence_seq", "jobfence_schedules",
 	"jobfence_idempotency_keys", "jobfence_results", "jobfence_queues", "jobfence_workers", "jobfence_claim_hints",
+	"jobfence_jobs.trace_context",
 }
 
 // Querier is what Check needs of a connection: a *pgxpool.Pool, a *pgx.Conn
@@ -46,10 +50,18 @@ type Querier interface {
 }
 
 // checkSQL looks each relation up the way an unqualified query would (the
-// search_path), and names the schema such a query would create it in.
+// search_path), and names the schema such a query would create it in. A
+// column counts as missing only when its table is there: a table that is
+// missing is named once.
 const checkSQL = `
 SELECT coalesce(current_schema(), current_setting('search_path')),
-       array(SELECT r FROM unnest($1::text[]) AS r WHERE to_regclass(quote_ident(r)) IS NULL)`
+       array(SELECT r FROM unnest($1::text[]) AS r
+             WHERE CASE WHEN strpos(r, '.') = 0 THEN to_regclass(quote_ident(r)) IS NULL
+                        ELSE to_regclass(quote_ident(split_part(r, '.', 1))) IS NOT NULL AND NOT EXISTS (
+                            SELECT FROM pg_attribute
+                            WHERE attrelid = to_regclass(quote_ident(split_part(r, '.', 1)))
+                              AND attname = split_part(r, '.', 2) AND NOT attisdropped)
+                   END)`
 
 // Check reports whether jobfence's tables are reachable through db's
 // search_path. It returns a *NotMigratedError when any is missing, and a

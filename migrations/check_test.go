@@ -46,12 +46,12 @@ func TestDownNothingToRollBack(t *testing.T) {
 
 // TestCheckBeforeUpgrade: a database migrated before the queue pause and
 // worker registry tables (version 4) is told to run `jobfence migrate up`,
-// naming just the tables it lacks; Down of version 5 removes them again.
+// naming just the tables and the column it lacks; Down of version 5 removes them again.
 func TestCheckBeforeUpgrade(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
 	p := providerAt(t, db.URL, 4)
-	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_queues, jobfence_workers, jobfence_claim_hints): run ` + "`jobfence migrate up`"
+	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_queues, jobfence_workers, jobfence_claim_hints, jobfence_jobs.trace_context): run ` + "`jobfence migrate up`"
 	if err := migrations.Check(ctx, db.Pool); !errors.Is(err, migrations.ErrNotMigrated) || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("Check at version 4 = %v, want prefix %q", err, want)
 	}
@@ -67,5 +67,18 @@ func TestCheckBeforeUpgrade(t *testing.T) {
 	}
 	if err := migrations.Check(ctx, db.Pool); !strings.HasPrefix(fmt.Sprint(err), want) {
 		t.Fatalf("Check after going down to version 4 = %v, want prefix %q", err, want)
+	}
+}
+
+// TestCheckBeforeTraceContext: a database migrated up to version 8 has
+// every table but lacks the jobs' trace_context column (version 9), and
+// is told so, naming the column.
+func TestCheckBeforeTraceContext(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
+	providerAt(t, db.URL, 8)
+	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs.trace_context): run ` + "`jobfence migrate up`"
+	if err := migrations.Check(ctx, db.Pool); !errors.Is(err, migrations.ErrNotMigrated) || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("Check at version 8 = %v, want prefix %q", err, want)
 	}
 }

@@ -206,3 +206,43 @@ func providerAt(t *testing.T, dbURL string, v int64) *goose.Provider {
 	}
 	return p
 }
+
+// TestTraceContextDownLosesNoLink: going down from version 9 puts each
+// job's packed traceparent back into its metadata as the text it was, the
+// job's other metadata kept.
+func TestTraceContextDownLosesNoLink(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
+	p := providerAt(t, db.URL, 9)
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO jobfence_jobs (kind, metadata, trace_context) VALUES
+		('traced', '{"tenant": "t1"}', decode('000af7651916cd43dd8448eb211c80319cb7ad6b716920333101', 'hex')),
+		('plain', '{"tenant": "t2"}', NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.Pool.Query(ctx, `SELECT kind, metadata::text FROM jobfence_jobs ORDER BY kind`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for rows.Next() {
+		var kind, md string
+		if err := rows.Scan(&kind, &md); err != nil {
+			t.Fatal(err)
+		}
+		got[kind] = md
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"plain":  `{"tenant": "t2"}`,
+		"traced": `{"tenant": "t1", "traceparent": "` + tp + `"}`,
+	}
+	if got["plain"] != want["plain"] || got["traced"] != want["traced"] {
+		t.Fatalf("metadata after going down to 8:\n%v\nwant\n%v", got, want)
+	}
+}

@@ -116,7 +116,7 @@ const claimTurnSQL = `SELECT pg_advisory_xact_lock('jobfence_jobs'::regclass::oi
 
 // jobColumns are the columns scanJob reads, in order.
 const jobColumns = `j.id, j.queue, j.kind, j.args, j.state, j.priority, j.attempt, j.max_attempts, j.fence,
-    j.scheduled_at, j.created_at, j.attempted_at, j.lease_expires_at, j.unique_key, j.errors, j.attempted_by, j.metadata`
+    j.scheduled_at, j.created_at, j.attempted_at, j.lease_expires_at, j.unique_key, j.errors, j.attempted_by, j.metadata, j.trace_context`
 
 // Claim implements queue.Backend.
 func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, error) {
@@ -220,13 +220,13 @@ func scanJob(row pgx.Row, more ...any) (*queue.Job, error) {
 		lease     *time.Time
 		unique    *string
 		errs      []byte
-		meta      []byte
+		meta, tc  []byte
 	)
 	// One slice, sized for more too: appending more to a literal of
 	// exactly the columns would copy it, a second allocation for every job
 	// a claim returns.
-	dest := append(make([]any, 0, 17+len(more)), &j.ID, &j.Queue, &j.Kind, &j.EncodedArgs, &state, &priority, &j.Attempt, &j.MaxAttempts,
-		&j.Fence, &j.ScheduledAt, &j.CreatedAt, &attempted, &lease, &unique, &errs, &j.AttemptedBy, &meta)
+	dest := append(make([]any, 0, 18+len(more)), &j.ID, &j.Queue, &j.Kind, &j.EncodedArgs, &state, &priority, &j.Attempt, &j.MaxAttempts,
+		&j.Fence, &j.ScheduledAt, &j.CreatedAt, &attempted, &lease, &unique, &errs, &j.AttemptedBy, &meta, &tc)
 	if err := row.Scan(append(dest, more...)...); err != nil {
 		return nil, err
 	}
@@ -246,12 +246,9 @@ func scanJob(row pgx.Row, more ...any) (*queue.Job, error) {
 			return nil, fmt.Errorf("job %d: decode errors: %w", j.ID, err)
 		}
 	}
-	// Most jobs carry none: '{}' is left as a nil map, no allocation.
-	if len(meta) > 2 {
-		var err error
-		if j.Metadata, err = decodeMetadata(meta); err != nil {
-			return nil, fmt.Errorf("job %d: decode metadata: %w", j.ID, err)
-		}
+	var err error
+	if j.Metadata, err = decodeJobMetadata(meta, tc); err != nil {
+		return nil, fmt.Errorf("job %d: decode metadata: %w", j.ID, err)
 	}
 	return &j, nil
 }

@@ -2,7 +2,6 @@ package pgqueue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -20,9 +19,9 @@ import (
 // back when the unique key is taken.
 const insertSQL = `
 WITH ins AS (
-    INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata)
+    INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context)
     VALUES ($1, $2, $3, CASE WHEN $4::timestamptz > now() THEN 'scheduled' ELSE 'available' END,
-            $5, COALESCE($4::timestamptz, now()), $6, NULLIF($7, ''), $8)
+            $5, COALESCE($4::timestamptz, now()), $6, NULLIF($7, ''), $8, $10)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id, queue, state = 'available' AS ready
 )
@@ -112,22 +111,6 @@ func (c *Client) InsertTx(ctx context.Context, tx pgx.Tx, args queue.Args, opts 
 	return c.EnqueueTx(ctx, tx, p)
 }
 
-// emptyMetadata is what a job without metadata stores.
-var emptyMetadata = []byte("{}")
-
-// encodeMetadata returns the jsonb of m merged with what a hook added.
-func encodeMetadata(own, add map[string]string) ([]byte, error) {
-	m := queue.MergeMetadata(own, add)
-	if len(m) == 0 {
-		return emptyMetadata, nil
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("encode metadata: %w", err)
-	}
-	return b, nil
-}
-
 // enqueue inserts p through db and reports whether the job is ready now.
 // With a channel, the insert notifies it (when db's transaction commits).
 func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]string, channel string) (queue.EnqueueResult, bool, error) {
@@ -135,7 +118,7 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]
 	if err := p.Validate(); err != nil {
 		return queue.EnqueueResult{}, false, err
 	}
-	md, err := encodeMetadata(p.Metadata, meta)
+	md, tc, err := encodeMetadata(p.Metadata, meta)
 	if err != nil {
 		return queue.EnqueueResult{}, false, fmt.Errorf("pgqueue: enqueue %s: %w", p.Kind, err)
 	}
@@ -148,7 +131,7 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]
 	for range 3 {
 		var id int64
 		var ready bool
-		err := db.QueryRow(ctx, insertSQL, p.Queue, p.Kind, p.Args, at, p.Priority, p.MaxAttempts, p.UniqueKey, md, channel).Scan(&id, &ready, nil)
+		err := db.QueryRow(ctx, insertSQL, p.Queue, p.Kind, p.Args, at, p.Priority, p.MaxAttempts, p.UniqueKey, md, channel, tc).Scan(&id, &ready, nil)
 		if err == nil {
 			return queue.EnqueueResult{ID: id, Inserted: true}, ready, nil
 		}
@@ -169,13 +152,13 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]
 // copyColumns are the columns EnqueueMany writes through COPY. The state
 // and scheduled_at take their defaults ('available', the database's now()):
 // a host clock that runs ahead must not delay the jobs.
-var copyColumns = []string{"queue", "kind", "args", "priority", "max_attempts", "metadata"}
+var copyColumns = []string{"queue", "kind", "args", "priority", "max_attempts", "metadata", "trace_context"}
 
 const insertManySQL = `
-INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata)
-SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' ELSE 'available' END, p, COALESCE(s, now()), m, NULLIF(u, ''), md
-FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[], $8::jsonb[])
-     AS t(q, k, a, p, s, m, u, md)
+INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context)
+SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' ELSE 'available' END, p, COALESCE(s, now()), m, NULLIF(u, ''), md, tc
+FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[], $8::jsonb[], $9::bytea[])
+     AS t(q, k, a, p, s, m, u, md, tc)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING`
 
 // EnqueueMany inserts many jobs in one round trip and returns how many were
@@ -216,7 +199,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []queue.Enqueu
 // set.
 func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta map[string]string, notify bool) (int64, []string, error) {
 	// Jobs without metadata of their own share the hook's, encoded once.
-	shared, err := encodeMetadata(nil, meta)
+	shared, sharedTC, err := encodeMetadata(nil, meta)
 	if err != nil {
 		return 0, nil, fmt.Errorf("pgqueue: enqueue many: %w", err)
 	}
@@ -228,7 +211,7 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		p       []int16
 		s       []*time.Time
 		m       []int32
-		md      [][]byte
+		md, tc  [][]byte
 	}
 	queues := map[string]bool{}
 	for i, p := range ps {
@@ -236,9 +219,9 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		if err := p.Validate(); err != nil {
 			return 0, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
 		}
-		md := shared
+		md, tc := shared, sharedTC
 		if len(p.Metadata) > 0 {
-			if md, err = encodeMetadata(p.Metadata, meta); err != nil {
+			if md, tc, err = encodeMetadata(p.Metadata, meta); err != nil {
 				return 0, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
 			}
 		}
@@ -248,7 +231,7 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 			queues[p.Queue] = true
 		}
 		if p.UniqueKey == "" && p.ScheduledAt.IsZero() {
-			plain = append(plain, []any{p.Queue, p.Kind, p.Args, int16(p.Priority), int32(p.MaxAttempts), md})
+			plain = append(plain, []any{p.Queue, p.Kind, p.Args, int16(p.Priority), int32(p.MaxAttempts), md, tc})
 			continue
 		}
 		uq.q = append(uq.q, p.Queue)
@@ -264,6 +247,7 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		uq.m = append(uq.m, int32(p.MaxAttempts))
 		uq.u = append(uq.u, p.UniqueKey)
 		uq.md = append(uq.md, md)
+		uq.tc = append(uq.tc, tc)
 	}
 	var n int64
 	if len(plain) > 0 {
@@ -274,7 +258,7 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		n += copied
 	}
 	if len(uq.q) > 0 {
-		tag, err := tx.Exec(ctx, insertManySQL, uq.q, uq.k, uq.a, uq.p, uq.s, uq.m, uq.u, uq.md)
+		tag, err := tx.Exec(ctx, insertManySQL, uq.q, uq.k, uq.a, uq.p, uq.s, uq.m, uq.u, uq.md, uq.tc)
 		if err != nil {
 			return 0, nil, fmt.Errorf("pgqueue: enqueue many: insert: %w", err)
 		}

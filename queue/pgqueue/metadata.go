@@ -3,6 +3,10 @@ package pgqueue
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"maps"
+
+	"github.com/jobfence/jobfence/queue"
 )
 
 // decodeMetadata decodes a job's metadata column. With telemetry on,
@@ -79,4 +83,113 @@ func flatStrings(b []byte) (m map[string]string, ok bool) {
 		skip()
 		return m, i == len(b)
 	}
+}
+
+// traceparentKey is the metadata key of a W3C traceparent, the one
+// metadata telemetry stores with every job it traces.
+const traceparentKey = "traceparent"
+
+// packedTraceparentLen is a traceparent in its own column (migration
+// 00009): version, trace id, parent id and flags, 26 bytes instead of the
+// 80 or so its key and 55 characters take inside the metadata's jsonb.
+// Every claim and completion writes a new version of the row, and
+// PostgreSQL prints jsonb as text for every claimed job: the text form cost
+// the database about 1.4 µs of CPU per traced job (6 %).
+const packedTraceparentLen = 26
+
+// packTraceparent returns h's 26 bytes when h has exactly the shape W3C
+// Trace Context prints (two, 32, 16 and two lowercase hex digits between
+// dashes), so that unpackTraceparent gives h back byte for byte; for
+// anything else it returns nil and h stays in the jsonb as it is.
+func packTraceparent(h string) []byte {
+	if len(h) != 55 || h[2] != '-' || h[35] != '-' || h[52] != '-' {
+		return nil
+	}
+	b := make([]byte, 0, packedTraceparentLen)
+	for _, field := range [...]string{h[0:2], h[3:35], h[36:52], h[53:55]} {
+		for i := 0; i < len(field); i += 2 {
+			hi, lo := lowerHexDigit(field[i]), lowerHexDigit(field[i+1])
+			if hi < 0 || lo < 0 {
+				return nil
+			}
+			b = append(b, byte(hi<<4|lo))
+		}
+	}
+	return b
+}
+
+// unpackTraceparent prints what packTraceparent packed; ok is false for
+// anything but 26 bytes.
+func unpackTraceparent(b []byte) (h string, ok bool) {
+	if len(b) != packedTraceparentLen {
+		return "", false
+	}
+	const digits = "0123456789abcdef"
+	out := make([]byte, 0, 55)
+	for i, c := range b {
+		if i == 1 || i == 17 || i == 25 {
+			out = append(out, '-')
+		}
+		out = append(out, digits[c>>4], digits[c&0xf])
+	}
+	return string(out), true
+}
+
+func lowerHexDigit(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c-'a') + 10
+	}
+	return -1
+}
+
+// emptyMetadata is what a job without metadata stores.
+var emptyMetadata = []byte("{}")
+
+// encodeMetadata returns what a job stores of own merged with what a hook
+// added: the jsonb of the metadata column and, when the traceparent packs,
+// the trace_context column's bytes (nil, NULL, otherwise), the traceparent
+// then left out of the jsonb.
+func encodeMetadata(own, add map[string]string) (md, traceContext []byte, err error) {
+	m := queue.MergeMetadata(own, add)
+	if tc := packTraceparent(m[traceparentKey]); tc != nil {
+		traceContext = tc
+		if len(m) == 1 {
+			return emptyMetadata, traceContext, nil
+		}
+		// own and add are the caller's: the key is left out of a copy.
+		m = maps.Clone(m)
+		delete(m, traceparentKey)
+	}
+	if len(m) == 0 {
+		return emptyMetadata, nil, nil
+	}
+	if md, err = json.Marshal(m); err != nil {
+		return nil, nil, fmt.Errorf("encode metadata: %w", err)
+	}
+	return md, traceContext, nil
+}
+
+// decodeJobMetadata is a claimed job's metadata: the jsonb column's
+// pairs and the packed traceparent. Most jobs carry neither: '{}' and NULL
+// are left as a nil map, no allocation. A trace_context that does not
+// unpack (not written by jobfence) is left out: it is a link for a trace,
+// and failing the claim over it would stall every job claimed with it.
+func decodeJobMetadata(md, traceContext []byte) (map[string]string, error) {
+	var m map[string]string
+	if len(md) > 2 {
+		var err error
+		if m, err = decodeMetadata(md); err != nil {
+			return nil, err
+		}
+	}
+	if h, ok := unpackTraceparent(traceContext); ok {
+		if m == nil {
+			m = make(map[string]string, 1)
+		}
+		m[traceparentKey] = h
+	}
+	return m, nil
 }

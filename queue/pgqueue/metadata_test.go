@@ -35,3 +35,38 @@ func TestDecodeMetadata(t *testing.T) {
 		}
 	}
 }
+
+// TestPackTraceparent: what packs unpacks to the same text; anything else
+// does not pack and is kept in the jsonb as it is.
+func TestPackTraceparent(t *testing.T) {
+	for _, h := range []string{
+		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		"00-00000000000000000000000000000000-0000000000000000-00",
+		"cc-ffffffffffffffffffffffffffffffff-ffffffffffffffff-ff",
+	} {
+		b := packTraceparent(h)
+		if len(b) != packedTraceparentLen {
+			t.Errorf("%s packed to %d bytes, want %d", h, len(b), packedTraceparentLen)
+			continue
+		}
+		if got, ok := unpackTraceparent(b); !ok || got != h {
+			t.Errorf("%s unpacked to %q, %v", h, got, ok)
+		}
+	}
+	for _, h := range []string{
+		"",
+		"00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01",
+		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-",
+		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-1",
+		"00_0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		"00-0af7651916cd43dd8448eb211c80319g-b7ad6b7169203331-01",
+		"01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+	} {
+		if b := packTraceparent(h); b != nil {
+			t.Errorf("%q packed to %x, want it kept as text", h, b)
+		}
+	}
+	if _, ok := unpackTraceparent(make([]byte, 25)); ok {
+		t.Error("25 bytes unpacked")
+	}
+}
