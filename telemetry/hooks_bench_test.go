@@ -31,6 +31,11 @@ func BenchmarkWorkerHooks(b *testing.B) { benchWorkerHooks(b, 1) }
 // link's parsing and an unsampled span.
 func BenchmarkWorkerHooksSampled10(b *testing.B) { benchWorkerHooks(b, 0.1) }
 
+// BenchmarkWorkerHooksUnsampled is BenchmarkWorkerHooks with no trace
+// sampled: what each of the attempts a sampler drops pays, for metrics,
+// the link's parsing and an unsampled span.
+func BenchmarkWorkerHooksUnsampled(b *testing.B) { benchWorkerHooks(b, 0) }
+
 // BenchmarkSDKFloor measures what the SDK alone charges per traced attempt,
 // with no jobfence code at all: start a consumer span, end it, and record
 // the duration and wait histograms. "bare" gives the span nothing, the
