@@ -13,8 +13,9 @@
 //	telemetry.Worker(&workerCfg, telemetry.Options{}) // job metrics, consumer spans, trace ids in logs
 //
 // Traces: an enqueue is a producer span ("send <queue>"), whose W3C
-// traceparent is stored in the job's metadata (a jsonb column in
-// PostgreSQL, message headers in Kafka); every attempt is a consumer span
+// traceparent is stored with the job (packed into its trace_context
+// column in PostgreSQL, message headers in Kafka) and comes back in its
+// Metadata; every attempt is a consumer span
 // ("process <queue>") linked to it, attributed after OpenTelemetry's
 // messaging semantic conventions (messaging.system "jobfence",
 // messaging.destination.name the queue) plus jobfence.job.id, .kind,
