@@ -2,6 +2,7 @@ package pgqueue
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -105,15 +106,20 @@ func packTraceparent(h string) []byte {
 	if len(h) != 55 || h[2] != '-' || h[35] != '-' || h[52] != '-' {
 		return nil
 	}
-	b := make([]byte, 0, packedTraceparentLen)
-	for _, field := range [...]string{h[0:2], h[3:35], h[36:52], h[53:55]} {
-		for i := 0; i < len(field); i += 2 {
-			hi, lo := lowerHexDigit(field[i]), lowerHexDigit(field[i+1])
-			if hi < 0 || lo < 0 {
-				return nil
-			}
-			b = append(b, byte(hi<<4|lo))
-		}
+	var digits [2 * packedTraceparentLen]byte
+	n := copy(digits[:], h[0:2])
+	n += copy(digits[n:], h[3:35])
+	n += copy(digits[n:], h[36:52])
+	copy(digits[n:], h[53:55])
+	b := make([]byte, packedTraceparentLen)
+	if _, err := hex.Decode(b, digits[:]); err != nil {
+		return nil
+	}
+	// hex.Decode takes upper case too, which would come back lower.
+	var printed [55]byte
+	formatTraceparent(&printed, b)
+	if string(printed[:]) != h {
+		return nil
 	}
 	return b
 }
@@ -124,25 +130,20 @@ func unpackTraceparent(b []byte) (h string, ok bool) {
 	if len(b) != packedTraceparentLen {
 		return "", false
 	}
-	const digits = "0123456789abcdef"
-	out := make([]byte, 0, 55)
-	for i, c := range b {
-		if i == 1 || i == 17 || i == 25 {
-			out = append(out, '-')
-		}
-		out = append(out, digits[c>>4], digits[c&0xf])
-	}
-	return string(out), true
+	var printed [55]byte
+	formatTraceparent(&printed, b)
+	return string(printed[:]), true
 }
 
-func lowerHexDigit(c byte) int {
-	switch {
-	case '0' <= c && c <= '9':
-		return int(c - '0')
-	case 'a' <= c && c <= 'f':
-		return int(c-'a') + 10
-	}
-	return -1
+// formatTraceparent prints 26 packed bytes as W3C Trace Context does.
+func formatTraceparent(dst *[55]byte, b []byte) {
+	hex.Encode(dst[0:2], b[0:1])
+	dst[2] = '-'
+	hex.Encode(dst[3:35], b[1:17])
+	dst[35] = '-'
+	hex.Encode(dst[36:52], b[17:25])
+	dst[52] = '-'
+	hex.Encode(dst[53:55], b[25:26])
 }
 
 // emptyMetadata is what a job without metadata stores.
