@@ -88,20 +88,17 @@ func (m Machine) Since(earlier Machine) Machine {
 // BusyShare is the fraction of the processors' time spent running
 // something, steal counted as time they did not have: near 1, the machine
 // was saturated and any CPU added to a job costs rate.
-func (m Machine) BusyShare() float64 {
-	total := m.Busy + m.Idle + m.Steal
-	if total <= 0 {
-		return 0
-	}
-	return float64(m.Busy) / float64(total)
-}
+func (m Machine) BusyShare() float64 { return m.share(m.Busy) }
 
 // StealShare is the fraction of the processors' time the hypervisor gave
 // to other guests.
-func (m Machine) StealShare() float64 {
+func (m Machine) StealShare() float64 { return m.share(m.Steal) }
+
+// share is d's fraction of all the processors' time, or 0 for none.
+func (m Machine) share(d time.Duration) float64 {
 	total := m.Busy + m.Idle + m.Steal
 	if total <= 0 {
 		return 0
 	}
-	return float64(m.Steal) / float64(total)
+	return float64(d) / float64(total)
 }
