@@ -94,8 +94,9 @@ const traceparentKey = "traceparent"
 // 00009): version, trace id, parent id and flags, 26 bytes instead of the
 // 80 or so its key and 55 characters take inside the metadata's jsonb.
 // Every claim and completion writes a new version of the row, and
-// PostgreSQL prints jsonb as text for every claimed job: the text form cost
-// the database about 1.4 µs of CPU per traced job (6 %).
+// PostgreSQL prints jsonb as text for every claimed job: in the jsonb a
+// traced job cost PostgreSQL 23.4 µs of CPU in a burn-down, in the column
+// 22.7 (22.3 untraced; README, What telemetry costs).
 const packedTraceparentLen = 26
 
 // packTraceparent returns h's 26 bytes when h has exactly the shape W3C
