@@ -81,6 +81,37 @@ type AttemptError struct {
 	Trace string `json:"trace,omitempty"`
 	// PutBack marks an error that did not spend the attempt: the job was
 	// put back because of something that was not its failure (an unknown
-	// kind, a broken connection, a database restart).
+	// kind, a broken connection, a database restart, a stopping worker).
 	PutBack bool `json:"put_back,omitempty"`
+	// PutBacks counts, on the put-back of a job whose handler ran (its
+	// connection lost to an outage, its worker stopped under it), the
+	// put-backs in a row up to this one; on the attempt spent because it
+	// reached PutBackLimit, that count. Zero on other errors and on
+	// put-backs of a job that did not run (an unknown kind), which neither
+	// count nor break a run.
+	PutBacks int `json:"put_backs,omitempty"`
+}
+
+// PutBackLimit bounds the put-backs in a row of a job whose handler ran:
+// the PutBackLimit-th spends the attempt after all. A put-back gives the
+// attempt back because its cause was not the job's; but a job that keeps
+// ending that way (one that makes its worker restart, or whose own failure
+// looks like an outage) would otherwise run, and repeat any outside effect
+// it has, for ever without running out of attempts.
+const PutBackLimit = 3
+
+// PutBacksInARow is how many put-backs in a row errs (a job's errors,
+// oldest first) end with: the PutBacks of the last error that has one, if
+// no spent attempt came after it. Put-backs that carry no count (of a job
+// that did not run) are passed over.
+func PutBacksInARow(errs []AttemptError) int {
+	for i := len(errs) - 1; i >= 0; i-- {
+		switch e := errs[i]; {
+		case !e.PutBack:
+			return 0
+		case e.PutBacks > 0:
+			return e.PutBacks
+		}
+	}
+	return 0
 }

@@ -20,10 +20,14 @@ type PanicError struct {
 func (e *PanicError) Error() string { return fmt.Sprintf("jobfence: handler panicked: %v", e.Value) }
 
 // connError is a transactional handler's failure that was its database
-// connection's, not its own: BEGIN or COMMIT failed, or the connection
-// broke under it (a database restart). Its job is put back without
-// spending an attempt.
-type connError struct{ err error }
+// connection's, not its own: BEGIN failed, or the connection broke under
+// the transaction in an outage (see txFailed). Its job is put back without
+// spending an attempt; ran says the handler's transaction had begun, so
+// the put-back counts towards queue.PutBackLimit.
+type connError struct {
+	err error
+	ran bool
+}
 
 func (e *connError) Error() string { return e.err.Error() }
 func (e *connError) Unwrap() error { return e.err }
@@ -37,8 +41,9 @@ func (e timeoutError) Error() string {
 	return "jobfence: job timed out after " + time.Duration(e).String()
 }
 
-// execute runs one claimed job and queues its outcome.
-func (w *Worker) execute(job *queue.Job, until time.Time) {
+// execute runs one claimed job and queues its outcome. It reports that
+// the worker gave up on the handler (see settle): the runner must leave.
+func (w *Worker) execute(job *queue.Job, until time.Time) (leave bool) {
 	// Not derived from a worker-wide context: thousands of handlers
 	// registering with one parent contend on its lock. Stop cancels them
 	// one by one through the in-flight map instead.
@@ -69,6 +74,7 @@ func (w *Worker) execute(job *queue.Job, until time.Time) {
 		ctx, cancelT = context.WithTimeoutCause(ctx, timeout, timeoutError(timeout))
 		defer cancelT()
 	}
+	r.ctxEnd, _ = ctx.Deadline()
 	if !w.track(r) {
 		w.stats.snoozed.Add(1)
 		w.report(job, r, queue.OutcomeSnooze, 0, nil, "")
@@ -83,13 +89,15 @@ func (w *Worker) execute(job *queue.Job, until time.Time) {
 		done, stack, err = w.runTx(ctx, h, job, r, start)
 		if done {
 			w.untrack(r)
-			return
+			return w.settle(r)
 		}
 	} else {
 		stack, err = w.call(ctx, h.run, job)
 	}
+	leave = w.settle(r)
 	r.took, r.err, r.panicked = time.Since(start), err, stack != ""
 	w.outcome(ctx, job, r, err, stack)
+	return leave
 }
 
 // call runs fn under the middleware, recovering a panic. Plain and
@@ -116,17 +124,18 @@ func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *runni
 	txb := w.backend.(TxBackend)
 	tx, err := txb.BeginTx(ctx, w.cfg.Lease)
 	if err != nil {
-		return false, "", &connError{err}
+		// Nothing of the job ran: whatever the cause, it is put back.
+		return false, "", &connError{err: err}
 	}
 	defer tx.Rollback(context.Background())
 	stack, err = w.call(ctx, func(ctx context.Context, job *queue.Job) error { return h.runTx(ctx, tx, job) }, job)
 	if err != nil {
-		// A broken connection is the outage's doing, unless the handler's
-		// own context ended (a timeout): pgx closes a connection whose
-		// query is cancelled, and a job that always times out must spend
-		// its attempts.
-		if ctx.Err() == nil && tx.Conn().IsClosed() {
-			err = &connError{err}
+		// A broken connection may be an outage's doing, unless the
+		// handler's own context ended (a timeout): pgx closes a connection
+		// whose query is cancelled, and a job that always times out must
+		// spend its attempts.
+		if ctx.Err() == nil {
+			err = w.txFailed(ctx, tx, job, err)
 		}
 		return false, stack, err
 	}
@@ -139,7 +148,7 @@ func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *runni
 			w.ended(r, JobEnd{Outcome: queue.OutcomeComplete, Stale: true})
 			return true, "", nil
 		}
-		return false, "", &connError{err}
+		return false, "", w.txFailed(ctx, tx, job, err)
 	}
 	if w.afterCompleteTx != nil {
 		w.afterCompleteTx(job)
@@ -153,7 +162,7 @@ func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *runni
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease)
 	defer cancel()
 	if err := tx.Commit(cctx); err != nil {
-		return false, "", &connError{fmt.Errorf("jobfence: commit: %w", err)}
+		return false, "", w.txFailed(ctx, tx, job, fmt.Errorf("jobfence: commit: %w", err))
 	}
 	w.stats.completed.Add(1)
 	r.took = time.Since(start)
@@ -181,8 +190,12 @@ func (w *Worker) outcome(ctx context.Context, job *queue.Job, r *running, err er
 		w.ended(r, JobEnd{Lost: true})
 		return
 	case errors.Is(cause, ErrWorkerStopping):
-		w.stats.snoozed.Add(1)
-		w.report(job, r, queue.OutcomeSnooze, 0, nil, "")
+		// Stop's deadline passed while the handler ran. Recorded, and
+		// bounded, because a job that gets its worker restarted (a liveness
+		// probe failing while it runs) would otherwise go round the fleet
+		// for ever without a trace.
+		w.logJob(ctx, slog.LevelWarn, "jobfence: worker stopped while the job ran; put back", job, slog.Any("err", err))
+		w.putBack(ctx, job, r, 0, fmt.Errorf("%w: Stop's deadline passed while the job ran; the handler, cancelled, returned: %w", ErrWorkerStopping, err))
 		return
 	case errors.As(err, &snooze):
 		w.stats.snoozed.Add(1)
@@ -194,8 +207,12 @@ func (w *Worker) outcome(ctx context.Context, job *queue.Job, r *running, err er
 		return
 	case errors.As(err, &conn):
 		// An outage is not the job's failure: it keeps its attempts.
+		w.logJob(ctx, slog.LevelWarn, "jobfence: transactional handler's database connection failed; put back", job, slog.Any("err", err))
+		if conn.ran {
+			w.putBack(ctx, job, r, w.putBackDelay(job), err)
+			return
+		}
 		w.stats.snoozed.Add(1)
-		w.logJob(ctx, slog.LevelWarn, "jobfence: transactional handler's database connection failed; put back without spending an attempt", job, slog.Any("err", err))
 		w.report(job, r, queue.OutcomeSnooze, w.putBackDelay(job), err, "")
 		return
 	case errors.Is(err, ErrDecodeArgs):
@@ -240,14 +257,25 @@ func (w *Worker) putBackDelay(job *queue.Job) time.Duration {
 
 // report queues an outcome; r is untracked once the outcome is recorded.
 func (w *Worker) report(job *queue.Job, r *running, o queue.Outcome, delay time.Duration, err error, stack string) {
+	w.reportRun(job, r, o, delay, err, stack, 0)
+}
+
+// reportRun is report for a put-back that is putBacks in a row (see
+// queue.AttemptError.PutBacks), or for the attempt spent at the limit.
+func (w *Worker) reportRun(job *queue.Job, r *running, o queue.Outcome, delay time.Duration, err error, stack string, putBacks int) {
 	w.finishing(r)
 	f := queue.Finish{Lease: job.Lease(), Outcome: o, Delay: delay}
 	if err != nil {
-		f.Error = &queue.AttemptError{Attempt: job.Attempt, At: time.Now(), Error: err.Error(), Trace: stack, PutBack: o == queue.OutcomeSnooze}
+		f.Error = &queue.AttemptError{Attempt: job.Attempt, At: time.Now(), Error: err.Error(), Trace: stack,
+			PutBack: o == queue.OutcomeSnooze, PutBacks: putBacks}
 	}
 	ended := o
 	if o == queue.OutcomeRetry && job.Attempt >= job.MaxAttempts {
 		ended = queue.OutcomeDiscard
+	}
+	if r.late {
+		w.recordLate(pending{f: f, r: r, outcome: ended})
+		return
 	}
 	w.finishCh <- pending{f: f, r: r, outcome: ended}
 }

@@ -84,13 +84,17 @@ func TestTxHandlersNeedAConnection(t *testing.T) {
 	}
 }
 
-// TestRestartsSpendNoAttempts: jobs that may fail only twice (MaxAttempts
+// TestRestartsGiveAttemptsBack: jobs that may fail only twice (MaxAttempts
 // 2) run through three database restarts: an outage is not a failure of
 // theirs, so none is discarded and none is lost, and each transactional
 // job's effect commits once. Every job is running at each restart:
-// transactional ones lose their connection (and are put back), plain ones
-// lose their lease while heartbeats fail (and are rescued).
-func TestRestartsSpendNoAttempts(t *testing.T) {
+// transactional ones lose their connection (the worker finds the server
+// restarted or unreachable, and puts them back), plain ones lose their
+// lease while heartbeats fail (and are rescued as put back). Each
+// put-back is on the job's errors; the first two give the attempt back,
+// and the third in a row spends it (queue.PutBackLimit), so every job
+// completes on its second attempt.
+func TestRestartsGiveAttemptsBack(t *testing.T) {
 	pg := startPrivatePostgres(t)
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(pg.URL)
@@ -180,6 +184,24 @@ func TestRestartsSpendNoAttempts(t *testing.T) {
 	}
 	if rows, distinct := countEffects(t, pool); rows != n/2 || distinct != n/2 {
 		t.Fatalf("transactional effects %d (%d distinct), want %d once each", rows, distinct, n/2)
+	}
+	jobs, err := c.List(ctx, pgqueue.ListParams{Limit: n})
+	if err != nil || len(jobs) != n {
+		t.Fatalf("list: %d jobs, %v", len(jobs), err)
+	}
+	for _, j := range jobs {
+		// A put-back of a job that had not begun (its transaction's BEGIN
+		// failing on a connection the restart broke) carries no count.
+		var counted []queue.AttemptError
+		for _, e := range j.Errors {
+			if e.PutBacks > 0 {
+				counted = append(counted, e)
+			}
+		}
+		if j.Attempt != 2 || len(counted) != 3 || !counted[0].PutBack || !counted[1].PutBack || counted[2].PutBack ||
+			counted[0].PutBacks != 1 || counted[1].PutBacks != 2 || counted[2].PutBacks != 3 {
+			t.Fatalf("%s job %d: attempt %d, errors %+v; want put back twice, then the attempt spent, and completed on attempt 2", j.Kind, j.ID, j.Attempt, j.Errors)
+		}
 	}
 	t.Logf("stats after three restarts: %+v", w.Stats())
 }

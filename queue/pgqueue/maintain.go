@@ -31,23 +31,31 @@ FOR UPDATE SKIP LOCKED`
 
 // rescueSQL makes the locked jobs retryable after their delay, or discards
 // those out of attempts. A job claimed before the server last started
-// gives its attempt back and is available at once: the restart, not the
-// job, ended it. The expired owner's fence stays on the row, but the
-// state is no longer 'running', so its late outcomes are stale. Its
-// arrays are read as completeSQL's are.
+// (put_backs > 0, its put-backs in a row with this one) is put back: it
+// gives its attempt back and is available at once, as the restart, not the
+// job, ended it; but the queue.PutBackLimit-th put-back in a row spends
+// the attempt (give_back is false). The expired owner's fence stays on the
+// row, but the state is no longer 'running', so its late outcomes are
+// stale. Its arrays are read as completeSQL's are.
 const rescueSQL = `
 UPDATE jobfence_jobs j
-SET state = CASE WHEN NOT r.restarted AND j.attempt >= j.max_attempts THEN 'discarded'
-                 WHEN r.restarted THEN 'available' ELSE 'retryable' END,
-    attempt = CASE WHEN r.restarted THEN j.attempt - 1 ELSE j.attempt END,
+SET state = CASE WHEN NOT r.give_back AND j.attempt >= j.max_attempts THEN 'discarded'
+                 WHEN r.give_back THEN 'available' ELSE 'retryable' END,
+    attempt = CASE WHEN r.give_back THEN j.attempt - 1 ELSE j.attempt END,
     scheduled_at = now() + r.delay * interval '1 microsecond',
     errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error',
-        CASE WHEN r.restarted THEN 'lease expired: the database restarted while the job ran; the attempt is given back'
+        CASE WHEN r.give_back THEN 'lease expired: the database restarted while the job ran; the attempt is given back ('
+                 || r.put_backs || ' in a row; at ' || $5::int || ' the attempt is spent)'
+             WHEN r.put_backs > 0 THEN 'lease expired: the database restarted while the job ran, '
+                 || r.put_backs || ' put-backs in a row: the attempt is spent'
              ELSE 'lease expired: the worker stopped heartbeating (crashed, paused or cut off)' END)
-        || CASE WHEN r.restarted THEN '{"put_back": true}'::jsonb ELSE '{}'::jsonb END),
-    finalized_at = CASE WHEN NOT r.restarted AND j.attempt >= j.max_attempts THEN now() END,
+        || CASE WHEN r.give_back THEN jsonb_build_object('put_back', true, 'put_backs', r.put_backs)
+                WHEN r.put_backs > 0 THEN jsonb_build_object('put_backs', r.put_backs)
+                ELSE '{}'::jsonb END),
+    finalized_at = CASE WHEN NOT r.give_back AND j.attempt >= j.max_attempts THEN now() END,
     lease_expires_at = NULL
-FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::boolean[])) AS r(id, delay, restarted)
+FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::boolean[]), (SELECT $4::int[]))
+    AS r(id, delay, give_back, put_backs)
 WHERE j.id = r.id AND j.state = 'running'`
 
 // Rescue implements queue.Maintainer. Every instance may run it; SKIP LOCKED
@@ -64,20 +72,29 @@ func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) 
 		return 0, fmt.Errorf("pgqueue: rescue: %w", err)
 	}
 	var ids, delays []int64
-	var restarted []bool
+	var giveBack []bool
+	var putBacks []int32
 	for rows.Next() {
 		var j *queue.Job
-		var r bool
-		j, err = scanJob(scanWith{rows, &r})
+		var restarted bool
+		j, err = scanJob(scanWith{rows, &restarted})
 		if err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("pgqueue: rescue: %w", err)
 		}
+		// The row is locked and its claim over: its errors are the ones
+		// the update appends to.
+		n := 0
+		if restarted {
+			n = queue.PutBacksInARow(j.Errors) + 1
+		}
+		back := restarted && n < queue.PutBackLimit
 		var d time.Duration
-		if !r && p.Backoff != nil {
+		if !back && p.Backoff != nil {
 			d = p.Backoff(j)
 		}
-		ids, delays, restarted = append(ids, j.ID), append(delays, d.Microseconds()), append(restarted, r)
+		ids, delays = append(ids, j.ID), append(delays, d.Microseconds())
+		giveBack, putBacks = append(giveBack, back), append(putBacks, int32(n))
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -86,7 +103,7 @@ func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) 
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	tag, err := tx.Exec(ctx, rescueSQL, ids, delays, restarted)
+	tag, err := tx.Exec(ctx, rescueSQL, ids, delays, giveBack, putBacks, queue.PutBackLimit)
 	if err != nil {
 		return 0, fmt.Errorf("pgqueue: rescue: %w", err)
 	}
