@@ -1,8 +1,12 @@
 -- +goose Up
+-- A lock that stops the fleet is waited for 1 s at most (see doc.go).
+SET LOCAL lock_timeout = '1s';
 -- One row per queue that was ever paused or resumed; a queue without a row
 -- runs. Workers keep the set of paused queues in memory, refreshed by
--- NOTIFY jobfence_pause (payload: the queue's name) and by polling, so the
--- claim itself never reads this table.
+-- NOTIFY jobfence_pause (payload: the queue's name) and by polling, so an
+-- idle worker does not claim a paused queue; the claim itself also reads
+-- its queue's row (a primary-key probe), so that no claim that starts
+-- after a pause commits takes a job.
 CREATE TABLE jobfence_queues (
     name       text PRIMARY KEY,
     paused_at  timestamptz,          -- NULL = running
@@ -30,5 +34,7 @@ CREATE TABLE jobfence_workers (
 );
 
 -- +goose Down
+-- A lock that stops the fleet is waited for 1 s at most (see doc.go).
+SET LOCAL lock_timeout = '1s';
 DROP TABLE jobfence_workers;
 DROP TABLE jobfence_queues;

@@ -41,13 +41,11 @@ type benchConfig struct {
 	execMode    string
 	holdHorizon bool
 	fetchers    int
-	// concurrentClaims sets pgqueue.Config.ConcurrentClaims on the workers.
-	concurrentClaims bool
-	fetchLimit       int
-	completers       int
-	otel             bool
-	otelSample       float64
-	statements       bool
+	fetchLimit  int
+	completers  int
+	otel        bool
+	otelSample  float64
+	statements  bool
 	// latency mode
 	rate      float64
 	producers int
@@ -99,7 +97,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&bf.poolSize, "pool-size", 20, "with --pgbouncer: PgBouncer's server connections")
 	fs.BoolVar(&bf.versusOne, "versus-one", false, "with --instances: pair each run with a run of one worker in this process, connected directly (before it, then after it, in turn), and report each pair's ratio")
 	fs.IntVar(&cfg.fetchers, "fetchers", 0, "claim loops per queue (0: the worker's default)")
-	fs.BoolVar(&cfg.concurrentClaims, "concurrent-claims", false, "the workers' claims of a queue run at once instead of taking turns (pgqueue.Config.ConcurrentClaims)")
 	fs.IntVar(&cfg.fetchLimit, "fetch-limit", 0, "jobs per claim (0: the worker's default, 1000)")
 	fs.IntVar(&cfg.completers, "completers", 0, "outcome batches in flight (0: the worker's default)")
 	fs.BoolVar(&cfg.otel, "otel", false, "attach telemetry with the OpenTelemetry SDK and exporters that drop everything, to measure its cost")

@@ -30,7 +30,6 @@ func runBenchChild(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var cfg benchConfig
 	fs.IntVar(&cfg.concurrency, "concurrency", 2000, "jobs run at once")
 	fs.IntVar(&cfg.fetchers, "fetchers", 0, "claim loops per queue")
-	fs.BoolVar(&cfg.concurrentClaims, "concurrent-claims", false, "claims run at once")
 	fs.IntVar(&cfg.fetchLimit, "fetch-limit", 0, "jobs per claim")
 	fs.IntVar(&cfg.completers, "completers", 0, "outcome batches in flight")
 	fs.IntVar(&cfg.conns, "conns", benchWorkerConns, "the pool's connections")
@@ -54,7 +53,7 @@ func runBenchChild(ctx context.Context, args []string, stdout, stderr io.Writer)
 	quiet := slog.New(slog.DiscardHandler)
 	reg := worker.NewRegistry()
 	worker.Add(reg, func(ctx context.Context, job *worker.Job[benchArgs]) error { return nil })
-	w, err := worker.New(pgqueue.New(pool, pgqueue.Config{Logger: quiet, PollOnly: *pollOnly, ConcurrentClaims: cfg.concurrentClaims}), reg, benchWorkerConfig(fmt.Sprint("bench-", os.Getpid()), cfg, quiet))
+	w, err := worker.New(pgqueue.New(pool, pgqueue.Config{Logger: quiet, PollOnly: *pollOnly}), reg, benchWorkerConfig(fmt.Sprint("bench-", os.Getpid()), cfg, quiet))
 	if err != nil {
 		return err
 	}

@@ -156,7 +156,7 @@ type benchChild struct {
 func startBenchChildren(ctx context.Context, fs fleetSetup, workURL string, cfg benchConfig) (*benchChildren, error) {
 	cs := &benchChildren{}
 	args := []string{"bench-proc", "--concurrency", strconv.Itoa(cfg.concurrency),
-		"--fetchers", strconv.Itoa(cfg.fetchers), "--concurrent-claims=" + strconv.FormatBool(cfg.concurrentClaims), "--fetch-limit", strconv.Itoa(cfg.fetchLimit),
+		"--fetchers", strconv.Itoa(cfg.fetchers), "--fetch-limit", strconv.Itoa(cfg.fetchLimit),
 		"--completers", strconv.Itoa(cfg.completers), "--conns", strconv.Itoa(cfg.conns)}
 	if fs.bouncer {
 		args = append(args, "--poll-only")
@@ -273,12 +273,11 @@ func (a activity) breakdown() string {
 }
 
 // activitySQL classifies the role's backends waiting for a lock
-// (wait_event_type 'Lock') by statement: a claim waiting for its turn
-// (pgqueue's claimTurnSQL), a claim (FOR UPDATE SKIP LOCKED), an insert
-// (COPY) or an outcome or heartbeat.
+// (wait_event_type 'Lock') by statement: a claim (FOR UPDATE SKIP
+// LOCKED), an insert (COPY) or an outcome or heartbeat.
 const activitySQL = `
 SELECT count(*), coalesce(string_agg(
-    CASE WHEN query LIKE '%pg_advisory_xact_lock%' THEN 'turn' WHEN query LIKE '%SKIP LOCKED%' THEN 'claim'
+    CASE WHEN query LIKE '%SKIP LOCKED%' THEN 'claim'
         WHEN query LIKE 'COPY%' THEN 'insert' ELSE 'outcome' END
     || '/' || wait_event, ',') FILTER (WHERE wait_event_type = 'Lock'), '')
 FROM pg_stat_activity WHERE usename = $1 OR application_name = $1`

@@ -186,7 +186,7 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, setti
 	if err := tel.attach(nil, &wcfg); err != nil {
 		return benchResult{}, err
 	}
-	w, err := worker.New(pgqueue.New(p, pgqueue.Config{Logger: quiet, ConcurrentClaims: cfg.concurrentClaims}), reg, wcfg)
+	w, err := worker.New(pgqueue.New(p, pgqueue.Config{Logger: quiet}), reg, wcfg)
 	if err != nil {
 		return benchResult{}, err
 	}

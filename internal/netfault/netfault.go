@@ -26,6 +26,12 @@ const (
 	// Refuse resets every open connection and each new one at once, as a
 	// host whose server is down does.
 	Refuse
+	// StallReplies forwards what clients send but holds what the target
+	// sends back, as a client that stopped reading does (SIGSTOP, a paused
+	// VM, a full socket buffer): the target's sends block once the
+	// sockets' buffers are full. Held bytes are forwarded once the mode is
+	// Forward again.
+	StallReplies
 )
 
 // Proxy is a TCP proxy from a loopback port to a target address.
@@ -146,21 +152,22 @@ func (p *Proxy) serve(c net.Conn) {
 	}
 	defer p.untrack(c, s)
 	var pumps sync.WaitGroup
-	pumps.Go(func() { p.pump(s, c) })
-	pumps.Go(func() { p.pump(c, s) })
+	pumps.Go(func() { p.pump(s, c, false) })
+	pumps.Go(func() { p.pump(c, s, true) })
 	pumps.Wait()
 }
 
 // pump copies src to dst until either ends, holding each chunk while the
-// proxy stalls. An end of src is passed on only once the proxy forwards
-// again: a stalled link says nothing, not even that the other side left.
-func (p *Proxy) pump(dst, src net.Conn) {
+// proxy stalls (in this direction: reply is true for the target's bytes).
+// An end of src is passed on only once the proxy forwards again: a stalled
+// link says nothing, not even that the other side left.
+func (p *Proxy) pump(dst, src net.Conn, reply bool) {
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		latency, ok := p.forwarding()
+		latency, ok := p.forwarding(reply)
 		if !ok {
 			return
 		}
@@ -176,9 +183,10 @@ func (p *Proxy) pump(dst, src net.Conn) {
 	}
 }
 
-// forwarding waits while the proxy stalls; it reports the latency to apply,
-// or false once the connection must end (Refuse or Close).
-func (p *Proxy) forwarding() (time.Duration, bool) {
+// forwarding waits while the proxy stalls the direction (reply: the
+// target's bytes); it reports the latency to apply, or false once the
+// connection must end (Refuse or Close).
+func (p *Proxy) forwarding(reply bool) (time.Duration, bool) {
 	for {
 		p.mu.Lock()
 		mode, latency, changed, closed := p.mode, p.latency, p.changed, p.closed
@@ -186,7 +194,7 @@ func (p *Proxy) forwarding() (time.Duration, bool) {
 		switch {
 		case closed || mode == Refuse:
 			return 0, false
-		case mode == Forward:
+		case mode == Forward, mode == StallReplies && !reply:
 			return latency, true
 		}
 		<-changed

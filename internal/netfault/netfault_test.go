@@ -109,3 +109,51 @@ func TestProxyModes(t *testing.T) {
 		t.Fatalf("forward after refusing: %v", err)
 	}
 }
+
+// TestStallReplies: what the client sends reaches the server, but the
+// server's reply is held until the proxy forwards again.
+func TestStallReplies(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		l, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return
+		}
+		got <- l
+		_, _ = c.Write([]byte(l))
+		time.Sleep(10 * time.Second)
+	}()
+	p := New(t, ln.Addr().String(), StallReplies)
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	if err := roundTrip(c, r, 300*time.Millisecond); err == nil {
+		t.Fatal("a reply came back while replies were stalled")
+	}
+	select {
+	case l := <-got:
+		if l != "ping\n" {
+			t.Fatalf("server got %q, want ping", l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client's bytes did not reach the server while replies were stalled")
+	}
+	p.SetMode(Forward)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if l, err := r.ReadString('\n'); err != nil || l != "ping\n" {
+		t.Fatalf("after Forward: %q, %v; want the held reply", l, err)
+	}
+}

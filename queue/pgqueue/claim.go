@@ -11,8 +11,31 @@ import (
 	"github.com/jobfence/jobfence/queue"
 )
 
-// claimSQL claims up to $2 ready jobs of queue $1. SKIP LOCKED hands each
-// row to one claimer only; the single nextval is this claim's fence.
+// claimSQL claims up to $2 ready jobs of queue $1 and replies with one
+// row: the claim's fence, the claimed jobs' IDs and whether it read from
+// the queue's start. SKIP LOCKED hands each row to one claimer only; the
+// single nextval is this claim's fence. The jobs' rows are read by
+// claimedSQL after this statement has committed.
+//
+// The reply is one small row (8 bytes and a length word per job) so that
+// the server never waits on the claimer while the claim's locks are held:
+// PostgreSQL sends a statement's rows as it makes them and commits only
+// after the last is sent, so a claimer that stops reading (SIGSTOP, a
+// paused VM, a black-holed network, a full socket buffer behind PgBouncer)
+// while a reply of whole jobs (args, errors, metadata: megabytes for a
+// claim of 1,000) is on its way would hold their row locks, with no lease
+// to expire, for as long as it stayed silent. A reply this size fits in
+// the sockets' buffers and the claim commits whether or not anyone reads
+// it: its jobs then hold a lease, and a claim whose reply or fetch never
+// reaches its claimer is rescued when that lease expires.
+//
+// Claims of a queue run at once and never wait for each other: rows by
+// SKIP LOCKED, the claim position (below) by SKIP LOCKED too (a claim that
+// finds the position's row locked leaves it to the claim holding it).
+//
+// A paused queue (jobfence_queues.paused_at) yields nothing: the check is
+// in the statement, so a claim whose snapshot was taken after PauseQueue
+// committed takes no job, whatever its worker's view of the pause.
 //
 // It reads only available jobs, through the partial index
 // jobfence_jobs_available (migration 00006), so its cost does not grow
@@ -22,17 +45,23 @@ import (
 // row stamped in the future by hand; the index filters it without a heap
 // visit.
 //
-// It starts after the queue's claim position (b), the last job any claim
-// of the queue took (migration 00008), rather than at the index's start:
-// the entries of jobs claimed since the last VACUUM stay in the index,
-// dead, and a claim from the start walks every one of them (4,000 index
-// pages a claim halfway through a 1M-job burn-down; in a fleet, every
-// instance walked the jobs the others had claimed since its own last
-// claim). It reads from the start instead when no claim of the queue did
-// so for $5 microseconds, so a job that sorts before the position (a
-// higher priority, an earlier time, a put-back) waits at most that long;
-// which jobs a claim takes never decides safety, fences do. The last
-// column says whether it read from the start.
+// Two ranges of the index are read, in the order of the queue:
+//   - hi: every priority band above the claim position's (lower numbers),
+//     from its start. An urgent job that arrives into a backlog of
+//     lower-priority work is taken by the next claim, whatever the
+//     backlog; the cost is the entries of higher-priority jobs claimed
+//     since the last VACUUM.
+//   - lo: after the queue's claim position (b), the last job a claim of
+//     the queue took (migration 00008), rather than at the index's start:
+//     the entries of jobs claimed since the last VACUUM stay in the index,
+//     dead, and a claim from the start walks every one of them (4,000 index
+//     pages a claim halfway through a 1M-job burn-down; in a fleet, every
+//     instance walked the jobs the others had claimed since its own last
+//     claim). It reads from the start instead when no claim of the queue
+//     did so for $5 microseconds, so a job of the position's own band that
+//     sorts before it (an earlier time: a put-back, a promoted retry, a
+//     transaction that committed late) waits at most that long. Which jobs
+//     a claim takes never decides safety, fences do.
 //
 // The fence is drawn only after every row of the claim is locked: f reads
 // all of next (count) before it calls nextval. Drawn first, a fence could
@@ -48,9 +77,11 @@ import (
 // the row is left unclaimed, its lock released at commit: a claim of
 // fewer rows, never a wrong one.)
 //
-// moved and added keep the position: it only moves on (a claim from the
-// start takes jobs before it), and a concurrent claim's update is
-// rechecked against the newest row.
+// The position moves on to the claim's last job. It moves back only when
+// the claim started before it (from the queue's start, or in a higher
+// band) and took its whole limit: jobs before the position may remain,
+// and the claims after this one go on from there, walking the dead entries
+// between once rather than at every claim.
 const claimSQL = `
 WITH b AS MATERIALIZED (
     SELECT k.head, k.priority, k.scheduled_at, k.id FROM (
@@ -63,13 +94,26 @@ WITH b AS MATERIALIZED (
     ) k
     ORDER BY k.head DESC
     LIMIT 1
-), next AS MATERIALIZED (
+), paused AS MATERIALIZED (
+    SELECT EXISTS (SELECT FROM jobfence_queues WHERE name = $1 AND paused_at IS NOT NULL) AS paused
+), hi AS MATERIALIZED (
     SELECT id, ctid FROM jobfence_jobs
     WHERE state = 'available' AND queue = $1 AND scheduled_at <= now()
-      AND (priority, scheduled_at, id) > ((SELECT priority FROM b), (SELECT scheduled_at FROM b), (SELECT id FROM b))
+      AND priority < (SELECT priority FROM b)
+      AND NOT (SELECT paused FROM paused)
     ORDER BY priority, scheduled_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
+), lo AS MATERIALIZED (
+    SELECT id, ctid FROM jobfence_jobs
+    WHERE state = 'available' AND queue = $1 AND scheduled_at <= now()
+      AND (priority, scheduled_at, id) > ((SELECT priority FROM b), (SELECT scheduled_at FROM b), (SELECT id FROM b))
+      AND NOT (SELECT paused FROM paused)
+    ORDER BY priority, scheduled_at, id
+    LIMIT $2 - (SELECT count(*) FROM hi)
+    FOR UPDATE SKIP LOCKED
+), next AS MATERIALIZED (
+    SELECT id, ctid FROM hi UNION ALL SELECT id, ctid FROM lo
 ), f AS MATERIALIZED (
     SELECT nextval('jobfence_fence_seq') AS fence FROM (SELECT count(*) AS n FROM next) c WHERE c.n > 0
 ), u AS (
@@ -79,19 +123,22 @@ WITH b AS MATERIALIZED (
         attempted_at = now(), attempted_by = j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $4::text
     FROM next, f
     WHERE j.ctid = next.ctid
-    RETURNING ` + jobColumns + `
+    RETURNING j.id, j.priority, j.scheduled_at
 ), last AS (
-    SELECT u.priority, u.scheduled_at, u.id FROM u
+    SELECT u.priority, u.scheduled_at, u.id,
+        ((SELECT head FROM b) OR EXISTS (SELECT FROM hi)) AND (SELECT count(*) FROM next) >= $2 AS back
+    FROM u
     ORDER BY u.priority DESC, u.scheduled_at DESC, u.id DESC
     LIMIT 1
 ), moved AS (
     UPDATE jobfence_claim_hints h
-    SET priority = CASE WHEN (h.priority, h.scheduled_at, h.id) < (l.priority, l.scheduled_at, l.id) THEN l.priority ELSE h.priority END,
-        scheduled_at = CASE WHEN (h.priority, h.scheduled_at, h.id) < (l.priority, l.scheduled_at, l.id) THEN l.scheduled_at ELSE h.scheduled_at END,
-        id = CASE WHEN (h.priority, h.scheduled_at, h.id) < (l.priority, l.scheduled_at, l.id) THEN l.id ELSE h.id END,
+    SET priority = CASE WHEN l.back OR (h.priority, h.scheduled_at, h.id) < (l.priority, l.scheduled_at, l.id) THEN l.priority ELSE h.priority END,
+        scheduled_at = CASE WHEN l.back OR (h.priority, h.scheduled_at, h.id) < (l.priority, l.scheduled_at, l.id) THEN l.scheduled_at ELSE h.scheduled_at END,
+        id = CASE WHEN l.back OR (h.priority, h.scheduled_at, h.id) < (l.priority, l.scheduled_at, l.id) THEN l.id ELSE h.id END,
         head_at = CASE WHEN (SELECT head FROM b) THEN now() ELSE h.head_at END
     FROM (SELECT) one LEFT JOIN last l ON true
     WHERE h.queue = $1 AND ((SELECT head FROM b) OR l.id IS NOT NULL)
+      AND h.queue IN (SELECT queue FROM jobfence_claim_hints WHERE queue = $1 FOR UPDATE SKIP LOCKED)
 ), added AS (
     INSERT INTO jobfence_claim_hints (queue, priority, scheduled_at, id, head_at)
     SELECT $1, coalesce(l.priority, -32768), coalesce(l.scheduled_at, '-infinity'), coalesce(l.id, 0), now()
@@ -99,20 +146,14 @@ WITH b AS MATERIALIZED (
     WHERE NOT EXISTS (SELECT FROM jobfence_claim_hints WHERE queue = $1)
     ON CONFLICT (queue) DO NOTHING
 )
-SELECT u.*, (SELECT head FROM b) FROM u`
+SELECT (SELECT fence FROM f), array_agg(u.id), (SELECT head FROM b) FROM u`
 
-// claimTurnSQL makes the claims of a queue take turns: run before claimSQL
-// in one transaction, it waits until no other claim of the queue holds the
-// lock, and claimSQL's snapshot is taken after that claim committed. Claims
-// that ran at once each skipped the rows the others held (and locked the
-// newest versions of rows the others had just claimed, which the owners'
-// outcomes then waited for): in a fleet of 20 instances a claim read 22
-// to 27 buffers per job claimed against 10 one at a time. The lock decides
-// only who claims first, never which job is whose: SKIP LOCKED and fences
-// do that, as without it (Config.ConcurrentClaims).
-//
-// $2 is the turn (see claimTurns).
-const claimTurnSQL = `SELECT pg_advisory_xact_lock('jobfence_jobs'::regclass::oid::int, hashtext($1) # $2::int)`
+// claimedSQL reads the jobs that a claim ($2 the fence, $1 their IDs)
+// took, once that claim has committed. A claimer that stops reading its
+// reply holds no lock here, only this statement's snapshot.
+const claimedSQL = `SELECT ` + jobColumns + ` FROM jobfence_jobs j
+WHERE j.id = ANY($1) AND j.fence = $2 AND j.state = 'running'
+ORDER BY j.priority, j.scheduled_at, j.id`
 
 // jobColumns are the columns scanJob reads, in order.
 const jobColumns = `j.id, j.queue, j.kind, j.args, j.state, j.priority, j.attempt, j.max_attempts, j.fence,
@@ -124,12 +165,8 @@ func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, 
 		return nil, nil
 	}
 	pace := c.paces.get(p.Queue)
-	turn, own := pace.turn()
-	if own {
-		defer pace.done(turn)
-	}
 	args := []any{p.Queue, p.Limit, p.Lease.Microseconds(), p.WorkerID, pace.headInterval().Microseconds()}
-	jobs, head, took, err := c.claim(ctx, p.Queue, turn, args...)
+	jobs, head, took, err := c.claim(ctx, p.Queue, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +175,7 @@ func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, 
 		// rather than report fewer jobs than are waiting, unless a claim
 		// just did.
 		args[1], args[4] = p.Limit-len(jobs), headRetryInterval.Microseconds()
-		more, _, tookMore, err := c.claim(ctx, p.Queue, turn, args...)
+		more, _, tookMore, err := c.claim(ctx, p.Queue, args...)
 		took += tookMore
 		if err != nil && len(jobs) == 0 {
 			return nil, err
@@ -151,47 +188,37 @@ func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, 
 	return jobs, nil
 }
 
-// claim runs claimSQL, after claimTurnSQL for turn unless claims run at
-// once, and reports whether it read from the queue's start and how long it
-// took from its turn on (the wait for the turn is not the claim's cost:
-// counted in, a fleet's claims seemed slow and read from the start only
-// every few seconds).
-func (c *Client) claim(ctx context.Context, q string, turn int, args ...any) (jobs []*queue.Job, head bool, took time.Duration, err error) {
-	var b pgx.Batch
-	if !c.cfg.ConcurrentClaims {
-		b.Queue(claimTurnSQL, q, turn)
-	}
-	// One batch is one transaction: the lock is held until the claim
-	// commits.
-	b.Queue(claimSQL, args...)
-	began := time.Now()
-	br := c.pool.SendBatch(ctx, &b)
-	defer br.Close()
+// claim runs claimSQL, then claimedSQL for the jobs it took, and reports
+// whether it read from the queue's start and how long it took.
+func (c *Client) claim(ctx context.Context, q string, args ...any) (jobs []*queue.Job, head bool, took time.Duration, err error) {
 	fail := func(err error) ([]*queue.Job, bool, time.Duration, error) {
 		return nil, false, 0, fmt.Errorf("pgqueue: claim from %q: %w", q, err)
 	}
-	if !c.cfg.ConcurrentClaims {
-		if _, err := br.Exec(); err != nil {
-			return fail(err)
-		}
-		began = time.Now()
-	}
-	rows, err := br.Query()
+	began := time.Now()
+	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
 		return fail(err)
 	}
-	for rows.Next() {
-		j, err := scanJob(rows, &head)
-		if err != nil {
-			rows.Close()
-			return fail(err)
-		}
-		jobs = append(jobs, j)
-	}
-	if err := rows.Err(); err != nil {
+	defer conn.Release()
+	var (
+		fence *int64
+		ids   []int64
+		h     *bool
+	)
+	if err := conn.QueryRow(ctx, claimSQL, args...).Scan(&fence, &ids, &h); err != nil {
 		return fail(err)
 	}
-	if err := br.Close(); err != nil {
+	head = h != nil && *h
+	if fence == nil || len(ids) == 0 {
+		return nil, head, time.Since(began), nil
+	}
+	// From here the jobs are ours, leased: if this read fails, they are
+	// rescued when the lease expires, as the jobs of a claimer that died.
+	rows, err := conn.Query(ctx, claimedSQL, ids, *fence)
+	if err != nil {
+		return fail(err)
+	}
+	if jobs, err = scanJobs(rows); err != nil {
 		return fail(err)
 	}
 	return jobs, head, time.Since(began), nil

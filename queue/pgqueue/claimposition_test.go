@@ -10,17 +10,18 @@ import (
 )
 
 // TestClaimCursor: claims from a backlog start after the jobs claimed
-// before (the queue's claim position), and a job that sorts before that
-// point is still claimed: at once when the rest of the queue is taken, and
-// otherwise within the interval.
+// before (the queue's claim position); a job of a higher priority than the
+// position's is taken by the next claim; a job of the position's own
+// priority that sorts before it (an earlier time) is claimed at once when
+// the rest of the queue is taken, and otherwise within the interval.
 func TestClaimCursor(t *testing.T) {
 	c, _ := newClient(t)
 	ctx := context.Background()
-	enqueue := func(n, priority int) []int64 {
+	enqueue := func(n, priority int, at time.Time) []int64 {
 		t.Helper()
 		ids := make([]int64, n)
 		for i := range ids {
-			r, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", Priority: priority})
+			r, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", Priority: priority, ScheduledAt: at})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -28,35 +29,42 @@ func TestClaimCursor(t *testing.T) {
 		}
 		return ids
 	}
-	ids := enqueue(40, 2)
-	if got := claim(t, c, "default", 10, time.Minute); len(got) != 10 || got[9].ID != ids[9] {
-		t.Fatalf("first claim: %d jobs, want the backlog's first 10", len(got))
+	ids := enqueue(40, 2, time.Time{})
+	first := claim(t, c, "default", 10, time.Minute)
+	if len(first) != 10 || first[9].ID != ids[9] {
+		t.Fatalf("first claim: %d jobs, want the backlog's first 10", len(first))
 	}
 
-	// An urgent job sorts before the cursor: the next claim, started
-	// after the cursor, passes over it.
-	urgent := enqueue(1, 1)[0]
+	// An urgent job sorts before the cursor, in a higher band: the next
+	// claim takes it first, then goes on after the cursor.
+	urgent := enqueue(1, 1, time.Time{})[0]
 	got := claim(t, c, "default", 10, time.Minute)
-	if len(got) != 10 || got[0].ID != ids[10] {
-		t.Fatalf("second claim: %d jobs starting at %d, want 10 from %d (after the cursor)", len(got), got[0].ID, ids[10])
+	if len(got) != 10 || got[0].ID != urgent || got[1].ID != ids[10] {
+		t.Fatalf("second claim: %d jobs starting at %d, want the urgent job %d, then 9 from %d (after the cursor)", len(got), got[0].ID, urgent, ids[10])
 	}
-	// Within the interval, a claim reads from the start again.
+	// A job of the cursor's band stamped before it (a put-back, a late
+	// commit) waits for a claim from the start: within the interval.
+	early := enqueue(1, 2, first[0].ScheduledAt)[0]
+	got = claim(t, c, "default", 10, time.Minute)
+	if len(got) != 10 || got[0].ID != ids[19] {
+		t.Fatalf("third claim: %d jobs starting at %d, want 10 from %d (after the cursor)", len(got), got[0].ID, ids[19])
+	}
 	time.Sleep(300 * time.Millisecond)
 	got = claim(t, c, "default", 10, time.Minute)
-	if len(got) != 10 || got[0].ID != urgent {
-		t.Fatalf("claim after the interval took %d jobs starting at %d, want the urgent job %d first", len(got), got[0].ID, urgent)
+	if len(got) != 10 || got[0].ID != early {
+		t.Fatalf("claim after the interval took %d jobs starting at %d, want the early job %d first", len(got), got[0].ID, early)
 	}
 
 	// The position stands at the queue's end; a claim that finds too
 	// little after it looks before it in the same call.
-	if rest := claim(t, c, "default", 100, time.Minute); len(rest) != 11 {
-		t.Fatalf("draining claim took %d jobs, want the 11 left", len(rest))
+	if rest := claim(t, c, "default", 100, time.Minute); len(rest) != 2 {
+		t.Fatalf("draining claim took %d jobs, want the 2 left", len(rest))
 	}
-	more := enqueue(2, 2)
+	more := enqueue(2, 2, time.Time{})
 	if got := claim(t, c, "default", 1, time.Minute); len(got) != 1 || got[0].ID != more[0] {
 		t.Fatalf("claim of 1 took %d jobs, want job %d", len(got), more[0])
 	}
-	late := enqueue(1, 1)[0]
+	late := enqueue(1, 2, first[0].ScheduledAt)[0]
 	// A claim that came back short reads from the start in the same call
 	// unless any claim did within the last 20 ms (the draining claim did).
 	time.Sleep(30 * time.Millisecond)

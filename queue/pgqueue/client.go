@@ -64,16 +64,6 @@ type Config struct {
 	// them costs the same at a million jobs as at a thousand. Zero means
 	// DefaultCountCap (10,000).
 	CountCap int
-	// ConcurrentClaims lets a queue's claims run at once. By default they
-	// take turns, through a transaction-level advisory lock per queue and
-	// schema: claims that run at once skip each other's rows and lock the
-	// rows the others just claimed, and in a fleet of 20 instances through
-	// PgBouncer that cost more than the wait (see the README's Benchmarks).
-	// A claim waiting for its turn holds a connection: behind PgBouncer,
-	// keep the pool larger than the number of instances that claim from a
-	// queue, or set ConcurrentClaims. The lock orders claimers only; which
-	// job is whose is decided by SKIP LOCKED and fences either way.
-	ConcurrentClaims bool
 }
 
 // DefaultTxReserve is the default of Config.TxReserve: one connection for

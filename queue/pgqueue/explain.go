@@ -56,10 +56,15 @@ func (c *Client) ExplainClaim(ctx context.Context, p queue.ClaimParams) (ClaimPl
 	top := out[0].Plan
 	cp := ClaimPlan{
 		Execution: ms(out[0].Execution), Planning: ms(out[0].Planning),
-		Buffers: top.SharedHit + top.SharedRead, Jobs: top.ActualRows, Plan: raw,
+		Buffers: top.SharedHit + top.SharedRead, Plan: raw,
 	}
-	if find := top.find("CTE next"); find != nil {
-		cp.FindBuffers = find.SharedHit + find.SharedRead
+	if next := top.find("CTE next"); next != nil {
+		cp.Jobs = next.ActualRows
+	}
+	for _, name := range []string{"CTE hi", "CTE lo"} {
+		if find := top.find(name); find != nil {
+			cp.FindBuffers += find.SharedHit + find.SharedRead
+		}
 	}
 	return cp, nil
 }

@@ -9,9 +9,5 @@ var (
 	RescueSQL    = rescueSQL
 )
 
-// The claim statement, for the test that EXPLAINs it, and the turn it
-// waits for, for the test that holds one.
-var (
-	ClaimSQL     = claimSQL
-	ClaimTurnSQL = claimTurnSQL
-)
+// The claim statement, for the test that EXPLAINs it.
+var ClaimSQL = claimSQL
