@@ -49,7 +49,9 @@ type Maintainer interface {
 	// Rescue returns up to p.Limit running jobs whose lease expired to
 	// retryable, after p.Backoff, or discards those out of attempts. A
 	// backend that can tell that its own outage ended the attempt (the
-	// database restarted while the job ran) gives the attempt back.
+	// database restarted while the job ran) gives the attempt back, and
+	// records the put-back on the job, unless it would be the
+	// PutBackLimit-th in a row (see AttemptError.PutBacks).
 	Rescue(ctx context.Context, p RescueParams) (int, error)
 	// Prune deletes final jobs finalized more than retention ago.
 	Prune(ctx context.Context, retention time.Duration, limit int) (int, error)
