@@ -20,6 +20,7 @@ const (
 	countSnoozed
 	countStale
 	countLost
+	countStuck
 	numCounted
 )
 
@@ -65,6 +66,7 @@ func countInstruments(m metric.Meter, cache *seriesCache) error {
 		countSnoozed:   {"jobfence.jobs.snoozed", "Jobs put back without spending an attempt."},
 		countStale:     {"jobfence.jobs.stale", "Outcomes the backend refused because the job's fence was stale."},
 		countLost:      {"jobfence.jobs.lost", "Jobs whose lease was lost (or that were cancelled) before their outcome was recorded."},
+		countStuck:     {"jobfence.jobs.stuck", "Handlers the worker gave up on: still running a grace after their context ended (worker.Config.StuckGrace); their jobs were left to the rescuer."},
 	} {
 		if ins[i], err = m.Int64ObservableCounter(c.name, metric.WithUnit("{job}"), metric.WithDescription(c.desc)); err != nil {
 			return err

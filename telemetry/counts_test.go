@@ -14,10 +14,10 @@ import (
 )
 
 // TestJobCounters checks the per-attempt counters through the worker's
-// hooks: each outcome, stale and lost attempt lands in its counter's series
-// of its queue and kind; two workers on one meter provider add up; a
-// counter that counted nothing exports no series; and a delta reader gets
-// what was counted since its last collection.
+// hooks: each outcome, stale, lost and stuck attempt lands in its
+// counter's series of its queue and kind; two workers on one meter
+// provider add up; a counter that counted nothing exports no series; and
+// a delta reader gets what was counted since its last collection.
 func TestJobCounters(t *testing.T) {
 	cumulative := sdkmetric.NewManualReader()
 	delta := sdkmetric.NewManualReader(sdkmetric.WithTemporalitySelector(func(sdkmetric.InstrumentKind) metricdata.Temporality {
@@ -48,6 +48,8 @@ func TestJobCounters(t *testing.T) {
 	// A stale or lost attempt counts as that, whatever outcome it meant.
 	run(cfgs[0], "default", "a", worker.JobEnd{Outcome: queue.OutcomeComplete, Stale: true}, 2)
 	run(cfgs[1], "default", "b", worker.JobEnd{Outcome: queue.OutcomeRetry, Lost: true}, 1)
+	// A handler given up on (it ignored its context) counts as stuck alone.
+	run(cfgs[0], "mail", "b", worker.JobEnd{Lost: true, Stuck: true, Err: worker.ErrHandlerStuck}, 1)
 
 	want := map[string]map[[2]string]int64{
 		"jobfence.jobs.completed": {{"default", "a"}: 7, {"default", "b"}: 1, {"mail", "a"}: 2},
@@ -57,6 +59,7 @@ func TestJobCounters(t *testing.T) {
 		"jobfence.jobs.snoozed":   {{"default", "a"}: 2},
 		"jobfence.jobs.stale":     {{"default", "a"}: 2},
 		"jobfence.jobs.lost":      {{"default", "b"}: 1},
+		"jobfence.jobs.stuck":     {{"mail", "b"}: 1},
 	}
 	check := func(rm metricdata.ResourceMetrics, want map[string]map[[2]string]int64, temporality metricdata.Temporality) {
 		t.Helper()

@@ -179,6 +179,12 @@ func (t *workerTelemetry) jobEnd(ctx context.Context, job *queue.Job, end worker
 			span.AddEvent("jobfence.job.stale", trace.WithAttributes(attrFence.Int64(job.Fence)))
 			span.SetStatus(codes.Error, "outcome refused: stale fence (the job was claimed again)")
 		}
+	case end.Stuck:
+		s.counts[countStuck].Add(1)
+		if recording {
+			span.SetAttributes(attrLost.Bool(true))
+			span.SetStatus(codes.Error, "handler kept running after its context ended: given up on, its job left to the rescuer")
+		}
 	case end.Lost:
 		s.counts[countLost].Add(1)
 		if recording {

@@ -29,6 +29,26 @@ type Config struct {
 	// JobTimeout bounds one attempt unless the kind's HandlerOptions say
 	// otherwise; negative means no timeout. Default: 1m.
 	JobTimeout time.Duration
+	// StuckGrace is how long a handler may keep running after its context
+	// ended (its timeout passed, its job was lost or cancelled, or Stop's
+	// deadline passed) before the worker gives up on it: a handler that
+	// ignores its context (a read with no deadline, a deadlock, cgo)
+	// cannot be stopped, and heartbeats would otherwise keep its job
+	// running for ever. The worker then stops extending the job's lease,
+	// so the rescuer of any instance takes the job back once the lease
+	// runs out and spends the attempt; it counts the handler in
+	// Stats.Stuck and logs it; it lets the handler's slot go to a new
+	// runner, for at most as many stuck handlers per queue as the queue's
+	// concurrency (past that, a stuck handler keeps its slot, so a queue
+	// whose handlers all hang stops claiming rather than piling up
+	// goroutines). If the handler ever returns, its outcome is recorded
+	// under its old fence: refused as stale once the job was claimed
+	// again. A handler with no timeout is never given up on while its
+	// context lives: the worker cannot tell a long job from a stuck one.
+	// The check runs at each heartbeat, so a handler is given up on
+	// between StuckGrace and StuckGrace+HeartbeatInterval after its
+	// context ended. Default: Lease/6 (5s with the default lease).
+	StuckGrace time.Duration
 	// FetchLimit caps how many jobs one claim takes; a claim never takes
 	// more than the free slots. Default: 1000.
 	FetchLimit int
@@ -106,6 +126,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.JobTimeout == 0 {
 		c.JobTimeout = time.Minute
+	}
+	if c.StuckGrace <= 0 {
+		c.StuckGrace = c.Lease / 6
 	}
 	if c.FetchLimit <= 0 {
 		c.FetchLimit = 1000

@@ -41,8 +41,9 @@ func (e timeoutError) Error() string {
 	return "jobfence: job timed out after " + time.Duration(e).String()
 }
 
-// execute runs one claimed job and queues its outcome.
-func (w *Worker) execute(job *queue.Job, until time.Time) {
+// execute runs one claimed job and queues its outcome. It reports that
+// the worker gave up on the handler (see settle): the runner must leave.
+func (w *Worker) execute(job *queue.Job, until time.Time) (leave bool) {
 	// Not derived from a worker-wide context: thousands of handlers
 	// registering with one parent contend on its lock. Stop cancels them
 	// one by one through the in-flight map instead.
@@ -73,6 +74,7 @@ func (w *Worker) execute(job *queue.Job, until time.Time) {
 		ctx, cancelT = context.WithTimeoutCause(ctx, timeout, timeoutError(timeout))
 		defer cancelT()
 	}
+	r.ctxEnd, _ = ctx.Deadline()
 	if !w.track(r) {
 		w.stats.snoozed.Add(1)
 		w.report(job, r, queue.OutcomeSnooze, 0, nil, "")
@@ -87,13 +89,15 @@ func (w *Worker) execute(job *queue.Job, until time.Time) {
 		done, stack, err = w.runTx(ctx, h, job, r, start)
 		if done {
 			w.untrack(r)
-			return
+			return w.settle(r)
 		}
 	} else {
 		stack, err = w.call(ctx, h.run, job)
 	}
+	leave = w.settle(r)
 	r.took, r.err, r.panicked = time.Since(start), err, stack != ""
 	w.outcome(ctx, job, r, err, stack)
+	return leave
 }
 
 // call runs fn under the middleware, recovering a panic. Plain and
@@ -268,6 +272,10 @@ func (w *Worker) reportRun(job *queue.Job, r *running, o queue.Outcome, delay ti
 	ended := o
 	if o == queue.OutcomeRetry && job.Attempt >= job.MaxAttempts {
 		ended = queue.OutcomeDiscard
+	}
+	if r.late {
+		w.recordLate(pending{f: f, r: r, outcome: ended})
+		return
 	}
 	w.finishCh <- pending{f: f, r: r, outcome: ended}
 }

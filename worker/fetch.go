@@ -27,6 +27,10 @@ type queueFetch struct {
 	out chan claimed
 	// wake is the backend's wake-up, poke this worker's promoter's.
 	wake, poke <-chan struct{}
+	// stuckFreed counts the queue's stuck handlers, still running, whose
+	// slots went to new runners (see Worker.abandonRun). Guarded by
+	// Worker.mu.
+	stuckFreed int
 }
 
 func newQueueFetch(name string, concurrency int, paused *gate, wake, poke <-chan struct{}) *queueFetch {

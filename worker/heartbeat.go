@@ -8,9 +8,10 @@ import (
 	"github.com/jobfence/jobfence/queue"
 )
 
-// heartbeatLoop extends the leases of running jobs and cancels the handlers
-// of jobs the backend reports lost. A job whose lease runs out while
-// heartbeats fail is cancelled by its own timer (leaseRanOut).
+// heartbeatLoop extends the leases of running jobs, cancels the handlers
+// of jobs the backend reports lost, and gives up on handlers that ignore
+// their context's end (see Config.StuckGrace). A job whose lease runs out
+// while heartbeats fail is cancelled by its own timer (leaseRanOut).
 func (w *Worker) heartbeatLoop(ctx context.Context) {
 	defer w.bgWG.Done()
 	t := time.NewTicker(w.cfg.HeartbeatInterval)
@@ -27,11 +28,29 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 
 func (w *Worker) heartbeat(ctx context.Context) {
 	w.mu.Lock()
+	now := time.Now()
+	var stuck []*running
 	leases := make([]queue.Lease, 0, len(w.inflight))
 	for _, r := range w.inflight {
+		if w.isStuck(r, now) {
+			stuck = append(stuck, r)
+			continue
+		}
 		leases = append(leases, r.lease)
 	}
+	for r := range w.aside {
+		if w.isStuck(r, now) {
+			stuck = append(stuck, r)
+		}
+	}
+	gaveUp := stuck[:0]
+	for _, r := range stuck {
+		if w.abandonRun(r, now, true) {
+			gaveUp = append(gaveUp, r)
+		}
+	}
 	w.mu.Unlock()
+	w.endGivenUp(gaveUp, now)
 	if len(leases) > 0 {
 		sent := time.Now()
 		hctx, cancel := context.WithTimeout(ctx, w.cfg.HeartbeatInterval)
@@ -54,7 +73,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 					if !r.finishing.Load() {
 						w.stats.lost.Add(1)
 						w.logJob(r.ctx, slog.LevelWarn, "jobfence: job lost: cancelling its handler", r.job)
-						r.cancel(ErrLeaseLost)
+						w.cancelRun(r, ErrLeaseLost)
 					}
 					continue
 				}
@@ -82,7 +101,7 @@ func (w *Worker) leaseRanOut(r *running) {
 	}
 	w.stats.lost.Add(1)
 	w.logJob(r.ctx, slog.LevelWarn, "jobfence: lease ran out without a heartbeat: cancelling handler", r.job)
-	r.cancel(ErrLeaseLost)
+	w.cancelRun(r, ErrLeaseLost)
 }
 
 // cancelLoop cancels the handlers of jobs cancelled while they ran.
@@ -98,7 +117,7 @@ func (w *Worker) cancelLoop(ctx context.Context, leases <-chan queue.Lease) {
 			// not cancel the job's next claim after a retry.
 			if r := w.inflight[l.ID]; r != nil && r.lease.Fence == l.Fence {
 				w.stats.lost.Add(1)
-				r.cancel(ErrJobCancelled)
+				w.cancelRun(r, ErrJobCancelled)
 			}
 			w.mu.Unlock()
 		}

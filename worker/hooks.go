@@ -49,6 +49,10 @@ type JobEnd struct {
 	// handler ran, or the outcome could not be sent before the lease ran
 	// out. Such a job is rescued (or stays cancelled).
 	Lost bool
+	// Stuck reports, with Lost, that the worker gave up on a handler that
+	// kept running for Config.StuckGrace after its context ended; JobEnd
+	// is called then, and not again if the handler returns at last.
+	Stuck bool
 	// Err is what the handler returned (a *PanicError for a panic), or why
 	// the job could not run.
 	Err error
@@ -93,9 +97,11 @@ func (w *Worker) logJob(ctx context.Context, level slog.Level, msg string, job *
 
 // ended reports r's end to the JobEnd hook. Each job reaches it on one
 // path only: stale or committed in its transaction, lost while running, or
-// its outcome recorded (or given up on) by a completer.
+// its outcome recorded (or given up on) by a completer; a handler the
+// worker gave up on reaches it first from endGivenUp.
 func (w *Worker) ended(r *running, end JobEnd) {
-	if w.cfg.Hooks.JobEnd == nil {
+	// A handler given up on had its end reported then (see abandonRun).
+	if w.cfg.Hooks.JobEnd == nil || !r.endReported.CompareAndSwap(false, true) {
 		return
 	}
 	end.Duration = r.took

@@ -22,6 +22,14 @@ type Stats struct {
 	// Lost counts running jobs whose claim was lost mid-run (the handler's
 	// context was cancelled with ErrLeaseLost or ErrJobCancelled).
 	Lost int64
+	// Stuck counts handlers the worker gave up on because they kept
+	// running for Config.StuckGrace after their context ended (see
+	// StuckGrace); their jobs were left to the rescuer.
+	Stuck int64
+	// StuckRunning is how many of the Stuck handlers have not returned
+	// yet: goroutines, and whatever they hold, that the worker cannot
+	// reclaim.
+	StuckRunning int64
 	// Panics counts recovered handler panics.
 	Panics int64
 	// FetchErrors counts claims that failed (the backend was unreachable).
@@ -38,7 +46,7 @@ type Stats struct {
 }
 
 type counters struct {
-	claimed, completed, retried, discarded, snoozed, cancelled, stale, lost, panics,
+	claimed, completed, retried, discarded, snoozed, cancelled, stale, lost, stuck, stuckRunning, panics,
 	fetchErrors, finishErrors, rescued, pruned, promoted atomic.Int64
 }
 
@@ -46,8 +54,8 @@ func (c *counters) snapshot() Stats {
 	return Stats{
 		Claimed: c.claimed.Load(), Completed: c.completed.Load(), Retried: c.retried.Load(),
 		Discarded: c.discarded.Load(), Snoozed: c.snoozed.Load(), Cancelled: c.cancelled.Load(),
-		Stale: c.stale.Load(), Lost: c.lost.Load(), Panics: c.panics.Load(),
-		FetchErrors: c.fetchErrors.Load(), FinishErrors: c.finishErrors.Load(),
+		Stale: c.stale.Load(), Lost: c.lost.Load(), Stuck: c.stuck.Load(), StuckRunning: c.stuckRunning.Load(),
+		Panics: c.panics.Load(), FetchErrors: c.fetchErrors.Load(), FinishErrors: c.finishErrors.Load(),
 		Rescued: c.rescued.Load(), Pruned: c.pruned.Load(), Promoted: c.promoted.Load(),
 	}
 }

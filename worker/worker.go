@@ -27,6 +27,13 @@ type Worker struct {
 	started  bool
 	stopped  bool
 	inflight map[int64]*running
+	// aside holds handlers still running whose claim left inflight: a
+	// newer claim of their job replaced it, or the worker gave up on them
+	// but they kept their slot (see abandonRun). Stop gives up on these too.
+	aside map[*running]struct{}
+	// fetches are the queues' fetch states, by queue: a stuck handler's
+	// slot goes back to its queue. Set by Start, read-only after.
+	fetches map[string]*queueFetch
 
 	finishCh chan pending
 	// giveUp is closed when Stop's deadline passes while outcomes are still
@@ -88,6 +95,24 @@ type running struct {
 	// likely raced that very recording; cancelling is moot, and the
 	// recording reports a stale outcome if the job was really lost.
 	finishing atomic.Bool
+	// tracked is when the handler was about to start.
+	tracked time.Time
+	// ctxEnd is when the handler's context ended, or will end at its
+	// deadline (zero: no deadline and not cancelled). StuckGrace counts
+	// from it. Set before track, then changed under Worker.mu.
+	ctxEnd time.Time
+	// state says whether the handler returned or the worker gave up on it
+	// first (runActive, ...): the handler and the worker race for it.
+	state atomic.Int32
+	// aside is set while r is in Worker.aside (under Worker.mu).
+	aside bool
+	// late is set, by the handler's own goroutine, when the handler
+	// returned after the worker gave up on it and let its slot go: its
+	// outcome is recorded at once rather than by the completers, which
+	// may have ended.
+	late bool
+	// endReported is set once JobEnd was called for r.
+	endReported atomic.Bool
 }
 
 // New returns a worker for backend running reg's handlers. It checks the
@@ -114,6 +139,7 @@ func New(backend queue.Backend, reg *Registry, cfg Config) (*Worker, error) {
 		cfg:         cfg,
 		log:         log,
 		inflight:    map[int64]*running{},
+		aside:       map[*running]struct{}{},
 		finishCh:    make(chan pending, 4*cfg.FinishBatch),
 		giveUp:      make(chan struct{}),
 		leaseMargin: min(cfg.Lease/10, time.Second),
@@ -209,6 +235,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.bgWG.Add(1)
 		go w.maintenanceLoop(bgCtx, m)
 	}
+	w.fetches = make(map[string]*queueFetch, len(w.cfg.Queues))
 	w.pokes = make(map[string]chan struct{}, len(w.cfg.Queues))
 	for q := range w.cfg.Queues {
 		w.pokes[q] = make(chan struct{}, 1)
@@ -232,12 +259,13 @@ func (w *Worker) Start(ctx context.Context) error {
 			wake = ch
 		}
 		f := newQueueFetch(q, n, gates[q], wake, w.pokes[q])
+		w.fetches[q] = f
 		// Long-lived runners, one per slot, keep their grown stacks (see
 		// runnerStackReserve): a goroutine per job would grow a fresh
 		// stack for every job.
 		for range n {
 			w.jobsWG.Add(1)
-			go w.runner(f.out, f.release)
+			go w.runner(f)
 		}
 		var loops sync.WaitGroup
 		for i := range min(w.cfg.Fetchers, n) {
@@ -258,8 +286,12 @@ func (w *Worker) Start(ctx context.Context) error {
 // their outcomes to be recorded. If ctx ends first, the remaining handlers'
 // contexts are cancelled with ErrWorkerStopping and their jobs are put back
 // to run again without spending an attempt; Stop then waits for those
-// handlers to return. No job is lost: one whose outcome cannot be recorded
-// keeps its claim until the lease expires and is then rescued.
+// handlers to return, for Config.StuckGrace but at most a second. A
+// handler that ignores its context does not hold Stop: it is given up on
+// (Stats.Stuck), goes on in its goroutine, and its job is left to the
+// rescuer once its lease runs out; Stop returns whatever handlers do. No
+// job is lost: one whose outcome cannot be recorded keeps its claim until
+// the lease expires and is then rescued.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	if !w.started || w.stopped {
@@ -281,10 +313,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 		w.mu.Lock()
 		w.interrupted = true
 		for _, r := range w.inflight {
-			r.cancel(ErrWorkerStopping)
+			w.cancelRun(r, ErrWorkerStopping)
 		}
 		w.mu.Unlock()
-		<-done
+		w.waitOrAbandon(done)
 		stopErr = fmt.Errorf("jobfence: worker stop: %w; running jobs were interrupted and put back", ctx.Err())
 	}
 	close(w.finishCh)
@@ -325,15 +357,20 @@ type pending struct {
 	outcome queue.Outcome
 }
 
-// runner executes jobs until jobs is closed, calling release after each.
-func (w *Worker) runner(jobs <-chan claimed, release func()) {
-	defer w.jobsWG.Done()
+// runner executes f's jobs until f.out is closed, releasing a slot after
+// each. A runner whose handler the worker gave up on leaves as soon as the
+// handler returns: its slot and its place in jobsWG went to a new runner
+// (or Stop let them go).
+func (w *Worker) runner(f *queueFetch) {
 	var reserve [runnerStackReserve]byte
 	holdStack(reserve[:])
-	for c := range jobs {
-		w.execute(c.job, c.until)
-		release()
+	for c := range f.out {
+		if w.execute(c.job, c.until) {
+			return
+		}
+		f.release()
 	}
+	w.jobsWG.Done()
 }
 
 // runnerStackReserve is stack a runner keeps in use while it waits for a
@@ -361,10 +398,15 @@ func (w *Worker) track(r *running) bool {
 		return false
 	}
 	if old := w.inflight[r.lease.ID]; old != nil {
-		old.cancel(ErrLeaseLost)
+		w.cancelRun(old, ErrLeaseLost)
+		if old.state.Load() == runActive {
+			// Its handler still runs: the worker may yet give up on it.
+			w.aside[old], old.aside = struct{}{}, true
+		}
 	}
 	w.inflight[r.lease.ID] = r
-	r.leaseTimer = time.AfterFunc(time.Until(r.leaseUntil)-w.leaseMargin, func() { w.leaseRanOut(r) })
+	r.tracked = time.Now()
+	r.leaseTimer = time.AfterFunc(r.leaseUntil.Sub(r.tracked)-w.leaseMargin, func() { w.leaseRanOut(r) })
 	return true
 }
 
@@ -373,6 +415,10 @@ func (w *Worker) untrack(r *running) {
 	w.mu.Lock()
 	if w.inflight[r.lease.ID] == r {
 		delete(w.inflight, r.lease.ID)
+	}
+	if r.aside {
+		delete(w.aside, r)
+		r.aside = false
 	}
 	if r.leaseTimer != nil {
 		r.leaseTimer.Stop()
