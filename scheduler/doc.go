@@ -12,11 +12,24 @@
 // Specs have five fields (minute hour day-of-month month day-of-week), an
 // optional leading seconds field, descriptors (@hourly, @daily, @every 90s)
 // and an optional CRON_TZ=Zone prefix; Options.TimeZone sets the zone
-// otherwise, and the default is UTC. Daylight-saving transitions behave as
-// robfig/cron documents: a fire inside the hour skipped in spring does not
-// happen, and one inside the hour repeated in autumn happens at both offsets
-// (two fires, two keys, two jobs). @every d fires at the multiples of d since the Unix epoch, so every
-// instance agrees on its fires whenever it started.
+// otherwise, and the default is UTC. @every d fires at the multiples of d
+// since the Unix epoch, so every instance agrees on its fires whenever it
+// started.
+//
+// Daylight-saving time. A schedule that names its hours ("0 3 * * *",
+// "30 2 * * 0", @daily) fires once for each wall-clock time it matches: a
+// time skipped in spring fires at the transition (02:30 on the day
+// Europe/Berlin goes from 02:00 to 03:00 fires at 03:00, once, however
+// many of its times fall in the gap), and a time repeated in autumn fires
+// at its first occurrence only (01:30 EDT, not 01:30 EST, in
+// America/New_York), as cron(8) does for jobs at a fixed time. A schedule
+// that runs every hour (its hour field is * or covers all 24: "30 * * * *",
+// "*/5 * * * *", @hourly) follows the clock instead: the hour skipped in
+// spring has no fires, and the repeated hour has its fires twice (01:30 EDT
+// and 01:30 EST are an hour apart: two fires, two keys), so its fires stay
+// evenly spaced in real time. Either way the fire times follow from the
+// spec and the zone's rules alone, so every instance, and catch-up after
+// downtime, finds the same ones.
 //
 // The schedules table records each schedule's definition, its last enqueued
 // fire and its next fire (see List and `jobfence schedules list`). An

@@ -53,15 +53,16 @@ func TestSpecNext(t *testing.T) {
 			[]string{"2026-05-04T21:00:00Z"}},
 		{"descriptor with CRON_TZ", "CRON_TZ=Europe/Paris @daily", "", "2026-05-04T00:00:00Z",
 			[]string{"2026-05-04T22:00:00Z"}},
-		// robfig/cron: a fire inside the hour skipped in spring does not happen.
-		{"DST spring forward skips 02:30", "CRON_TZ=America/New_York 30 2 * * *", "", "2026-03-07T12:00:00Z",
-			[]string{"2026-03-09T06:30:00Z", "2026-03-10T06:30:00Z"}},
+		// A daily fire inside the hour skipped in spring fires when the
+		// clock jumps (03:00 EDT), once; one inside the hour repeated in
+		// autumn fires at its first occurrence only. TestSpecNextDST has
+		// more.
+		{"DST spring forward fires 02:30 at 03:00", "CRON_TZ=America/New_York 30 2 * * *", "", "2026-03-07T12:00:00Z",
+			[]string{"2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z", "2026-03-10T06:30:00Z"}},
 		{"DST spring forward hourly", "CRON_TZ=America/New_York 0 * * * *", "", "2026-03-08T05:00:00Z",
 			[]string{"2026-03-08T06:00:00Z", "2026-03-08T07:00:00Z", "2026-03-08T08:00:00Z"}},
-		// robfig/cron: a fire inside the hour repeated in autumn happens at
-		// both offsets, as two fires with two keys.
-		{"DST fall back repeats 01:30", "CRON_TZ=America/New_York 30 1 * * *", "", "2026-10-31T12:00:00Z",
-			[]string{"2026-11-01T05:30:00Z", "2026-11-01T06:30:00Z", "2026-11-02T06:30:00Z"}},
+		{"DST fall back fires 01:30 once", "CRON_TZ=America/New_York 30 1 * * *", "", "2026-10-31T12:00:00Z",
+			[]string{"2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
