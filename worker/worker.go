@@ -285,13 +285,15 @@ func (w *Worker) Start(ctx context.Context) error {
 // Stop stops claiming new jobs and waits for running ones to finish and
 // their outcomes to be recorded. If ctx ends first, the remaining handlers'
 // contexts are cancelled with ErrWorkerStopping and their jobs are put back
-// to run again without spending an attempt; Stop then waits for those
-// handlers to return, for Config.StuckGrace but at most a second. A
-// handler that ignores its context does not hold Stop: it is given up on
-// (Stats.Stuck), goes on in its goroutine, and its job is left to the
-// rescuer once its lease runs out; Stop returns whatever handlers do. No
-// job is lost: one whose outcome cannot be recorded keeps its claim until
-// the lease expires and is then rescued.
+// to run again without spending an attempt: each put-back is recorded on
+// the job, and the queue.PutBackLimit-th in a row spends the attempt, so a
+// job that keeps getting its worker restarted runs out of attempts. Stop
+// then waits for those handlers to return, for Config.StuckGrace but at
+// most a second. A handler that ignores its context does not hold Stop: it
+// is given up on (Stats.Stuck), goes on in its goroutine, and its job is
+// left to the rescuer once its lease runs out; Stop returns whatever
+// handlers do. No job is lost: one whose outcome cannot be recorded keeps
+// its claim until the lease expires and is then rescued.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	if !w.started || w.stopped {
