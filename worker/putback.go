@@ -46,7 +46,9 @@ const maxOutageCheck = 5 * time.Second
 // (idle past its lease, its backend terminated) spends the attempt like
 // any failure, or its job would loop without ever running out of them.
 func (w *Worker) txFailed(ctx context.Context, tx pgx.Tx, job *queue.Job, err error) error {
-	if !tx.Conn().IsClosed() {
+	if !tx.Conn().IsClosed() || ctx.Err() != nil {
+		// An ended context (a timeout, a lost lease, Stop) closes the
+		// connection itself: its cause decides the outcome.
 		return err
 	}
 	oc, ok := w.backend.(OutageChecker)
