@@ -124,25 +124,30 @@ func ListIn(ctx context.Context, db DB, p ListParams) ([]*queue.Job, error) {
 	return jobs, nil
 }
 
+// cancelSQL cancels job $1 unless it has finished, and tells its worker
+// (cancelChannel, "<id>:<fence>", as cancelPayload writes it) in the same
+// statement: the notification goes out when, and only if, the change
+// commits. One statement in its own transaction, the cancel holds the
+// job's row only while the server runs it: a client frozen after sending
+// it leaves nothing locked, where one frozen inside a transaction would
+// hold the row (a heartbeat, the worker's outcome and the rescuer would
+// wait or skip it) for as long as it stayed frozen.
 const cancelSQL = `
-UPDATE jobfence_jobs
-SET state = 'cancelled', finalized_at = now(), lease_expires_at = NULL,
-    errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', now(), 'error', 'cancelled by request'))
-WHERE id = $1 AND state NOT IN ('completed', 'discarded', 'cancelled')
-RETURNING id, fence`
+WITH c AS (
+    UPDATE jobfence_jobs
+    SET state = 'cancelled', finalized_at = now(), lease_expires_at = NULL,
+        errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', now(), 'error', 'cancelled by request'))
+    WHERE id = $1 AND state NOT IN ('completed', 'discarded', 'cancelled')
+    RETURNING id, fence
+)
+SELECT pg_notify($2, id::text || ':' || fence::text) FROM c`
 
 // Cancel cancels a job that has not finished. A running job's worker is
 // told at once (NOTIFY) and cancels the handler's context; whatever that
 // handler reports afterwards is stale. Cancelling a final job returns an
 // error naming its state; an unknown ID wraps queue.ErrJobNotFound.
 func (c *Client) Cancel(ctx context.Context, id int64) error {
-	tx, err := c.pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("pgqueue: cancel job %d: %w", id, err)
-	}
-	defer tx.Rollback(ctx)
-	var l queue.Lease
-	err = tx.QueryRow(ctx, cancelSQL, id).Scan(&l.ID, &l.Fence)
+	err := c.pool.QueryRow(ctx, cancelSQL, id, cancelChannel).Scan(nil)
 	if errors.Is(err, pgx.ErrNoRows) {
 		j, gerr := c.Get(ctx, id)
 		if gerr != nil {
@@ -151,12 +156,6 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 		return fmt.Errorf("pgqueue: cancel job %d: it is already %s", id, j.State)
 	}
 	if err != nil {
-		return fmt.Errorf("pgqueue: cancel job %d: %w", id, err)
-	}
-	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", cancelChannel, cancelPayload(l)); err != nil {
-		return fmt.Errorf("pgqueue: cancel job %d: notify: %w", id, err)
-	}
-	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("pgqueue: cancel job %d: %w", id, err)
 	}
 	return nil
@@ -173,12 +172,17 @@ const retrySet = `state = 'available', scheduled_at = now(), finalized_at = NULL
     max_attempts = greatest(max_attempts, attempt + 1)`
 
 // retrySQL makes job $1 ready now unless it is running, or completed and $2
-// (force) is false.
+// (force) is false, and wakes its queue's workers (channel $3) in the same
+// statement, so that a client frozen right after sending it holds nothing
+// back: neither the row nor the wake-up.
 const retrySQL = `
-UPDATE jobfence_jobs
-SET ` + retrySet + `
-WHERE id = $1 AND state <> 'running' AND ($2 OR state <> 'completed')
-RETURNING queue`
+WITH r AS (
+    UPDATE jobfence_jobs
+    SET ` + retrySet + `
+    WHERE id = $1 AND state <> 'running' AND ($2 OR state <> 'completed')
+    RETURNING queue
+)
+SELECT pg_notify($3, queue) FROM r`
 
 // Retry makes a job that is not running ready to run now, giving it one
 // more attempt if it had none left: the way back for a discarded or
@@ -196,8 +200,7 @@ func (c *Client) RetryForce(ctx context.Context, id int64) error {
 }
 
 func (c *Client) retry(ctx context.Context, id int64, force bool) error {
-	var q string
-	err := c.pool.QueryRow(ctx, retrySQL, id, force).Scan(&q)
+	err := c.pool.QueryRow(ctx, retrySQL, id, force, insertChannel).Scan(nil)
 	if errors.Is(err, pgx.ErrNoRows) {
 		j, gerr := c.Get(ctx, id)
 		if gerr != nil {
@@ -210,9 +213,6 @@ func (c *Client) retry(ctx context.Context, id int64, force bool) error {
 	}
 	if err != nil {
 		return fmt.Errorf("pgqueue: retry job %d: %w", id, err)
-	}
-	if _, err := c.pool.Exec(ctx, notifySQL, insertChannel, []string{q}); err != nil {
-		return fmt.Errorf("pgqueue: retry job %d: notify: %w", id, err)
 	}
 	return nil
 }

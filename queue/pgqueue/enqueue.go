@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/jobfence/jobfence/internal/txbound"
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -161,13 +162,20 @@ FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz
      AS t(q, k, a, p, s, m, u, md, tc)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING`
 
+// boundedBegin begins a transaction of statements that jobfence sends back
+// to back, such as EnqueueMany's COPY and insert of the jobs with unique
+// keys, which cannot be one statement. Bounded, it holds what it inserted
+// and locked (unique keys that others wait for) txbound.Idle past a client
+// that froze between its statements, not for as long as it stays frozen.
+var boundedBegin = txbound.Begin(txbound.Idle, txbound.LockWait)
+
 // EnqueueMany inserts many jobs in one round trip and returns how many were
 // inserted. Jobs to run now without unique keys go through COPY, the
 // fastest path; jobs with unique keys or a ScheduledAt are inserted with
 // ON CONFLICT DO NOTHING and are not counted when their key was taken.
 func (c *Client) EnqueueMany(ctx context.Context, ps []queue.EnqueueParams) (int64, error) {
 	return queue.Observe(ctx, c.cfg.InsertHook, ps, func(ctx context.Context, meta map[string]string) (int64, error) {
-		tx, err := c.pool.Begin(ctx)
+		tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: boundedBegin})
 		if err != nil {
 			return 0, fmt.Errorf("pgqueue: enqueue many: %w", err)
 		}

@@ -10,9 +10,14 @@ import (
 	"github.com/jobfence/jobfence/queue"
 )
 
-// rescueLockSQL takes the running jobs whose lease expired, in a
-// transaction that rescueSQL then ends. SKIP LOCKED keeps two rescuers off
-// the same rows, and off a row whose holder is still committing.
+// rescueFindSQL reads up to $1 running jobs whose lease expired, oldest
+// lease first, and whether each was claimed before the server last
+// started. It locks nothing: rescueSQL takes the jobs, each still expired
+// under the fence read here, in a statement of its own. No transaction
+// spans the two, so a rescuer frozen between them (SIGSTOP, a paused VM)
+// holds no job, and the next rescuer moves them; a transaction that
+// locked them here kept every other rescuer off them for as long as the
+// freeze lasted.
 //
 // It reads the running jobs through jobfence_jobs_running (migration
 // 00006), whose predicate names attempted_at so that no other statement
@@ -21,23 +26,44 @@ import (
 // holds lease_expires_at: a heartbeat changes no indexed column and can
 // be a HOT update, leaving the indexes alone. The lease is checked on the
 // row; running jobs are few (the fleet's concurrency).
-const rescueLockSQL = `
+const rescueFindSQL = `
 SELECT ` + jobColumns + `, j.attempted_at < pg_postmaster_start_time()
 FROM jobfence_jobs j
 WHERE j.state = 'running' AND j.attempted_at IS NOT NULL AND j.lease_expires_at < now()
 ORDER BY j.lease_expires_at
-LIMIT $1
-FOR UPDATE SKIP LOCKED`
+LIMIT $1`
 
-// rescueSQL makes the locked jobs retryable after their delay, or discards
-// those out of attempts. A job claimed before the server last started
-// (put_backs > 0, its put-backs in a row with this one) is put back: it
-// gives its attempt back and is available at once, as the restart, not the
-// job, ended it; but the queue.PutBackLimit-th put-back in a row spends
-// the attempt (give_back is false). The expired owner's fence stays on the
+// rescueSQL takes the jobs rescueFindSQL read that are still running under
+// the fence read, their lease still expired, and still claimed before the
+// server's last start or not as read (put_backs > 0 says it was), and
+// makes them retryable after their delay, or discards those out of
+// attempts. The fence pins the attempt: a job completed, rescued or
+// claimed again meanwhile is left alone, and a running attempt's row
+// changes only by its heartbeats, which the lease check sees, so the job
+// as read is the job moved. SKIP LOCKED keeps two rescuers off the same
+// rows, and off a row whose holder is still committing; the rows it locks
+// are checked again under their lock. One statement in a transaction of
+// its own, it holds its rows only while the server runs it. (The coalesce
+// keeps the restart check from implying attempted_at IS NOT NULL, which
+// would let the planner scan jobfence_jobs_running rather than probe the
+// primary key: see rescueFindSQL.)
+//
+// A job claimed before the server last started is put back: it gives its
+// attempt back and is available at once, as the restart, not the job,
+// ended it; but the queue.PutBackLimit-th put-back in a row spends the
+// attempt (give_back is false). The expired owner's fence stays on the
 // row, but the state is no longer 'running', so its late outcomes are
 // stale. Its arrays are read as completeSQL's are.
 const rescueSQL = `
+WITH r AS (
+    SELECT j.id, r.delay, r.give_back, r.put_backs
+    FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::bigint[]), (SELECT $4::boolean[]),
+                (SELECT $5::int[])) AS r(id, fence, delay, give_back, put_backs)
+    JOIN jobfence_jobs j ON j.id = r.id AND j.fence = r.fence
+    WHERE j.state = 'running' AND j.lease_expires_at < now()
+      AND coalesce(j.attempted_at < pg_postmaster_start_time(), false) = (r.put_backs > 0)
+    FOR UPDATE OF j SKIP LOCKED
+)
 UPDATE jobfence_jobs j
 SET state = CASE WHEN NOT r.give_back AND j.attempt >= j.max_attempts THEN 'discarded'
                  WHEN r.give_back THEN 'available' ELSE 'retryable' END,
@@ -45,7 +71,7 @@ SET state = CASE WHEN NOT r.give_back AND j.attempt >= j.max_attempts THEN 'disc
     scheduled_at = now() + r.delay * interval '1 microsecond',
     errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error',
         CASE WHEN r.give_back THEN 'lease expired: the database restarted while the job ran; the attempt is given back ('
-                 || r.put_backs || ' in a row; at ' || $5::int || ' the attempt is spent)'
+                 || r.put_backs || ' in a row; at ' || $6::int || ' the attempt is spent)'
              WHEN r.put_backs > 0 THEN 'lease expired: the database restarted while the job ran, '
                  || r.put_backs || ' put-backs in a row: the attempt is spent'
              ELSE 'lease expired: the worker stopped heartbeating (crashed, paused or cut off)' END)
@@ -54,24 +80,18 @@ SET state = CASE WHEN NOT r.give_back AND j.attempt >= j.max_attempts THEN 'disc
                 ELSE '{}'::jsonb END),
     finalized_at = CASE WHEN NOT r.give_back AND j.attempt >= j.max_attempts THEN now() END,
     lease_expires_at = NULL
-FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::boolean[]), (SELECT $4::int[]))
-    AS r(id, delay, give_back, put_backs)
+FROM r
 WHERE j.id = r.id AND j.state = 'running'`
 
 // Rescue implements queue.Maintainer. Every instance may run it; SKIP LOCKED
 // keeps two rescuers off the same rows. A job whose attempt is spent waits
 // p.Backoff (the worker's retry policy); one given back runs again at once.
 func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) {
-	tx, err := c.pool.Begin(ctx)
+	rows, err := c.pool.Query(ctx, rescueFindSQL, p.Limit)
 	if err != nil {
 		return 0, fmt.Errorf("pgqueue: rescue: %w", err)
 	}
-	defer tx.Rollback(context.Background())
-	rows, err := tx.Query(ctx, rescueLockSQL, p.Limit)
-	if err != nil {
-		return 0, fmt.Errorf("pgqueue: rescue: %w", err)
-	}
-	var ids, delays []int64
+	var ids, fences, delays []int64
 	var giveBack []bool
 	var putBacks []int32
 	for rows.Next() {
@@ -82,8 +102,8 @@ func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) 
 			rows.Close()
 			return 0, fmt.Errorf("pgqueue: rescue: %w", err)
 		}
-		// The row is locked and its claim over: its errors are the ones
-		// the update appends to.
+		// Its claim is over, and rescueSQL moves it only under the fence
+		// read: its errors are the ones the update appends to.
 		n := 0
 		if restarted {
 			n = queue.PutBacksInARow(j.Errors) + 1
@@ -93,7 +113,7 @@ func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) 
 		if !back && p.Backoff != nil {
 			d = p.Backoff(j)
 		}
-		ids, delays = append(ids, j.ID), append(delays, d.Microseconds())
+		ids, fences, delays = append(ids, j.ID), append(fences, j.Fence), append(delays, d.Microseconds())
 		giveBack, putBacks = append(giveBack, back), append(putBacks, int32(n))
 	}
 	rows.Close()
@@ -103,11 +123,8 @@ func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) 
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	tag, err := tx.Exec(ctx, rescueSQL, ids, delays, giveBack, putBacks, queue.PutBackLimit)
+	tag, err := c.pool.Exec(ctx, rescueSQL, ids, fences, delays, giveBack, putBacks, queue.PutBackLimit)
 	if err != nil {
-		return 0, fmt.Errorf("pgqueue: rescue: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("pgqueue: rescue: %w", err)
 	}
 	return int(tag.RowsAffected()), nil

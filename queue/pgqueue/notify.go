@@ -80,7 +80,8 @@ func (c *Client) Cancelled(ctx context.Context) (<-chan queue.Lease, error) {
 	return ch, nil
 }
 
-// cancelPayload is the cancel notification of lease l: "<id>:<fence>".
+// cancelPayload is the cancel notification of lease l: "<id>:<fence>", as
+// cancelSQL writes it.
 func cancelPayload(l queue.Lease) string {
 	return strconv.FormatInt(l.ID, 10) + ":" + strconv.FormatInt(l.Fence, 10)
 }

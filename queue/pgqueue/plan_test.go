@@ -55,7 +55,7 @@ func TestBatchStatementsProbeThePrimaryKey(t *testing.T) {
 		{"complete", pgqueue.CompleteSQL, []any{ids, fences}},
 		{"finish", pgqueue.FinishSQL, []any{ids, fences, outcomes, delays, errs}},
 		{"heartbeat", pgqueue.HeartbeatSQL, []any{ids, fences, time.Minute.Microseconds()}},
-		{"rescue", pgqueue.RescueSQL, []any{ids, delays, restarted, make([]int32, n), queue.PutBackLimit}},
+		{"rescue", pgqueue.RescueSQL, []any{ids, fences, delays, restarted, make([]int32, n), queue.PutBackLimit}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var raw []byte
