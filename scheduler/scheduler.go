@@ -61,9 +61,11 @@ type Config struct {
 	// whose transaction runs out of it (a partition, a black-holed route:
 	// the query would otherwise wait until TCP gives up, many minutes later,
 	// and every schedule of the instance with it) fails, is logged and is
-	// retried with backoff, while the other schedules go on; the server ends
-	// the transaction too once it sits idle that long. Zero or less means
-	// DefaultEnqueueTimeout.
+	// retried with backoff, while the other schedules go on. The server
+	// ends the transaction once it sits idle 2 seconds (or EnqueueTimeout
+	// if shorter), so that an instance frozen mid-fire (a paused VM) holds
+	// up the other instances' fires of the schedule that long at most.
+	// Zero or less means DefaultEnqueueTimeout.
 	EnqueueTimeout time.Duration
 	// OnFire, if set, is called from the scheduler's loop after each fire's
 	// transaction commits, for every fire this instance handled: inserted

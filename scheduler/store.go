@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobfence/jobfence/internal/txbound"
 )
 
 // UniqueKey returns the unique key of the job of schedule name's fire at t:
@@ -85,10 +87,17 @@ func (s *Scheduler) register(ctx context.Context, sc *schedule, now time.Time) (
 	return last, nil
 }
 
-// beginFireSQL bounds how long the fire transaction may sit idle, to $1
-// milliseconds (a paused process's transaction is ended by the server, so
-// it commits nothing), and reads the database's clock.
-const beginFireSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1, true), now()`
+// fireBounds returns the BEGIN of a fire's transaction for an
+// EnqueueTimeout of timeout. The server ends the transaction once it sits
+// idle txbound.Idle, or timeout if shorter: a client frozen mid-fire (a
+// paused process) commits nothing, and the fire's unique key and the
+// schedule's row, which every other instance's fire of the schedule waits
+// for, are free again soon, rather than timeout later. A lock wait (no
+// sign of a frozen client: another fire may hold the row) may last
+// timeout, as the client's own context allows it.
+func fireBounds(timeout time.Duration) string {
+	return txbound.Begin(min(timeout, txbound.Idle), timeout)
+}
 
 // unfinishedSQL finds a job that is not final of a fire of the schedule
 // whose key prefix is $1 earlier than the Unix time $2: the earliest such
@@ -146,15 +155,14 @@ WHERE s.last_fire IS NULL OR s.last_fire < EXCLUDED.last_fire`
 func (s *Scheduler) enqueue(ctx context.Context, sc *schedule, fires []time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.EnqueueTimeout)
 	defer cancel()
-	tx, err := s.client.Pool().Begin(ctx)
+	tx, err := s.client.Pool().BeginTx(ctx, pgx.TxOptions{BeginQuery: fireBounds(s.cfg.EnqueueTimeout)})
 	if err != nil {
 		return fmt.Errorf("schedule %q: begin: %w", sc.name, err)
 	}
 	defer tx.Rollback(ctx)
-	var setting string
 	var dbNow time.Time
-	if err := tx.QueryRow(ctx, beginFireSQL, strconv.FormatInt(s.cfg.EnqueueTimeout.Milliseconds(), 10)).Scan(&setting, &dbNow); err != nil {
-		return fmt.Errorf("schedule %q: begin: %w", sc.name, err)
+	if err := tx.QueryRow(ctx, "SELECT now()").Scan(&dbNow); err != nil {
+		return fmt.Errorf("schedule %q: read the database's clock: %w", sc.name, err)
 	}
 	oldest := dbNow.Add(-s.cfg.Retention)
 	var events []Fire
