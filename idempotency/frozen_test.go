@@ -15,6 +15,7 @@ import (
 	"github.com/jobfence/jobfence/idempotency"
 	"github.com/jobfence/jobfence/internal/freeze"
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/sqlfreeze"
 	"github.com/jobfence/jobfence/internal/testchild"
 )
 
@@ -164,5 +165,78 @@ func TestDoTxFrozenHolderReleasesKey(t *testing.T) {
 	var fence int64
 	if err := db.Pool.QueryRow(ctx, "SELECT count(*), coalesce(max(fence), 0) FROM charges").Scan(&n, &fence); err != nil || n != 1 || fence != r.Fence {
 		t.Fatalf("%d charges, the last under fence %d (%v); want 1, under the taker's fence %d", n, fence, err, r.Fence)
+	}
+}
+
+// TestDoTxFrozenAfterLosingTheRaceFreesKey: caller B finds a key free (its
+// holder's lease ran out) and, in its transaction, tries to take it; C
+// takes it over first. B's claim then finds the key held and takes
+// nothing, but its upsert locked the key's row, and B freezes right there
+// (its client stops, as a paused VM's does). C's completion of the key
+// waits for that lock: it must go through once B's lease has run out,
+// although B stays frozen, because the claim bounded B's transaction by
+// the lease whether or not it took the key. Before the fix only a claim
+// that took the key bounded it, and C waited for as long as B stayed
+// frozen.
+func TestDoTxFrozenAfterLosingTheRaceFreesKey(t *testing.T) {
+	ctx := testCtx(t)
+	db := pgtest.New(t)
+	if _, err := db.Pool.Exec(ctx, chargesSQL); err != nil {
+		t.Fatal(err)
+	}
+	// A key in progress whose holder's lease ran out: its holder died.
+	if _, err := db.Pool.Exec(ctx, `
+INSERT INTO jobfence_idempotency_keys (scope, key, fingerprint, state, fence, lease_expires_at, expires_at)
+VALUES ('race', 'k', 'fp', 'in_progress', nextval('jobfence_fence_seq'), now() - interval '1 second', now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	const lease = 2 * time.Second
+	fz := sqlfreeze.New(t, db.URL, 2)
+	b := idempotency.New(fz.Pool, idempotency.Options{Scope: "race", Lease: lease})
+	c := idempotency.New(db.Pool, idempotency.Options{Scope: "race", Lease: time.Minute})
+
+	cHolds, cGo, cDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	fz.Arm(sqlfreeze.Point{
+		Match: func(sql string) bool { return strings.Contains(sql, "INSERT INTO jobfence_idempotency_keys") },
+		// B has read the key and found it free: C takes it over now.
+		Before: func() {
+			go func() {
+				_, err := c.Do(ctx, "k", "fp", func(context.Context) ([]byte, error) {
+					close(cHolds)
+					<-cGo
+					return []byte("c"), nil
+				})
+				cDone <- err
+			}()
+			<-cHolds
+		},
+	})
+	bDone := make(chan error, 1)
+	go func() {
+		bDone <- pgx.BeginFunc(ctx, fz.Pool, func(tx pgx.Tx) error {
+			_, err := b.DoTx(ctx, tx, "k", "fp", charge("k", "b"))
+			return err
+		})
+	}()
+	fz.Frozen(t, 30*time.Second)
+	frozen := time.Now()
+	close(cGo)
+	select {
+	case err := <-cDone:
+		if err != nil {
+			t.Fatalf("C: %v", err)
+		}
+		t.Logf("C completed the key %v after B froze holding its row", time.Since(frozen))
+	case <-time.After(lease + 5*time.Second):
+		t.Fatalf("C could not complete the key within %v of B's freeze (B's lease %v)", time.Since(frozen), lease)
+	}
+	fz.Thaw()
+	<-bDone // B's transaction was ended, or B found C's response: either way B charged nothing
+	r, err := c.Lookup(ctx, "k")
+	if err != nil || r.State != idempotency.StateCompleted || string(r.Response) != "c" {
+		t.Fatalf("key %+v, %v; want completed by C", r, err)
+	}
+	if n := countRows(t, ctx, db.Pool, "charges"); n != 0 {
+		t.Fatalf("%d charges, want none (C's fn charges nothing, B's must not run)", n)
 	}
 }

@@ -206,7 +206,8 @@ type claim struct {
 // changes nothing, and in a transaction that lock would last until the
 // caller commits, blocking every other caller of a key that is only being
 // replayed. With inTx the statement that takes the key also bounds the
-// caller's transaction by the lease (see boundTxSQL).
+// caller's transaction by the lease, and so does one that finds it taken
+// (see claimKeyTxSQL).
 func (s *Store) claimKey(ctx context.Context, q querier, key, fingerprint string, inTx bool) (claim, error) {
 	claimSQL, extendSQL := claimKeySQL, extendLeaseSQL
 	if inTx {
@@ -217,13 +218,17 @@ func (s *Store) claimKey(ctx context.Context, q querier, key, fingerprint string
 		if attempt {
 			var c claim
 			var tookOver, short bool
+			taken := true
 			sent := time.Now()
 			dest := []any{&c.fence, &tookOver, &short}
 			if inTx {
-				dest = append(dest, nil, nil) // the bounds set_config returns
+				dest = append(dest, &taken, nil, nil) // nil: the bounds set_config returns
 			}
 			err := q.QueryRow(ctx, claimSQL, s.opts.Scope, key, fingerprint,
 				s.opts.Lease.Microseconds(), s.opts.Retention.Microseconds()).Scan(dest...)
+			if err == nil && !taken {
+				err = pgx.ErrNoRows
+			}
 			if err == nil && short {
 				sent = time.Now()
 				tag, xerr := q.Exec(ctx, extendSQL, s.opts.Scope, key, c.fence, s.opts.Lease.Microseconds())

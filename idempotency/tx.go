@@ -14,8 +14,23 @@ import (
 // the caller's transaction, and bound the transaction by the lease in the
 // same statement: a caller frozen right after taking the key is bounded
 // too, at no extra round trip.
+//
+// claimKeyTxSQL bounds the transaction whether or not it took the key, and
+// so returns one row either way (taken says which): an upsert that finds
+// the key held still locks its row, until the transaction (or DoTx's
+// savepoint) ends, and a caller frozen before that would otherwise hold
+// the key's row, and keep its holder from completing it, for as long as it
+// stayed frozen. Without a row of its own the bound is the lease ($4).
 const (
-	claimKeyTxSQL    = claimKeySQL + `,` + txbound.Set
+	claimKeyTxSQL = `
+WITH c AS (` + claimKeySQL + `, k.lease_expires_at
+)
+SELECT coalesce(fence, 0), coalesce(took_over, false), coalesce(short_lease, false), taken,` + txbound.Set + `
+FROM (
+    SELECT c.fence, c.took_over, c.short_lease, c.fence IS NOT NULL AS taken,
+           coalesce(c.lease_expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond') AS lease_expires_at
+    FROM (VALUES (1)) AS one LEFT JOIN c ON true
+) b`
 	extendLeaseTxSQL = extendLeaseSQL + `
 RETURNING` + txbound.Set
 )
