@@ -21,11 +21,14 @@ const (
 	countStale
 	countLost
 	countStuck
+	// countUnknownKind counts, among the snoozed, the jobs put back because
+	// the worker has no handler for their kind.
+	countUnknownKind
 	numCounted
 )
 
 // jobCounts are a queue and kind's per-attempt counts. An attempt adds one
-// to one of them, an atomic add, and the SDK reads them through an
+// to one of them (a put-back for an unknown kind to two), an atomic add, and the SDK reads them through an
 // observable counter when it collects: a synchronous counter's Add costs
 // the SDK a check of the attribute set, a lookup of its series and an
 // exemplar offer on every attempt, as much as a histogram measurement.
@@ -59,14 +62,15 @@ func countInstruments(m metric.Meter, cache *seriesCache) error {
 	var ins [numCounted]metric.Int64ObservableCounter
 	var err error
 	for i, c := range [numCounted]struct{ name, desc string }{
-		countCompleted: {"jobfence.jobs.completed", "Jobs completed."},
-		countRetried:   {"jobfence.jobs.retried", "Failed attempts scheduled to run again."},
-		countDiscarded: {"jobfence.jobs.discarded", "Jobs given up on: out of attempts, or arguments that do not decode."},
-		countCancelled: {"jobfence.jobs.cancelled", "Jobs cancelled by their handler."},
-		countSnoozed:   {"jobfence.jobs.snoozed", "Jobs put back without spending an attempt."},
-		countStale:     {"jobfence.jobs.stale", "Outcomes the backend refused because the job's fence was stale."},
-		countLost:      {"jobfence.jobs.lost", "Jobs whose lease was lost (or that were cancelled) before their outcome was recorded."},
-		countStuck:     {"jobfence.jobs.stuck", "Handlers the worker gave up on: still running a grace after their context ended (worker.Config.StuckGrace); their jobs were left to the rescuer."},
+		countCompleted:   {"jobfence.jobs.completed", "Jobs completed."},
+		countRetried:     {"jobfence.jobs.retried", "Failed attempts scheduled to run again."},
+		countDiscarded:   {"jobfence.jobs.discarded", "Jobs given up on: out of attempts, or arguments that do not decode."},
+		countCancelled:   {"jobfence.jobs.cancelled", "Jobs cancelled by their handler."},
+		countSnoozed:     {"jobfence.jobs.snoozed", "Jobs put back without spending an attempt."},
+		countStale:       {"jobfence.jobs.stale", "Outcomes the backend refused because the job's fence was stale."},
+		countLost:        {"jobfence.jobs.lost", "Jobs whose lease was lost (or that were cancelled) before their outcome was recorded."},
+		countStuck:       {"jobfence.jobs.stuck", "Handlers the worker gave up on: still running a grace after their context ended (worker.Config.StuckGrace); their jobs were left to the rescuer."},
+		countUnknownKind: {"jobfence.jobs.unknown_kind", "Jobs put back because the worker has no handler for their kind (counted as snoozed too): during a rolling deploy, until an instance that knows the kind runs them."},
 	} {
 		if ins[i], err = m.Int64ObservableCounter(c.name, metric.WithUnit("{job}"), metric.WithDescription(c.desc)); err != nil {
 			return err

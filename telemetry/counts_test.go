@@ -2,6 +2,7 @@ package telemetry_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -45,6 +46,10 @@ func TestJobCounters(t *testing.T) {
 	run(cfgs[1], "default", "a", worker.JobEnd{Outcome: queue.OutcomeDiscard}, 1)
 	run(cfgs[0], "default", "a", worker.JobEnd{Outcome: queue.OutcomeCancel}, 1)
 	run(cfgs[1], "default", "a", worker.JobEnd{Outcome: queue.OutcomeSnooze}, 2)
+	// A put-back for an unknown kind is a snooze, counted on its own too.
+	unknown := fmt.Errorf("%w %q: no handler registered in worker w", queue.ErrUnknownKind, "c")
+	run(cfgs[0], "default", "c", worker.JobEnd{Outcome: queue.OutcomeSnooze, Err: unknown}, 2)
+	run(cfgs[1], "default", "c", worker.JobEnd{Outcome: queue.OutcomeSnooze, Err: unknown}, 1)
 	// A stale or lost attempt counts as that, whatever outcome it meant.
 	run(cfgs[0], "default", "a", worker.JobEnd{Outcome: queue.OutcomeComplete, Stale: true}, 2)
 	run(cfgs[1], "default", "b", worker.JobEnd{Outcome: queue.OutcomeRetry, Lost: true}, 1)
@@ -52,14 +57,15 @@ func TestJobCounters(t *testing.T) {
 	run(cfgs[0], "mail", "b", worker.JobEnd{Lost: true, Stuck: true, Err: worker.ErrHandlerStuck}, 1)
 
 	want := map[string]map[[2]string]int64{
-		"jobfence.jobs.completed": {{"default", "a"}: 7, {"default", "b"}: 1, {"mail", "a"}: 2},
-		"jobfence.jobs.retried":   {{"default", "a"}: 5},
-		"jobfence.jobs.discarded": {{"default", "a"}: 1},
-		"jobfence.jobs.cancelled": {{"default", "a"}: 1},
-		"jobfence.jobs.snoozed":   {{"default", "a"}: 2},
-		"jobfence.jobs.stale":     {{"default", "a"}: 2},
-		"jobfence.jobs.lost":      {{"default", "b"}: 1},
-		"jobfence.jobs.stuck":     {{"mail", "b"}: 1},
+		"jobfence.jobs.completed":    {{"default", "a"}: 7, {"default", "b"}: 1, {"mail", "a"}: 2},
+		"jobfence.jobs.retried":      {{"default", "a"}: 5},
+		"jobfence.jobs.discarded":    {{"default", "a"}: 1},
+		"jobfence.jobs.cancelled":    {{"default", "a"}: 1},
+		"jobfence.jobs.snoozed":      {{"default", "a"}: 2, {"default", "c"}: 3},
+		"jobfence.jobs.unknown_kind": {{"default", "c"}: 3},
+		"jobfence.jobs.stale":        {{"default", "a"}: 2},
+		"jobfence.jobs.lost":         {{"default", "b"}: 1},
+		"jobfence.jobs.stuck":        {{"mail", "b"}: 1},
 	}
 	check := func(rm metricdata.ResourceMetrics, want map[string]map[[2]string]int64, temporality metricdata.Temporality) {
 		t.Helper()

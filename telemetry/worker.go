@@ -195,6 +195,10 @@ func (t *workerTelemetry) jobEnd(ctx context.Context, job *queue.Job, end worker
 		if c, ok := outcomeCounted(end.Outcome); ok {
 			s.counts[c].Add(1)
 		}
+		// Only a put-back pays for the error's inspection.
+		if end.Outcome == queue.OutcomeSnooze && errors.Is(end.Err, queue.ErrUnknownKind) {
+			s.counts[countUnknownKind].Add(1)
+		}
 	}
 	if recording {
 		// A completed attempt carries no outcome attribute: the SDK keeps

@@ -58,11 +58,8 @@ func (w *Worker) execute(job *queue.Job, until time.Time) (leave bool) {
 	if h == nil {
 		// Most likely a rolling deploy: an instance that knows the kind
 		// will run it. The job is put back without spending an attempt,
-		// backing off by how often it was put back.
-		r.err = fmt.Errorf("%w %q: no handler registered in worker %s (it handles %v)", queue.ErrUnknownKind, job.Kind, w.cfg.ID, w.reg.Kinds())
-		w.logJob(ctx, slog.LevelError, "jobfence: job of unknown kind; put back without spending an attempt", job, slog.Any("err", r.err))
-		w.stats.snoozed.Add(1)
-		w.report(job, r, queue.OutcomeSnooze, w.putBackDelay(job), r.err, "")
+		// backing off briefly by how often it was put back.
+		w.putBackUnknownKind(ctx, job, r)
 		return
 	}
 	timeout := h.opts.Timeout
@@ -242,9 +239,10 @@ func (w *Worker) retryDelay(job *queue.Job) time.Duration {
 }
 
 // putBackDelay spaces out the put-backs of a job that is not failing but
-// cannot run here (its kind is unknown, its connection broke): the retry
-// policy's backoff for the put-backs in a row it has had, so it grows
-// while the cause lasts though the job's attempts stay unspent.
+// cannot run here (its connection broke): the retry policy's backoff for
+// the put-backs in a row it has had, so it grows while the cause lasts
+// though the job's attempts stay unspent. A job of an unknown kind waits
+// less (see unknownKindDelay).
 func (w *Worker) putBackDelay(job *queue.Job) time.Duration {
 	n := 1
 	for i := len(job.Errors) - 1; i >= 0 && job.Errors[i].PutBack; i-- {

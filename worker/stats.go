@@ -15,6 +15,9 @@ type Stats struct {
 	Discarded int64
 	// Snoozed counts jobs put back without spending an attempt.
 	Snoozed int64
+	// UnknownKind counts the Snoozed jobs put back because their kind has
+	// no handler here.
+	UnknownKind int64
 	// Cancelled counts jobs cancelled by their handler.
 	Cancelled int64
 	// Stale counts outcomes the backend rejected because the fence was stale.
@@ -46,14 +49,14 @@ type Stats struct {
 }
 
 type counters struct {
-	claimed, completed, retried, discarded, snoozed, cancelled, stale, lost, stuck, stuckRunning, panics,
+	claimed, completed, retried, discarded, snoozed, unknownKind, cancelled, stale, lost, stuck, stuckRunning, panics,
 	fetchErrors, finishErrors, rescued, pruned, promoted atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{
 		Claimed: c.claimed.Load(), Completed: c.completed.Load(), Retried: c.retried.Load(),
-		Discarded: c.discarded.Load(), Snoozed: c.snoozed.Load(), Cancelled: c.cancelled.Load(),
+		Discarded: c.discarded.Load(), Snoozed: c.snoozed.Load(), UnknownKind: c.unknownKind.Load(), Cancelled: c.cancelled.Load(),
 		Stale: c.stale.Load(), Lost: c.lost.Load(), Stuck: c.stuck.Load(), StuckRunning: c.stuckRunning.Load(),
 		Panics: c.panics.Load(), FetchErrors: c.fetchErrors.Load(), FinishErrors: c.finishErrors.Load(),
 		Rescued: c.rescued.Load(), Pruned: c.pruned.Load(), Promoted: c.promoted.Load(),
