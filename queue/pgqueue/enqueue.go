@@ -164,9 +164,10 @@ ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING`
 
 // boundedBegin begins a transaction of statements that jobfence sends back
 // to back, such as EnqueueMany's COPY and insert of the jobs with unique
-// keys, which cannot be one statement. Bounded, it holds what it inserted
-// and locked (unique keys that others wait for) txbound.Idle past a client
-// that froze between its statements, not for as long as it stays frozen.
+// keys, which cannot be one statement, or ExplainClaim's claim and
+// rollback. Bounded, it holds what it inserted and locked (unique keys
+// that others wait for, claimed jobs) txbound.Idle past a client that
+// froze between its statements, not for as long as it stays frozen.
 var boundedBegin = txbound.Begin(txbound.Idle, txbound.LockWait)
 
 // EnqueueMany inserts many jobs in one round trip and returns how many were

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -32,8 +34,13 @@ type ClaimPlan struct {
 // hands: a way to see what a claim costs on a table as it is. A fence
 // value is still drawn from the sequence when jobs are found (sequences
 // do not roll back), which costs nothing but a gap.
+//
+// Until the rollback the transaction holds the jobs the claim found, and
+// other claims skip them: it is bounded (txbound.Begin), so that a client
+// frozen before its rollback holds them txbound.Idle, not for as long as
+// it stays frozen.
 func (c *Client) ExplainClaim(ctx context.Context, p queue.ClaimParams) (ClaimPlan, error) {
-	tx, err := c.pool.Begin(ctx)
+	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: boundedBegin})
 	if err != nil {
 		return ClaimPlan{}, fmt.Errorf("pgqueue: explain claim: %w", err)
 	}

@@ -330,3 +330,34 @@ func waitClaim(t *testing.T, c *pgqueue.Client, q string, within time.Duration) 
 	})
 	return got
 }
+
+// TestFrozenExplainClaimFreesJobs: ExplainClaim runs a claim under EXPLAIN
+// ANALYZE and rolls it back. Its client frozen before the rollback, the
+// claimed job is free again once the server has ended the idle
+// transaction (txbound.Idle), and another instance claims it, while the
+// first stays frozen. Before the fix the transaction was unbounded: the
+// job stayed locked, skipped by every claim, for as long as the freeze
+// lasted.
+func TestFrozenExplainClaimFreesJobs(t *testing.T) {
+	c, db := newClient(t)
+	ctx := context.Background()
+	res, err := c.Enqueue(ctx, queue.EnqueueParams{Queue: "explain", Kind: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, fz := frozenClient(t, db)
+	fz.Arm(sqlfreeze.Point{Match: mentions("EXPLAIN (ANALYZE")})
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.ExplainClaim(ctx, queue.ClaimParams{Queue: "explain", Limit: 1, Lease: time.Minute, WorkerID: "explain"})
+		done <- err
+	}()
+	fz.Frozen(t, freezeWithin)
+	frozen := time.Now()
+	if j := waitClaim(t, c, "explain", txbound.Idle+5*time.Second); j.ID != res.ID {
+		t.Fatalf("claimed job %d, want %d", j.ID, res.ID)
+	}
+	t.Logf("the job was claimed %v after the explaining client froze", time.Since(frozen))
+	fz.Thaw()
+	<-done // its transaction was ended: an error, or a plan if the rollback was all that was left
+}
