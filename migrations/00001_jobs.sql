@@ -1,4 +1,6 @@
 -- +goose Up
+-- A lock that stops the fleet is waited for 1 s at most (see doc.go).
+SET LOCAL lock_timeout = '1s';
 -- Every claim takes a value from this sequence: the fence that every
 -- completion of that claim must present.
 CREATE SEQUENCE jobfence_fence_seq;
@@ -40,5 +42,7 @@ CREATE INDEX jobfence_jobs_finalized ON jobfence_jobs (finalized_at)
 CREATE UNIQUE INDEX jobfence_jobs_unique_key ON jobfence_jobs (unique_key) WHERE unique_key IS NOT NULL;
 
 -- +goose Down
+-- A lock that stops the fleet is waited for 1 s at most (see doc.go).
+SET LOCAL lock_timeout = '1s';
 DROP TABLE jobfence_jobs;
 DROP SEQUENCE jobfence_fence_seq;

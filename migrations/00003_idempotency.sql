@@ -1,4 +1,6 @@
 -- +goose Up
+-- A lock that stops the fleet is waited for 1 s at most (see doc.go).
+SET LOCAL lock_timeout = '1s';
 -- One row per idempotency key of a scope. A caller that claims a key holds
 -- it 'in_progress' under a fence (a value of jobfence_fence_seq) until its
 -- lease expires; completing it stores the response, and only the holder of
@@ -35,5 +37,7 @@ CREATE TABLE jobfence_results (
 CREATE INDEX jobfence_results_updated ON jobfence_results (scope, updated_at);
 
 -- +goose Down
+-- A lock that stops the fleet is waited for 1 s at most (see doc.go).
+SET LOCAL lock_timeout = '1s';
 DROP TABLE jobfence_results;
 DROP TABLE jobfence_idempotency_keys;

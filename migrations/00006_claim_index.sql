@@ -18,7 +18,10 @@
 -- so on a small table, such as a new installation or a test's schema, the
 -- indexes are built in one ordinary transaction first (a few milliseconds of
 -- blocked writes), and the concurrent statements then find them and do
--- nothing. Every statement may be run again: if the migration is
+-- nothing. That transaction waits 1 s at most for its locks (lock_timeout),
+-- since writes queue behind it; when a transaction holds the table longer,
+-- it gives way to the concurrent statements, which wait without stopping
+-- anyone. Every statement may be run again: if the migration is
 -- interrupted, run it again; an index an interrupted concurrent build left
 -- invalid is dropped and built anew.
 --
@@ -31,6 +34,7 @@ DO $$
 DECLARE
     r record;
 BEGIN
+    SET LOCAL lock_timeout = '1s';
     FOR r IN
         SELECT n.nspname, c.relname
         FROM pg_index i
@@ -42,14 +46,19 @@ BEGIN
         EXECUTE format('DROP INDEX %I.%I', r.nspname, r.relname);
     END LOOP;
     IF (SELECT count(*) FROM (SELECT 1 FROM jobfence_jobs LIMIT 10000) s) < 10000 THEN
-        CREATE INDEX IF NOT EXISTS jobfence_jobs_available ON jobfence_jobs (queue, priority, scheduled_at, id)
-            WHERE state = 'available';
-        CREATE INDEX IF NOT EXISTS jobfence_jobs_waiting ON jobfence_jobs (scheduled_at)
-            WHERE state IN ('scheduled', 'retryable');
-        CREATE INDEX IF NOT EXISTS jobfence_jobs_running ON jobfence_jobs (attempted_at)
-            WHERE state = 'running' AND attempted_at IS NOT NULL;
-        DROP INDEX IF EXISTS jobfence_jobs_claim;
-        DROP INDEX IF EXISTS jobfence_jobs_lease;
+        BEGIN
+            CREATE INDEX IF NOT EXISTS jobfence_jobs_available ON jobfence_jobs (queue, priority, scheduled_at, id)
+                WHERE state = 'available';
+            CREATE INDEX IF NOT EXISTS jobfence_jobs_waiting ON jobfence_jobs (scheduled_at)
+                WHERE state IN ('scheduled', 'retryable');
+            CREATE INDEX IF NOT EXISTS jobfence_jobs_running ON jobfence_jobs (attempted_at)
+                WHERE state = 'running' AND attempted_at IS NOT NULL;
+            DROP INDEX IF EXISTS jobfence_jobs_claim;
+            DROP INDEX IF EXISTS jobfence_jobs_lease;
+        EXCEPTION WHEN lock_not_available THEN
+            -- A busy table: the concurrent statements below do it.
+            NULL;
+        END;
     END IF;
 END $$;
 -- +goose StatementEnd
@@ -81,6 +90,7 @@ DO $$
 DECLARE
     r record;
 BEGIN
+    SET LOCAL lock_timeout = '1s';
     FOR r IN
         SELECT n.nspname, c.relname
         FROM pg_index i
@@ -92,12 +102,17 @@ BEGIN
         EXECUTE format('DROP INDEX %I.%I', r.nspname, r.relname);
     END LOOP;
     IF (SELECT count(*) FROM (SELECT 1 FROM jobfence_jobs LIMIT 10000) s) < 10000 THEN
-        CREATE INDEX IF NOT EXISTS jobfence_jobs_claim ON jobfence_jobs (queue, priority, scheduled_at, id)
-            WHERE state IN ('available', 'scheduled', 'retryable');
-        CREATE INDEX IF NOT EXISTS jobfence_jobs_lease ON jobfence_jobs (lease_expires_at) WHERE lease_expires_at IS NOT NULL;
-        DROP INDEX IF EXISTS jobfence_jobs_available;
-        DROP INDEX IF EXISTS jobfence_jobs_waiting;
-        DROP INDEX IF EXISTS jobfence_jobs_running;
+        BEGIN
+            CREATE INDEX IF NOT EXISTS jobfence_jobs_claim ON jobfence_jobs (queue, priority, scheduled_at, id)
+                WHERE state IN ('available', 'scheduled', 'retryable');
+            CREATE INDEX IF NOT EXISTS jobfence_jobs_lease ON jobfence_jobs (lease_expires_at) WHERE lease_expires_at IS NOT NULL;
+            DROP INDEX IF EXISTS jobfence_jobs_available;
+            DROP INDEX IF EXISTS jobfence_jobs_waiting;
+            DROP INDEX IF EXISTS jobfence_jobs_running;
+        EXCEPTION WHEN lock_not_available THEN
+            -- A busy table: the concurrent statements below do it.
+            NULL;
+        END;
     END IF;
 END $$;
 -- +goose StatementEnd

@@ -1,4 +1,6 @@
 -- +goose Up
+-- A lock that stops the fleet is waited for 1 s at most (see doc.go).
+SET LOCAL lock_timeout = '1s';
 -- One row per queue: the claim position, the highest (priority,
 -- scheduled_at, id) any claim of the queue took, and when a claim last read
 -- the queue from its start (head_at). Claims start after the position, so
@@ -16,4 +18,6 @@ CREATE UNLOGGED TABLE jobfence_claim_hints (
 );
 
 -- +goose Down
+-- A lock that stops the fleet is waited for 1 s at most (see doc.go).
+SET LOCAL lock_timeout = '1s';
 DROP TABLE jobfence_claim_hints;

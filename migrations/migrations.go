@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 
-	// pgx's database/sql driver, registered as "pgx".
-	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
 )
@@ -23,6 +21,12 @@ const VersionTable = "jobfence_goose_db_version"
 
 // NewProvider returns a goose provider over FS that records versions in
 // VersionTable. Extra options are passed to goose.
+//
+// It takes no migration lock and does not retry: the migrations bound
+// their blocking statements with a lock_timeout, so a pipeline that runs
+// them on a live fleet should run them one at a time and run a migration
+// again when it fails with SQLSTATE 55P03 (lock_not_available), as
+// Migrator does.
 func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {
 	store, err := database.NewStore(database.DialectPostgres, VersionTable)
 	if err != nil {
@@ -37,11 +41,12 @@ func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, err
 }
 
 // open connects to databaseURL through pgx's database/sql driver and returns
-// a provider; the caller closes the *sql.DB.
+// a provider without the migration lock, for reading; the caller closes
+// the *sql.DB.
 func open(databaseURL string) (*sql.DB, *goose.Provider, error) {
-	db, err := sql.Open("pgx", databaseURL)
+	db, err := openDB(databaseURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("migrations: open: %w", err)
+		return nil, nil, fmt.Errorf("migrations: %w", err)
 	}
 	p, err := NewProvider(db)
 	if err != nil {
@@ -51,49 +56,25 @@ func open(databaseURL string) (*sql.DB, *goose.Provider, error) {
 	return db, p, nil
 }
 
-// Up applies every pending migration.
+// Up applies every pending migration, as the zero Migrator does: safe
+// on a live fleet, one migrator of a schema at a time.
 func Up(ctx context.Context, databaseURL string) error {
-	db, p, err := open(databaseURL)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("migrations: up: %w", err)
-	}
-	return nil
+	return Migrator{}.Up(ctx, databaseURL)
 }
 
 // ErrNothingToRollBack reports a Down when no migration is applied.
 var ErrNothingToRollBack = errors.New("nothing to roll back: no jobfence migration is applied")
 
-// Down rolls back the most recent migration. When none is applied it
-// returns an error wrapping ErrNothingToRollBack.
+// Down rolls back the most recent migration, as the zero Migrator does.
+// When none is applied it returns an error wrapping ErrNothingToRollBack.
 func Down(ctx context.Context, databaseURL string) error {
-	db, p, err := open(databaseURL)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if _, err := p.Down(ctx); errors.Is(err, goose.ErrNoNextVersion) {
-		return fmt.Errorf("migrations: down: %w", ErrNothingToRollBack)
-	} else if err != nil {
-		return fmt.Errorf("migrations: down: %w", err)
-	}
-	return nil
+	return Migrator{}.Down(ctx, databaseURL)
 }
 
-// Reset rolls back every applied migration, dropping jobfence's tables.
+// Reset rolls back every applied migration, dropping jobfence's tables, as
+// the zero Migrator does.
 func Reset(ctx context.Context, databaseURL string) error {
-	db, p, err := open(databaseURL)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if _, err := p.DownTo(ctx, 0); err != nil {
-		return fmt.Errorf("migrations: reset: %w", err)
-	}
-	return nil
+	return Migrator{}.Reset(ctx, databaseURL)
 }
 
 // Status reports each migration and whether it is applied.

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 
 	"github.com/jobfence/jobfence/migrations"
@@ -33,8 +34,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.SetOutput(stderr)
 	databaseURL := databaseURLFlag(fs)
 	asJSON := fs.Bool("json", false, "status: print a JSON array for scripts")
+	lockWait := fs.Duration("lock-wait", migrations.DefaultLockWait, "up, down, reset: how long to wait for another migration of the same schema before giving up")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: jobfence migrate [--database-url URL] [--json] up|down|reset|status|version")
+		fmt.Fprintln(stderr, "usage: jobfence migrate [--database-url URL] [--json] [--lock-wait D] up|down|reset|status|version")
 		fs.PrintDefaults()
 	}
 	rest, err := parseInterspersed(fs, args)
@@ -52,17 +54,22 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *asJSON && rest[0] != "status" {
 		return fmt.Errorf("--json applies to status, not %s", rest[0])
 	}
+	if *lockWait <= 0 {
+		return fmt.Errorf("--lock-wait %s: want a positive duration", *lockWait)
+	}
+	// The safe path of migrations.Up, with each retry logged to stderr.
+	m := migrations.Migrator{LockWait: *lockWait, Log: slog.New(slog.NewTextHandler(stderr, nil))}
 	switch rest[0] {
 	case "up":
-		if err := migrations.Up(ctx, dbURL); err != nil {
+		if err := m.Up(ctx, dbURL); err != nil {
 			return err
 		}
 	case "down":
-		if err := migrations.Down(ctx, dbURL); err != nil {
+		if err := m.Down(ctx, dbURL); err != nil {
 			return err
 		}
 	case "reset":
-		if err := migrations.Reset(ctx, dbURL); err != nil {
+		if err := m.Reset(ctx, dbURL); err != nil {
 			return err
 		}
 	case "status":
