@@ -181,7 +181,7 @@ func WaitIdle(t testing.TB, pool *pgxpool.Pool, pid uint32, timeout time.Duratio
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the frozen client's backend is %q with %d locks %v after its statement was sent, want idle with none",
+			t.Fatalf("the frozen client's backend is %q with %d locks, %v on, want idle with none",
 				b.State, b.Locks, timeout)
 		}
 		time.Sleep(20 * time.Millisecond)

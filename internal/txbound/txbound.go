@@ -52,13 +52,17 @@ const Idle = 2 * time.Second
 const LockWait = 30 * time.Second
 
 // Begin is a BEGIN (for pgx.TxOptions.BeginQuery) whose transaction may
-// sit idle at most idle and wait at most lock for each lock, keeping a
-// lower bound the session already has, as Set does; in one round trip,
-// as a plain BEGIN.
-func Begin(idle, lock time.Duration) string {
+// sit idle at most idle and wait at most lock for each lock; see Bounds.
+// It is one round trip, as a plain BEGIN.
+func Begin(idle, lock time.Duration) string { return "BEGIN; " + Bounds(idle, lock) }
+
+// Bounds is a statement that bounds the rest of the transaction: it may
+// sit idle at most idle, and wait at most lock for each lock, keeping a
+// lower bound the session already has, as Set does.
+func Bounds(idle, lock time.Duration) string {
 	// Set names the idle bound first, then the lock bound.
 	set := strings.Replace(Set, LeftMs, ms(idle), 1)
-	return "BEGIN; SELECT" + strings.Replace(set, LeftMs, ms(lock), 1)
+	return "SELECT" + strings.Replace(set, LeftMs, ms(lock), 1)
 }
 
 // ms is d in whole milliseconds, at least one: zero would turn a bound off.

@@ -361,3 +361,27 @@ func TestFrozenExplainClaimFreesJobs(t *testing.T) {
 	fz.Thaw()
 	<-done // its transaction was ended: an error, or a plan if the rollback was all that was left
 }
+
+// TestFrozenQueuesReaderEnds: Queues reads in a read-only transaction,
+// whose snapshot keeps vacuum from removing what died since and whose
+// locks a migration's DDL waits for. Its client frozen before the commit,
+// the server ends the transaction within txbound.Idle. Before the fix it
+// stayed open for as long as the freeze lasted.
+func TestFrozenQueuesReaderEnds(t *testing.T) {
+	c, db := newClient(t)
+	ctx := context.Background()
+	if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	a, fz := frozenClient(t, db)
+	fz.Arm(sqlfreeze.Point{Match: mentions("jobfence_queues")})
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Queues(ctx)
+		done <- err
+	}()
+	pid := fz.Frozen(t, freezeWithin)
+	sqlfreeze.WaitIdle(t, db.Pool, pid, txbound.Idle+3*time.Second)
+	fz.Thaw()
+	<-done // its transaction was ended: an error, or the queues if the commit was all that was left
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/jobfence/jobfence/internal/txbound"
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -241,6 +242,10 @@ const queuesSettingsSQL = `SELECT set_config('jit', 'off', true), set_config('ma
        set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),
        set_config('enable_sort', 'off', true)`
 
+// queuesBegin begins Queues' transaction, read-only, bounded, with
+// queuesSettingsSQL: in one round trip.
+var queuesBegin = "BEGIN READ ONLY; " + txbound.Bounds(txbound.Idle, txbound.LockWait) + "; " + queuesSettingsSQL
+
 // Queues lists, by name, every queue that has available, scheduled,
 // retryable, running or discarded jobs, one of the CountCap jobs finished
 // last, or a row in jobfence_queues (it was paused once), with bounded
@@ -249,13 +254,15 @@ const queuesSettingsSQL = `SELECT set_config('jit', 'off', true), set_config('ma
 // jobs finished before the CountCap newest is not listed.
 //
 // It runs queuesSQL in a read-only transaction, with queuesSettingsSQL.
+// The transaction is bounded (txbound): a client frozen in it would
+// otherwise hold its snapshot, which keeps vacuum from removing any row
+// version that died since (completed and claimed jobs' old versions pile
+// up), and its locks, which a migration's DDL waits for, for as long as
+// it stayed frozen.
 func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 	limit := c.CountCap()
 	var rows []queueRow
-	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, queuesSettingsSQL); err != nil {
-			return err
-		}
+	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{BeginQuery: queuesBegin}, func(tx pgx.Tx) error {
 		rs, err := tx.Query(ctx, queuesStatement(limit))
 		if err != nil {
 			return err
