@@ -20,15 +20,20 @@ import (
 const jobsPageSize = 50
 
 // jobFilter is the /jobs form: what it filters by, as the user typed it.
+// PutBack is empty or putBackUnknownKind.
 type jobFilter struct {
-	State, Queue, Kind, ID, Key string
+	State, Queue, Kind, ID, Key, PutBack string
 }
+
+// putBackUnknownKind is the putback= filter of the jobs waiting for a
+// worker that knows their kind (pgqueue.ListParams.UnknownKind).
+const putBackUnknownKind = "unknown-kind"
 
 // query is the filter as a query string, for paging links and the bulk
 // actions' return.
 func (f jobFilter) query() url.Values {
 	v := url.Values{}
-	for k, s := range map[string]string{"state": f.State, "queue": f.Queue, "kind": f.Kind, "key": f.Key} {
+	for k, s := range map[string]string{"state": f.State, "queue": f.Queue, "kind": f.Kind, "key": f.Key, "putback": f.PutBack} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -43,8 +48,9 @@ type jobsPage struct {
 	// Newer and Older are the links to the neighbouring pages, empty
 	// when there is none; Newest is the filter's first page.
 	Newer, Older, Newest string
-	// Bulk says whether the bulk actions apply: the filter selects a set,
-	// not one job by its unique key.
+	// Bulk says whether the bulk actions apply: the filter selects a set
+	// by queue, kind and state only (not one job by its unique key, nor
+	// put-backs, which the actions do not select by).
 	Bulk bool
 }
 
@@ -52,7 +58,8 @@ type jobsPage struct {
 // at a time by keyset (before= and after= IDs, never OFFSET).
 func (h *handler) jobs(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	f := jobFilter{State: q.Get("state"), Queue: q.Get("queue"), Kind: q.Get("kind"), ID: strings.TrimSpace(q.Get("id")), Key: q.Get("key")}
+	f := jobFilter{State: q.Get("state"), Queue: q.Get("queue"), Kind: q.Get("kind"), ID: strings.TrimSpace(q.Get("id")), Key: q.Get("key"),
+		PutBack: q.Get("putback")}
 	if f.ID != "" {
 		id, err := parseJobID(f.ID)
 		if err != nil {
@@ -62,6 +69,13 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	p := pgqueue.ListParams{Queue: f.Queue, Kind: f.Kind, UniqueKey: f.Key, Limit: jobsPageSize + 1}
+	switch f.PutBack {
+	case "":
+	case putBackUnknownKind:
+		p.UnknownKind = true
+	default:
+		return badRequest("putback=%q: the only put-back filter is %s", f.PutBack, putBackUnknownKind)
+	}
 	if f.State != "" {
 		st, err := queue.ParseState(f.State)
 		if err != nil {
@@ -85,7 +99,7 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page := jobsPage{Filter: f, Bulk: f.Key == "", Newest: h.opts.BasePath + "/jobs?" + f.query().Encode()}
+	page := jobsPage{Filter: f, Bulk: f.Key == "" && f.PutBack == "", Newest: h.opts.BasePath + "/jobs?" + f.query().Encode()}
 	// One job more than a page says whether there is a page beyond: older
 	// ones for a first or before= page, newer ones for an after= page.
 	more := len(jobs) > jobsPageSize

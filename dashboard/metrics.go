@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
 )
 
 // metricStates are the states /metrics counts per queue: the unfinished
@@ -31,24 +32,34 @@ type queueMetrics struct {
 	// zero if none waits.
 	OldestWaiting time.Time
 	Paused        bool
+	// UnknownKind counts the scheduled jobs waiting out the delay of a
+	// put-back for an unknown kind (pgqueue.UnknownKindCondition).
+	UnknownKind int64
 }
 
-// metricsSQL counts exactly, unlike the overview: a gauge that stopped at
-// a cap would hide the size of a backlog from alerts, and a scrape every
-// 15 to 60 s can afford what a person reloading a page cannot (see the
-// README for its cost at a million jobs). It still reads no completed job
-// older than an hour: one branch per state, each served by an index whose
-// predicate that state implies, before and after migration 6 (the running
-// branch names both lease_expires_at, for the lease index before, and
-// attempted_at, for the running index after). Each row is (queue, what,
-// n, n2, at):
+// metricsSQL is the statement that counts exactly, unlike the overview:
+// a gauge that stopped at a cap would hide the size of a backlog from
+// alerts, and a scrape every 15 to 60 s can afford what a person
+// reloading a page cannot (see the README for its cost at a million
+// jobs). It still reads no completed job older than an hour: one branch
+// per state, each served by an index whose predicate that state implies,
+// before and after migration 6 (the running branch names both
+// lease_expires_at, for the lease index before, and attempted_at, for the
+// running index after). Each row is (queue, what, n, n2, at):
 //
-//	waiting state: count, -, the oldest due scheduled_at
+//	waiting state: count, put back for an unknown kind, the oldest due scheduled_at
 //	running, discarded: count
 //	completed: in the last 5 minutes, in the last hour
 //	paused: -, -, paused_at
-const metricsSQL = `
-SELECT queue, state, count(*), 0::bigint, min(scheduled_at) FILTER (WHERE scheduled_at <= now())
+//
+// The put-backs for an unknown kind are counted among the scheduled jobs
+// only, where such a job waits between put-backs: the state is compared
+// first, so a backlog's available rows cost no look at their errors.
+func metricsSQL() string {
+	return `
+SELECT queue, state, count(*),
+    count(*) FILTER (WHERE state = 'scheduled' AND ` + pgqueue.UnknownKindCondition() + `),
+    min(scheduled_at) FILTER (WHERE scheduled_at <= now())
 FROM jobfence_jobs WHERE state = 'available' OR state = 'scheduled' OR state = 'retryable'
 GROUP BY queue, state
 UNION ALL
@@ -61,6 +72,7 @@ SELECT queue, 'completed', count(*) FILTER (WHERE finalized_at > now() - interva
 FROM jobfence_jobs WHERE state = 'completed' AND finalized_at > now() - interval '1 hour' GROUP BY queue
 UNION ALL
 SELECT name, 'paused', 0, 0, paused_at FROM jobfence_queues WHERE paused_at IS NOT NULL`
+}
 
 // readMetrics runs metricsSQL. JIT compilation is turned off for it: the
 // planner's estimate for a large table crosses jit_above_cost, and
@@ -79,7 +91,7 @@ func (h *handler) readMetrics(ctx context.Context) ([]queueMetrics, error) {
 		if _, err := tx.Exec(ctx, "SET LOCAL jit = off"); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, metricsSQL)
+		rows, err := tx.Query(ctx, metricsSQL())
 		if err != nil {
 			return err
 		}
@@ -101,6 +113,7 @@ func (h *handler) readMetrics(ctx context.Context) ([]queueMetrics, error) {
 				q.Completed5m, q.Completed1h = n, n2
 			default:
 				q.Counts[queue.State(what)] = n
+				q.UnknownKind += n2
 				if at != nil && (q.OldestWaiting.IsZero() || at.Before(q.OldestWaiting)) {
 					q.OldestWaiting = *at
 				}
@@ -160,6 +173,10 @@ func writeMetrics(w io.Writer, qs []queueMetrics, f fleet) {
 			age = max(f.Now.Sub(q.OldestWaiting).Seconds(), 0)
 		}
 		fmt.Fprintf(w, "jobfence_queue_oldest_waiting_age_seconds{queue=\"%s\"} %g\n", labelValue(q.Name), age)
+	}
+	family("jobfence_queue_unknown_kind_jobs", "gauge", "Scheduled jobs waiting out a put-back by a worker that had no handler for their kind: during a rolling deploy, until an instance that knows the kind runs them; otherwise a kind no worker handles.")
+	for _, q := range qs {
+		fmt.Fprintf(w, "jobfence_queue_unknown_kind_jobs{queue=\"%s\"} %d\n", labelValue(q.Name), q.UnknownKind)
 	}
 	family("jobfence_queue_paused", "gauge", "1 when the queue is paused fleet-wide.")
 	for _, q := range qs {

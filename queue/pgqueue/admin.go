@@ -34,6 +34,10 @@ type ListParams struct {
 	State queue.State
 	// UniqueKey finds the job that holds this unique key.
 	UniqueKey string
+	// UnknownKind lists only the jobs waiting for a worker that knows
+	// their kind: put back by one that had no handler for it, and not run
+	// since (see UnknownKindCondition).
+	UnknownKind bool
 	// Before and After page through the jobs by ID (keyset paging, which
 	// costs the same on the last page as on the first, unlike OFFSET):
 	// Before lists the jobs older than ID Before, After the jobs newer than
@@ -55,6 +59,9 @@ func listQuery(p ListParams) (string, []any) {
 	}
 	if p.UniqueKey != "" {
 		add("j.unique_key = $%d", p.UniqueKey)
+	}
+	if p.UnknownKind {
+		where = append(where, UnknownKindCondition())
 	}
 	order := "DESC"
 	switch {
