@@ -31,8 +31,9 @@ func TestUnknownKindFilter(t *testing.T) {
 	stuck := d.enqueue(queue.EnqueueParams{Kind: "newsletter", Queue: "q1"})
 	reg := worker.NewRegistry()
 	worker.Add(reg, func(context.Context, *worker.Job[mailArgs]) error { return nil })
+	// No promotion: once put back, the job stays scheduled.
 	w, err := worker.New(d.q, reg, worker.Config{Queues: map[string]int{"q1": 1}, PollInterval: 50 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler)})
+		PromoteInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

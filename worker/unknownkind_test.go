@@ -29,7 +29,9 @@ func TestUnknownKindPutBacksWaitAtMostAMinute(t *testing.T) {
 	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
 	reg := worker.NewRegistry()
 	worker.Add(reg, func(context.Context, *worker.Job[effectArgs]) error { return nil })
-	w := startWorker(t, c, reg, worker.Config{ID: "old", PollInterval: 50 * time.Millisecond})
+	// No promotion: the job comes back only when the test makes it due,
+	// so each put-back is seen before the next.
+	w := startWorker(t, c, reg, worker.Config{ID: "old", PollInterval: 50 * time.Millisecond, PromoteInterval: time.Hour})
 
 	res, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "new-kind"})
 	if err != nil {
