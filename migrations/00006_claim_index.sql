@@ -81,8 +81,14 @@ DROP INDEX CONCURRENTLY IF EXISTS jobfence_jobs_lease;
 -- HOT: at PostgreSQL's default of 100, 20% of the heartbeats of 500 jobs
 -- beating every second were; at 70, 95% (jobfence bench --mode heartbeat).
 -- It applies to pages written from now on, and takes only a lock that
--- lets reads and writes go on.
-ALTER TABLE jobfence_jobs SET (fillfactor = 70);
+-- lets reads and writes go on (bounded all the same, as every ALTER).
+-- +goose StatementBegin
+DO $$
+BEGIN
+    SET LOCAL lock_timeout = '1s';
+    ALTER TABLE jobfence_jobs SET (fillfactor = 70);
+END $$;
+-- +goose StatementEnd
 
 -- +goose Down
 -- +goose StatementBegin
@@ -123,4 +129,10 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS jobfence_jobs_lease ON jobfence_jobs (le
 DROP INDEX CONCURRENTLY IF EXISTS jobfence_jobs_available;
 DROP INDEX CONCURRENTLY IF EXISTS jobfence_jobs_waiting;
 DROP INDEX CONCURRENTLY IF EXISTS jobfence_jobs_running;
-ALTER TABLE jobfence_jobs RESET (fillfactor);
+-- +goose StatementBegin
+DO $$
+BEGIN
+    SET LOCAL lock_timeout = '1s';
+    ALTER TABLE jobfence_jobs RESET (fillfactor);
+END $$;
+-- +goose StatementEnd

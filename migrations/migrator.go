@@ -32,9 +32,15 @@ const (
 // maxBackoff caps the wait between two tries of a step.
 const maxBackoff = 10 * time.Second
 
-// sqlstateLockNotAvailable is lock_not_available: a statement waited
-// for a lock longer than its lock_timeout.
-const sqlstateLockNotAvailable = "55P03"
+// The errors after which a migration step is tried again: it waited for
+// a lock longer than its lock_timeout (lock_not_available), or it was
+// chosen to end a deadlock (deadlock_detected: two concurrent index
+// builds with predicates, in two schemas, can wait for each other's
+// snapshots).
+const (
+	sqlstateLockNotAvailable = "55P03"
+	sqlstateDeadlockDetected = "40P01"
+)
 
 // applicationName names the migrator's connections in pg_stat_activity
 // (unless the URL names them), so that the holder of the migration lock
@@ -148,11 +154,11 @@ func (m Migrator) Reset(ctx context.Context, databaseURL string) error {
 }
 
 // run opens a locked provider on databaseURL and runs step until it
-// succeeds, fails for another reason than lock_timeout, or has been tried
-// Attempts times for the same migration. A step that failed on
-// lock_timeout changed nothing it does not redo: a migration in a
-// transaction rolled back, and one outside (NO TRANSACTION) is written
-// so that each statement may run again.
+// succeeds, fails for another reason than lock_timeout or a deadlock, or
+// has been tried Attempts times for the same migration. A step that failed
+// so changed nothing it does not redo: a migration in a transaction rolled
+// back, and one outside (NO TRANSACTION) is written so that each statement
+// may run again.
 func (m Migrator) run(ctx context.Context, databaseURL, what string, step func(context.Context, *goose.Provider) error) error {
 	db, err := openDB(databaseURL)
 	if err != nil {
@@ -183,7 +189,7 @@ func (m Migrator) run(ctx context.Context, databaseURL, what string, step func(c
 	for {
 		err := step(ctx, p)
 		var pe *goose.PartialError
-		if err == nil || !errors.As(err, &pe) || !isLockNotAvailable(err) {
+		if err == nil || !errors.As(err, &pe) || !isRetryable(err) {
 			if err != nil {
 				return fmt.Errorf("migrations: %s: %w", what, err)
 			}
@@ -197,14 +203,14 @@ func (m Migrator) run(ctx context.Context, databaseURL, what string, step func(c
 		tries++
 		source := pe.Failed.Source.Path
 		if tries >= attempts {
-			return fmt.Errorf("migrations: %s: %s: gave up after %d tries, each of which waited for a table lock as long as its lock_timeout: a transaction keeps jobfence's tables locked for longer (find it with %s), end it and run again: %w",
+			return fmt.Errorf("migrations: %s: %s: gave up after %d tries, each of which waited for a lock as long as its lock_timeout: a transaction keeps jobfence's tables locked for longer (find it with %s), end it and run again: %w",
 				what, source, tries, longTransactionsSQL, err)
 		}
 		wait := backoff << (tries - 1)
 		if wait > maxBackoff || wait <= 0 {
 			wait = maxBackoff
 		}
-		log.WarnContext(ctx, "migrations: a table lock was not granted within the migration's lock_timeout; trying the migration again",
+		log.WarnContext(ctx, "migrations: the migration waited for a lock past its lock_timeout or lost a deadlock; trying it again",
 			"direction", what, "migration", source, "try", tries, "of", attempts, "retry_in", wait, "err", err)
 		t := time.NewTimer(wait)
 		select {
@@ -232,6 +238,13 @@ func (m Migrator) lockWait() time.Duration {
 func isLockNotAvailable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == sqlstateLockNotAvailable
+}
+
+// isRetryable reports whether a migration step that failed with err may
+// be tried again: it waited too long for a lock, or lost a deadlock.
+func isRetryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == sqlstateLockNotAvailable || pgErr.Code == sqlstateDeadlockDetected)
 }
 
 // openDB opens databaseURL through pgx's database/sql driver, naming its

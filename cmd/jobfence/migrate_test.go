@@ -80,3 +80,26 @@ func TestMigrateErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrateLockWait: jobfence migrate up takes the migration lock as
+// migrations.Migrator does, and --lock-wait bounds its wait for another
+// migration of the schema, after which it names the holder.
+func TestMigrateLockWait(t *testing.T) {
+	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
+	ctx := context.Background()
+	holder, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", migrations.LockID(db.Schema)); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Exec(ctx, "SELECT pg_advisory_unlock_all()")
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"migrate", "--database-url", db.URL, "--lock-wait", "1s", "up"}, &out, &errb)
+	want := fmt.Sprintf("SELECT pg_terminate_backend(%d)", holder.Conn().PgConn().PID())
+	if code == 0 || !strings.Contains(errb.String(), want) {
+		t.Fatalf("migrate up while another holds the lock: exit %d, stderr %q; want non-zero and %q", code, errb.String(), want)
+	}
+}
