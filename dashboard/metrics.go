@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/jobfence/jobfence/internal/txbound"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
@@ -74,9 +75,16 @@ UNION ALL
 SELECT name, 'paused', 0, 0, paused_at FROM jobfence_queues WHERE paused_at IS NOT NULL`
 }
 
-// readMetrics runs metricsSQL. JIT compilation is turned off for it: the
-// planner's estimate for a large table crosses jit_above_cost, and
-// compiling would take longer than the query runs.
+// metricsBegin begins readMetrics' transaction, read-only, with JIT
+// compilation turned off (the planner's estimate for a large table crosses
+// jit_above_cost, and compiling would take longer than the query runs),
+// and bounded (txbound): a scraper frozen in it would otherwise hold its
+// snapshot, which keeps vacuum from removing the jobs' dead row versions,
+// and its locks, which a migration's DDL waits for, for as long as it
+// stayed frozen. One round trip.
+var metricsBegin = "BEGIN READ ONLY; " + txbound.Bounds(txbound.Idle, txbound.LockWait) + "; SET LOCAL jit = off"
+
+// readMetrics runs metricsSQL in a transaction begun by metricsBegin.
 func (h *handler) readMetrics(ctx context.Context) ([]queueMetrics, error) {
 	byName := map[string]*queueMetrics{}
 	get := func(name string) *queueMetrics {
@@ -87,10 +95,7 @@ func (h *handler) readMetrics(ctx context.Context) ([]queueMetrics, error) {
 		}
 		return q
 	}
-	err := pgx.BeginTxFunc(ctx, h.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL jit = off"); err != nil {
-			return err
-		}
+	err := pgx.BeginTxFunc(ctx, h.pool, pgx.TxOptions{BeginQuery: metricsBegin}, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, metricsSQL())
 		if err != nil {
 			return err
