@@ -22,25 +22,25 @@ type stuckArgs struct{}
 
 func (stuckArgs) Kind() string { return "stuck" }
 
-// deafHandler's first attempt blocks, deaf to its context as a read with
-// no deadline is, until release is closed, and then completes; later
+// deafHandler's first attempts block, deaf to their context as a read
+// with no deadline is, until free is called, and then complete; later
 // attempts complete at once.
 type deafHandler struct {
+	// deaf is how many first attempts block.
+	deaf    int
 	started chan *queue.Job
 	release chan struct{}
 	once    sync.Once
 }
 
-func newDeafHandler(t *testing.T) *deafHandler {
-	h := &deafHandler{started: make(chan *queue.Job, 1), release: make(chan struct{})}
-	t.Cleanup(h.free)
-	return h
+func newDeafHandler() *deafHandler {
+	return &deafHandler{deaf: 1, started: make(chan *queue.Job, 16), release: make(chan struct{})}
 }
 
 func (h *deafHandler) free() { h.once.Do(func() { close(h.release) }) }
 
 func (h *deafHandler) run(ctx context.Context, job *worker.Job[stuckArgs]) error {
-	if job.Attempt == 1 {
+	if job.Attempt <= h.deaf {
 		h.started <- job.Job
 		<-h.release
 	}
@@ -90,7 +90,7 @@ func TestStuckHandlerGivenUp(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
-	h := newDeafHandler(t)
+	h := newDeafHandler()
 	reg := worker.NewRegistry()
 	worker.Add(reg, h.run, worker.HandlerOptions{Timeout: 200 * time.Millisecond})
 	var mu sync.Mutex
@@ -101,7 +101,8 @@ func TestStuckHandlerGivenUp(t *testing.T) {
 		// One slot: the second attempt runs only if the stuck handler's
 		// slot is let go.
 		Queues: map[string]int{"default": 1},
-		Lease:  time.Second, HeartbeatInterval: 100 * time.Millisecond, StuckGrace: 200 * time.Millisecond,
+		// A lease of many heartbeats: it runs out only once they stop.
+		Lease: 2 * time.Second, HeartbeatInterval: 100 * time.Millisecond, StuckGrace: 200 * time.Millisecond,
 		RescueInterval: 100 * time.Millisecond, PromoteInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond,
 		RetryPolicy: worker.ExponentialRetry{Max: time.Millisecond},
 		Logger:      slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -113,6 +114,8 @@ func TestStuckHandlerGivenUp(t *testing.T) {
 			}
 		}},
 	})
+	// Cleanups run last first: the handler is freed before the worker stops.
+	t.Cleanup(h.free)
 	res, err := c.Insert(ctx, stuckArgs{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -167,12 +170,13 @@ func TestStopReturnsWhileHandlerIgnoresContext(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
-	h := newDeafHandler(t)
+	h := newDeafHandler()
 	reg := worker.NewRegistry()
 	worker.Add(reg, h.run, worker.HandlerOptions{Timeout: -1})
 	const lease = time.Second
 	w1 := startWorker(t, c, reg, worker.Config{Queues: map[string]int{"default": 1}, Lease: lease,
 		StuckGrace: 200 * time.Millisecond, PollInterval: 50 * time.Millisecond, DisableMaintenance: true})
+	t.Cleanup(h.free)
 	res, err := c.Insert(ctx, stuckArgs{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -217,5 +221,72 @@ func TestStopReturnsWhileHandlerIgnoresContext(t *testing.T) {
 	})
 	if j := stateOf(t, c, res.ID); j.Attempt != 2 || j.Fence == first.Fence {
 		t.Fatalf("job %+v; want the second attempt's completion", j)
+	}
+}
+
+// TestStuckHandlersKeepSlotsPastConcurrency: a queue lets go of the slots
+// of at most as many stuck handlers as its concurrency; the next stuck
+// handler keeps its slot, so the queue stops claiming, and Stop still
+// returns about at its deadline. A late outcome of a job nobody claimed
+// again is recorded: its fence is still current.
+func TestStuckHandlersKeepSlotsPastConcurrency(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
+	h := newDeafHandler()
+	h.deaf = 1 << 30
+	reg := worker.NewRegistry()
+	worker.Add(reg, h.run, worker.HandlerOptions{Timeout: 100 * time.Millisecond})
+	w := startWorker(t, c, reg, worker.Config{Queues: map[string]int{"default": 1},
+		Lease: time.Second, HeartbeatInterval: 100 * time.Millisecond, StuckGrace: 100 * time.Millisecond,
+		PollInterval: 50 * time.Millisecond, DisableMaintenance: true})
+	t.Cleanup(h.free)
+	var ids []int64
+	for range 3 {
+		res, err := c.Insert(ctx, stuckArgs{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.ID)
+	}
+	h.firstAttempt(t)
+	h.firstAttempt(t) // in the slot the first stuck handler let go
+	testwatch.WaitFor(t, 10*time.Second, "both handlers given up on", func() bool { return w.Stats().Stuck == 2 })
+	// The second kept its slot: the third job waits. A few polls show it.
+	time.Sleep(300 * time.Millisecond)
+	if s := w.Stats(); s.Claimed != 2 || s.StuckRunning != 2 {
+		t.Fatalf("stats %+v; want 2 claimed, both stuck", s)
+	}
+
+	const deadline = 300 * time.Millisecond
+	sctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	stopped := make(chan error, 1)
+	start := time.Now()
+	go func() { stopped <- w.Stop(sctx) }()
+	select {
+	case <-stopped:
+		if took := time.Since(start); took > deadline+100*time.Millisecond+time.Second {
+			t.Errorf("Stop took %s with a deadline of %s", took, deadline)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop did not return while a stuck handler held its slot")
+	}
+	if s := w.Stats(); s.Stuck != 2 {
+		t.Fatalf("stats %+v; want the 2 stuck handlers counted once each", s)
+	}
+	h.free()
+	testwatch.WaitFor(t, 10*time.Second, "the late completions recorded", func() bool {
+		s := w.Stats()
+		return s.Completed == 2 && s.StuckRunning == 0
+	})
+	for i, id := range ids {
+		want := queue.StateCompleted
+		if i == 2 {
+			want = queue.StateAvailable
+		}
+		if j := stateOf(t, c, id); j.State != want {
+			t.Errorf("job %d: %s, want %s", i+1, j.State, want)
+		}
 	}
 }
