@@ -2,7 +2,12 @@
 // handlers, per-queue concurrency, a fetch loop that claims jobs in batches,
 // heartbeats that keep leases alive and cancel a handler the moment its job
 // is lost, job timeouts, panic recovery, retries with backoff, batched
-// fenced completions and a graceful Stop that drains.
+// fenced completions and a graceful Stop that drains. A handler that
+// ignores its context once it ends (its timeout, a lost job, Stop) cannot be
+// stopped, but it holds nothing for long: after Config.StuckGrace the worker
+// gives up on it (Stats.Stuck), stops extending its lease so that the
+// rescuer takes the job back, lets its slot go, and never makes Stop wait
+// for it.
 //
 // The worker drives any queue.Backend: pgqueue for PostgreSQL, kafkaqueue
 // for Kafka. Handlers do not change between them. Backends may offer more,

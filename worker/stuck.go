@@ -155,14 +155,14 @@ func (w *Worker) recordLate(p pending) {
 
 // waitOrAbandon waits, once Stop's deadline has passed, for the handlers
 // Stop cancelled to return: for StuckGrace, at most stopWait. It then gives
-// up on those still running (their jobs are left to the rescuer) and
-// returns when the runners it did not give up on have ended.
-func (w *Worker) waitOrAbandon(done <-chan struct{}) {
+// up on those still running (their jobs are left to the rescuer), returns
+// how many, once the runners it did not give up on have ended.
+func (w *Worker) waitOrAbandon(done <-chan struct{}) (abandoned int) {
 	t := time.NewTimer(min(w.cfg.StuckGrace, stopWait))
 	defer t.Stop()
 	select {
 	case <-done:
-		return
+		return 0
 	case <-t.C:
 	}
 	now := time.Now()
@@ -179,6 +179,7 @@ func (w *Worker) waitOrAbandon(done <-chan struct{}) {
 			delete(w.aside, r)
 			r.aside = false
 			w.jobsWG.Done()
+			abandoned++
 		} else if w.abandonRun(r, now, false) {
 			gaveUp = append(gaveUp, r)
 		}
@@ -186,4 +187,5 @@ func (w *Worker) waitOrAbandon(done <-chan struct{}) {
 	w.mu.Unlock()
 	w.endGivenUp(gaveUp, now)
 	<-done
+	return abandoned + len(gaveUp)
 }

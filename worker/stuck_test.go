@@ -198,8 +198,8 @@ func TestStopReturnsWhileHandlerIgnoresContext(t *testing.T) {
 		if took := time.Since(start); took > deadline+200*time.Millisecond+time.Second {
 			t.Errorf("Stop took %s with a deadline of %s", took, deadline)
 		}
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("Stop: %v, want its deadline's error", err)
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "except 1 whose handlers ignored their context") {
+			t.Errorf("Stop: %v, want its deadline's error naming the handler given up on", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Stop did not return while a handler ignored its context")

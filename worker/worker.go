@@ -318,8 +318,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 			w.cancelRun(r, ErrWorkerStopping)
 		}
 		w.mu.Unlock()
-		w.waitOrAbandon(done)
-		stopErr = fmt.Errorf("jobfence: worker stop: %w; running jobs were interrupted and put back", ctx.Err())
+		if n := w.waitOrAbandon(done); n > 0 {
+			stopErr = fmt.Errorf("jobfence: worker stop: %w; running jobs were interrupted and put back, "+
+				"except %d whose handlers ignored their context: given up on, they are left to the rescuer", ctx.Err(), n)
+		} else {
+			stopErr = fmt.Errorf("jobfence: worker stop: %w; running jobs were interrupted and put back", ctx.Err())
+		}
 	}
 	close(w.finishCh)
 	flushed := make(chan struct{})
