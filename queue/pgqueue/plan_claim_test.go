@@ -21,13 +21,17 @@ import (
 // anew with the statistics of the moment; before the claim position, a
 // table analyzed empty made that plan a bitmap scan of every waiting job
 // and a sort, and halved the rate until autovacuum analyzed it again.
+// Directly, a prepared statement settles on a generic plan, which cannot
+// know the claim's LIMIT: the update must still find its rows by ctid.
 func TestClaimPlan(t *testing.T) {
 	for _, tt := range []struct {
 		name         string
 		analyzeEmpty bool
+		generic      bool
 	}{
-		{"analyzed after filling", false},
-		{"analyzed empty, then filled", true},
+		{"analyzed after filling", false, false},
+		{"analyzed empty, then filled", true, false},
+		{"generic plan, as a prepared statement gets", false, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c, db := newClient(t)
@@ -51,10 +55,30 @@ func TestClaimPlan(t *testing.T) {
 			if tt.analyzeEmpty {
 				fill()
 			}
-			// An unnamed statement's custom plan, as behind PgBouncer.
+			// An unnamed statement's custom plan, as behind PgBouncer; or
+			// the generic plan that a prepared statement (pgx's default
+			// mode, directly) settles on after five runs.
 			var raw []byte
 			args := []any{pgx.QueryExecModeDescribeExec, "default", 1000, time.Minute.Microseconds(), "w", (250 * time.Millisecond).Microseconds()}
-			if err := db.Pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+pgqueue.ClaimSQL, args...).Scan(&raw); err != nil {
+			conn, err := db.Pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Release()
+			if tt.generic {
+				if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Exec(context.Background(), "RESET plan_cache_mode")
+				if _, err := conn.Exec(ctx, "PREPARE claim AS "+pgqueue.ClaimSQL); err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Exec(context.Background(), "DEALLOCATE claim")
+				err = conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE claim('default', 1000, 60000000, 'w', 250000)", pgx.QueryExecModeSimpleProtocol).Scan(&raw)
+			} else {
+				err = conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+pgqueue.ClaimSQL, args...).Scan(&raw)
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			var plan []struct{ Plan planNode }
@@ -78,6 +102,24 @@ func TestClaimPlan(t *testing.T) {
 			}
 			if !found {
 				t.Fatalf("the claim does not start its index scan at the claim position; plan:\n%s", raw)
+			}
+			// The update finds the claimed rows by ctid: joined any other
+			// way, a generic plan hashed a scan of the whole table.
+			update := plan[0].Plan.find("CTE u")
+			if update == nil {
+				t.Fatalf("no CTE u in the plan:\n%s", raw)
+			}
+			tid := false
+			update.walk(func(p planNode) {
+				tid = tid || p.Type == "Tid Scan"
+			})
+			plan[0].Plan.walk(func(p planNode) {
+				if p.Type == "Seq Scan" && p.Relation == "jobfence_jobs" {
+					t.Errorf("the claim scans the whole jobs table; plan:\n%s", raw)
+				}
+			})
+			if !tid {
+				t.Fatalf("the claim's update does not find its rows by ctid; plan:\n%s", raw)
 			}
 		})
 	}
