@@ -19,9 +19,11 @@ import (
 
 // waitingClaimsSQL counts app's claims that wait for a lock: a claim that
 // found jobs waits, with their rows locked, for the fence it draws while a
-// test holds the fence sequence.
+// test holds the fence sequence. A claim is known by the claim position's
+// table, which its text names in the first of the 1,024 bytes that
+// pg_stat_activity keeps.
 const waitingClaimsSQL = `SELECT count(*) FROM pg_stat_activity
-WHERE application_name = $1 AND wait_event_type = 'Lock' AND query LIKE '%nextval(''jobfence_fence_seq'')%'`
+WHERE application_name = $1 AND wait_event_type = 'Lock' AND query LIKE '%jobfence_claim_hints%'`
 
 // fetchRig is a worker of two fetch loops whose handlers block until
 // released, and a way to hold every claim that found jobs in flight.
