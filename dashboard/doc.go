@@ -12,4 +12,6 @@
 // (retry, cancel, delete, bulk retry and delete, pause and resume) are POST
 // requests that carry a CSRF token, are refused when Options.ReadOnly is
 // set, and are logged with who made them.
+//
+// See docs/dashboard.md.
 package dashboard

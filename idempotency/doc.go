@@ -31,7 +31,7 @@
 // the operation's database effects exactly-once. The lease bounds that
 // transaction: PostgreSQL ends it if it sits idle past the lease, so a
 // frozen caller cannot hold the key. Do cannot promise that for
-// effects outside the database; see the README's section on guarantees.
+// effects outside the database; see docs/outside-calls.md.
 //
 // # Fenced writes
 //
@@ -44,4 +44,6 @@
 //
 // A completed key protects retries for Options.Retention; Prune (or
 // RunPruner) deletes expired keys in bounded batches.
+//
+// See docs/outside-calls.md.
 package idempotency

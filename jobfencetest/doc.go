@@ -30,4 +30,6 @@
 // Package devserver, beside this one, starts the same throwaway servers
 // for programs (examples, local development) without linking package
 // testing.
+//
+// See docs/testing.md.
 package jobfencetest

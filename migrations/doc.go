@@ -35,4 +35,6 @@
 //   - A NO TRANSACTION migration may stop after any statement (a lock
 //     timeout, a killed process), so each of its statements may run again:
 //     IF [NOT] EXISTS, and batches that leave nothing to redo behind them.
+//
+// See docs/operations.md.
 package migrations

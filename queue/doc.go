@@ -9,4 +9,6 @@
 // applies it only while the fence is still the job's current one; an owner
 // that lost the job (its lease expired and another claimed it) gets
 // ErrStaleFence and changes nothing.
+//
+// See docs/guarantees.md for what a lease, a fence and a put-back promise.
 package queue

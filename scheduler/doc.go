@@ -38,4 +38,6 @@
 // fires missed since the last enqueued one as each schedule's CatchUpPolicy
 // says. A fire's unique key protects it only while its job is stored, so
 // catch-up never looks back as far as the job retention (Config.Retention).
+//
+// See docs/cron.md.
 package scheduler

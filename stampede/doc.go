@@ -33,4 +33,6 @@
 // lost and absorbed Redis errors. Export them with expvar, for example:
 //
 //	expvar.Publish("report_cache", expvar.Func(func() any { return guard.Stats() }))
+//
+// See docs/stampede.md.
 package stampede

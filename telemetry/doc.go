@@ -21,5 +21,5 @@
 // messaging.destination.name the queue) plus jobfence.job.id, .kind,
 // .attempt and .fence.
 //
-// The README's Observability section lists every series.
+// See docs/observability.md, which lists every series.
 package telemetry

@@ -22,4 +22,7 @@
 // counted as stale and logged. A handler's own writes are protected the same
 // way by AddTx (its writes and the fenced completion commit in one
 // transaction) or by fencing them with job.Fence.
+//
+// See docs/handlers.md for handlers, transactions and stopping, and
+// docs/guarantees.md for what a lease and a put-back promise.
 package worker

@@ -91,4 +91,6 @@
 // (ErrUniqueKeyUnsupported): Kafka cannot refuse a duplicate message.
 // Heartbeat does not extend anything: a claim lasts as long as the member
 // stays in its generation.
+//
+// See docs/kafka.md.
 package kafkaqueue

@@ -12,4 +12,6 @@
 // Enqueue inside the caller's transaction with EnqueueTx and the job exists
 // only if that transaction commits. Unique keys make an insert a no-op when
 // a job with the same key is still stored.
+//
+// See docs/handlers.md (enqueueing), docs/pgbouncer.md and docs/operations.md.
 package pgqueue
