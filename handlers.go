@@ -1,0 +1,63 @@
+package jobfence
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/worker"
+)
+
+// The types a service names most, so that the common case imports this
+// package alone. Each is the type of the package underneath, not a copy:
+// a *jobfence.Registry is a *worker.Registry, a jobfence.InsertOpts a
+// queue.InsertOpts.
+type (
+	// Args is implemented by a job's typed arguments: Kind names the
+	// handler that runs them, and the value is stored as JSON. See
+	// queue.Args.
+	Args = queue.Args
+
+	// InsertOpts are the optional settings of an insert (queue,
+	// priority, scheduled time, attempts, unique key, metadata); nil or
+	// the zero value takes every default. See queue.InsertOpts.
+	InsertOpts = queue.InsertOpts
+
+	// InsertResult is what one insert did: the job's ID, and whether it
+	// was inserted (false when a job with the same unique key was already
+	// stored; ID is then that job's). See queue.EnqueueResult.
+	InsertResult = queue.EnqueueResult
+
+	// Registry maps job kinds to handlers: Config.Handlers. See
+	// worker.Registry.
+	Registry = worker.Registry
+
+	// HandlerOptions tunes one kind's handler (its timeout). See
+	// worker.HandlerOptions.
+	HandlerOptions = worker.HandlerOptions
+)
+
+// Job is a claimed job with its arguments decoded, as a handler gets it:
+// its ID, Attempt, Fence and IdempotencyKey come from the embedded
+// queue.Job. See worker.Job.
+type Job[T Args] = worker.Job[T]
+
+// NewRegistry returns an empty Registry, for Config.Handlers.
+func NewRegistry() *Registry { return worker.NewRegistry() }
+
+// AddHandler registers fn as the handler of T's kind, as worker.Add does
+// (River's AddWorker). It panics if the kind is registered already: that
+// is a programming error, found at start.
+func AddHandler[T Args](r *Registry, fn func(ctx context.Context, job *Job[T]) error, opts ...HandlerOptions) {
+	worker.Add(r, fn, opts...)
+}
+
+// AddHandlerTx registers fn as the transactional handler of T's kind, as
+// worker.AddTx does: fn's writes through tx and the job's fenced
+// completion commit in one transaction, so a worker that lost the job
+// (paused past its lease, and the job claimed again) changes nothing. It
+// panics if the kind is registered already.
+func AddHandlerTx[T Args](r *Registry, fn func(ctx context.Context, tx pgx.Tx, job *Job[T]) error, opts ...HandlerOptions) {
+	worker.AddTx(r, fn, opts...)
+}
