@@ -41,8 +41,8 @@ type queueMetrics struct {
 // metricsSQL is the statement that counts exactly, unlike the overview:
 // a gauge that stopped at a cap would hide the size of a backlog from
 // alerts, and a scrape every 15 to 60 s can afford what a person
-// reloading a page cannot (see the README for its cost at a million
-// jobs). It still reads no completed job older than an hour: one branch
+// reloading a page cannot (see docs/benchmarks/dashboard.md for its cost at a
+// million jobs). It still reads no completed job older than an hour: one branch
 // per state, each served by an index whose predicate that state implies,
 // before and after migration 6 (the running branch names both
 // lease_expires_at, for the lease index before, and attempted_at, for the

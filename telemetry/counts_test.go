@@ -122,7 +122,7 @@ func TestJobCounters(t *testing.T) {
 		t.Errorf("delta jobfence.jobs.completed{queue=default,kind=a} = %d, want the 10 since the last collection", since)
 	}
 	// Unlike a synchronous counter's, a series that counted nothing since
-	// the last collection reports 0 to a delta reader (as the README says).
+	// the last collection reports 0 to a delta reader (as docs/observability.md says).
 	if pts := find(t, rm, "jobfence.jobs.retried").Data.(metricdata.Sum[int64]).DataPoints; len(pts) != 1 || pts[0].Value != 0 {
 		t.Errorf("delta jobfence.jobs.retried after nothing was retried: %v, want one point of 0", pts)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/jobfence/jobfence/worker"
 )
 
-// queueSampler is the README's sampler that chooses by queue: every span
+// queueSampler is docs/observability.md's sampler that chooses by queue: every span
 // of the queues in always, the rest left to another sampler. It can,
 // because enqueue and attempt spans start with messaging.destination.name.
 type queueSampler struct {

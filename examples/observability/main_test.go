@@ -9,7 +9,7 @@ import (
 )
 
 // TestScrape runs the example and checks that its scrape has the series
-// the README promises: completions, handler time, the stale outcome and
+// docs/observability.md promises: completions, handler time, the stale outcome and
 // the queue wait.
 func TestScrape(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -191,7 +191,7 @@ func (b *PgBouncer) run(ctx context.Context, bin string, args ...string) ([]byte
 // cached descriptions. PgBouncer 1.18 in transaction mode does not carry a
 // named prepared statement (pgx's default) from one server connection to
 // the next, and pgx's "exec" mode sends a []byte for a jsonb column as
-// bytea. See the README's "Running behind PgBouncer".
+// bytea. See docs/pgbouncer.md.
 const ExecMode = "cache_describe"
 
 // URL connects through PgBouncer to its database as user, in ExecMode.

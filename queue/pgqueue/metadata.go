@@ -96,7 +96,7 @@ const traceparentKey = "traceparent"
 // Every claim and completion writes a new version of the row, and
 // PostgreSQL prints jsonb as text for every claimed job: in the jsonb a
 // traced job cost PostgreSQL 23.4 µs of CPU in a burn-down, in the column
-// 22.7 (22.3 untraced; README, What telemetry costs).
+// 22.7 (22.3 untraced; docs/benchmarks/telemetry.md).
 const packedTraceparentLen = 26
 
 // packTraceparent returns h's 26 bytes when h has exactly the shape W3C

@@ -22,7 +22,7 @@ import (
 // second client finds already prepared on the shared server connection;
 // exec mode and the simple protocol send args as their Go types, so a
 // []byte for a jsonb column arrives as bytea text. The describing modes
-// work: the README recommends cache_describe.
+// work: docs/pgbouncer.md recommends cache_describe.
 func TestPgBouncerExecModes(t *testing.T) {
 	db := pgtest.NewBounced(t, pgtest.BouncedOptions{PoolSize: 1})
 	for _, tt := range []struct {
@@ -120,7 +120,7 @@ func roundTrips(t *testing.T, bounced, mode string) error {
 }
 
 // TestPgBouncerMigrations: jobfence's migrations run through PgBouncer in
-// transaction mode (down to nothing and up again), in the README's exec
+// transaction mode (down to nothing and up again), in docs/pgbouncer.md's exec
 // mode, as the role whose default search_path is the schema.
 func TestPgBouncerMigrations(t *testing.T) {
 	db := pgtest.NewBounced(t, pgtest.BouncedOptions{PoolSize: 2})

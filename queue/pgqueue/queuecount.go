@@ -20,7 +20,7 @@ import (
 // hold the queue) about half a million. At 10,000 a queue's count takes a
 // few milliseconds and a count over all queues 10-30 ms, so Queues stays
 // under 200 ms at a million jobs in every mix measured (see
-// BenchmarkQueues1M and the README), while a queue's usual backlog is
+// BenchmarkQueues1M and docs/benchmarks/dashboard.md), while a queue's usual backlog is
 // still counted exactly.
 const DefaultCountCap = 10_000
 

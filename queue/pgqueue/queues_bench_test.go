@@ -30,7 +30,7 @@ FROM generate_series(1, 1000000) AS i`); err != nil {
 		b.Fatal(err)
 	}
 	// As autovacuum would have by the time anyone looks: an index-only
-	// count of jobs on pages not yet vacuumed visits them (see the README).
+	// count of jobs on pages not yet vacuumed visits them (see docs/dashboard.md).
 	if _, err := db.Pool.Exec(ctx, `VACUUM ANALYZE jobfence_jobs`); err != nil {
 		b.Fatal(err)
 	}
