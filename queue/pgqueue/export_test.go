@@ -9,5 +9,9 @@ var (
 	RescueSQL    = rescueSQL
 )
 
-// The claim statement, for the test that EXPLAINs it.
-var ClaimSQL = claimSQL
+// The claim statement and the read of its jobs, for the tests that
+// EXPLAIN them.
+var (
+	ClaimSQL   = claimSQL
+	ClaimedSQL = claimedSQL
+)
