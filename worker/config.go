@@ -57,8 +57,8 @@ type Config struct {
 	// others claim beside it only while its claims are quick (under
 	// 100 µs a job), overlapping round trips for a worker that one loop
 	// cannot keep busy. The claims of a fleet of instances are slower
-	// (with pgqueue they take turns per queue across the fleet), and
-	// there one claim in flight per instance is cheaper for all.
+	// (each skips the rows the others' claims hold), and there one claim
+	// in flight per instance is cheaper for all.
 	// Default: 2.
 	Fetchers int
 	// Completers is how many outcome batches may be in flight at once.

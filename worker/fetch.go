@@ -65,9 +65,8 @@ func (f *queueFetch) signal() {
 // loops claim beside its lead. A claim's time per job grows with the
 // claims of other workers: here (2 cores, PostgreSQL on the same machine)
 // one worker's claims of 600 to 1,000 jobs took 25-70 µs a job, those of
-// a fleet of 20 instances through PgBouncer 230-500 µs when they ran at
-// once, each skipping the rows the others held locked (with pgqueue's
-// claims taking turns, a fleet's claim still waits for about 16 others).
+// a fleet of 20 instances through PgBouncer 230-500 µs, each skipping the
+// rows the others held locked.
 const helperMaxPerJob = 100 * time.Microsecond
 
 // fetchLoop claims jobs of queue f while its slots have room and its
