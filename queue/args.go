@@ -13,7 +13,8 @@ type Args interface {
 }
 
 // InsertOpts are the optional settings of a typed insert; the zero value
-// takes every default of EnqueueParams.
+// takes every default of EnqueueParams. Each field is that of
+// EnqueueParams of the same name.
 type InsertOpts struct {
 	Queue       string
 	Priority    int
@@ -21,23 +22,83 @@ type InsertOpts struct {
 	MaxAttempts int
 	UniqueKey   string
 	Metadata    map[string]string
+	// Timeout bounds each attempt of the job; see EnqueueParams.Timeout.
+	Timeout time.Duration
+	// Deadline is when the job must have ended by; see
+	// EnqueueParams.Deadline.
+	Deadline time.Time
+}
+
+// InsertOptsProvider is implemented by an args type that carries its own
+// insert defaults, as River's JobArgsWithInsertOpts does: a queue,
+// priority, attempt budget or timeout that every job of the kind shares
+// is then said once, on the type, rather than at every insert and in
+// every schedule. Params (and so every typed insert: pgqueue's Insert,
+// InsertTx, kafkaqueue's Insert, the jobfence Client's Insert, InsertTx
+// and InsertMany) calls InsertOpts on the args, by value, and the options
+// given at the call override its fields one by one: a field set at the
+// call wins, a zero one takes the type's. Metadata is merged key by key,
+// the call's entries winning.
+//
+// InsertOpts is called at each insert: a Deadline it returns may be
+// computed from time.Now() (an hour from the insert, say).
+type InsertOptsProvider interface {
+	InsertOpts() InsertOpts
+}
+
+// Merge returns o with each zero field taken from defaults, and its
+// Metadata merged over the defaults' (o's entries win).
+func (o InsertOpts) Merge(defaults InsertOpts) InsertOpts {
+	if o.Queue == "" {
+		o.Queue = defaults.Queue
+	}
+	if o.Priority == 0 {
+		o.Priority = defaults.Priority
+	}
+	if o.ScheduledAt.IsZero() {
+		o.ScheduledAt = defaults.ScheduledAt
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = defaults.MaxAttempts
+	}
+	if o.UniqueKey == "" {
+		o.UniqueKey = defaults.UniqueKey
+	}
+	o.Metadata = MergeMetadata(o.Metadata, defaults.Metadata)
+	if o.Timeout == 0 {
+		o.Timeout = defaults.Timeout
+	}
+	if o.Deadline.IsZero() {
+		o.Deadline = defaults.Deadline
+	}
+	return o
+}
+
+// OptsOf returns the options of an insert of args with opts (which may be
+// nil): opts over args' own defaults when args is an InsertOptsProvider.
+func OptsOf(args Args, opts *InsertOpts) InsertOpts {
+	var o InsertOpts
+	if opts != nil {
+		o = *opts
+	}
+	if p, ok := args.(InsertOptsProvider); ok {
+		o = o.Merge(p.InsertOpts())
+	}
+	return o
 }
 
 // Params encodes args as JSON and returns the EnqueueParams of a job of
-// kind args.Kind() with opts applied (opts may be nil).
+// kind args.Kind() with opts applied (opts may be nil) over args' own
+// defaults (see InsertOptsProvider).
 func Params(args Args, opts *InsertOpts) (EnqueueParams, error) {
 	b, err := json.Marshal(args)
 	if err != nil {
 		return EnqueueParams{}, fmt.Errorf("jobfence: encode args of kind %q: %w", args.Kind(), err)
 	}
-	p := EnqueueParams{Kind: args.Kind(), Args: b}
-	if opts != nil {
-		p.Queue = opts.Queue
-		p.Priority = opts.Priority
-		p.ScheduledAt = opts.ScheduledAt
-		p.MaxAttempts = opts.MaxAttempts
-		p.UniqueKey = opts.UniqueKey
-		p.Metadata = opts.Metadata
-	}
-	return p, nil
+	o := OptsOf(args, opts)
+	return EnqueueParams{
+		Kind: args.Kind(), Args: b,
+		Queue: o.Queue, Priority: o.Priority, ScheduledAt: o.ScheduledAt, MaxAttempts: o.MaxAttempts,
+		UniqueKey: o.UniqueKey, Metadata: o.Metadata, Timeout: o.Timeout, Deadline: o.Deadline,
+	}, nil
 }

@@ -66,7 +66,8 @@ type Maintainer interface {
 type Promoter interface {
 	// Promote makes up to limit jobs whose time has come available, wakes
 	// the workers of their queues, and returns how many it made available
-	// per queue.
+	// per queue. A backend that stores deadlines (EnqueueParams.Deadline)
+	// also discards, uncounted, up to limit jobs not started by theirs.
 	Promote(ctx context.Context, limit int) (map[string]int, error)
 }
 

@@ -36,6 +36,17 @@ type EnqueueParams struct {
 	// string pairs that are not arguments, such as the W3C traceparent of
 	// the span that enqueued it. Nil means none.
 	Metadata map[string]string
+	// Timeout, when not zero, bounds each attempt of the job, overriding
+	// its handler's (worker.HandlerOptions.Timeout) and the worker's
+	// (worker.Config.JobTimeout); negative means no timeout.
+	Timeout time.Duration
+	// Deadline, when set, is when the job must have ended by (Asynq's
+	// Deadline): a job not started by then is discarded, with
+	// ErrDeadline's text as the reason, and never runs; a running
+	// attempt's context ends at it (or at its timeout, whichever comes
+	// first); and a retry or snooze that would start after it discards the
+	// job instead. It must not be before ScheduledAt.
+	Deadline time.Time
 }
 
 // WithDefaults returns p with its zero fields set to the defaults.
@@ -64,6 +75,8 @@ func (p EnqueueParams) Validate() error {
 		return &InvalidParamsError{Field: "Priority", Reason: "must be between 1 and 4"}
 	case p.MaxAttempts < 1:
 		return &InvalidParamsError{Field: "MaxAttempts", Reason: "must be at least 1"}
+	case !p.Deadline.IsZero() && p.Deadline.Before(p.ScheduledAt):
+		return &InvalidParamsError{Field: "Deadline", Reason: "is before ScheduledAt: the job could never start"}
 	}
 	return nil
 }

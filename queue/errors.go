@@ -16,6 +16,13 @@ var ErrUnknownKind = errors.New("jobfence: unknown job kind")
 // ErrJobNotFound reports a job ID that names no stored job.
 var ErrJobNotFound = errors.New("jobfence: job not found")
 
+// ErrDeadline is the reason recorded on a job discarded because of its
+// deadline (EnqueueParams.Deadline): it was not started by then, or its
+// next attempt would have started after it. The errors recorded start
+// with its text, and a handler's context that ends at the deadline has a
+// cause that errors.Is it.
+var ErrDeadline = errors.New("jobfence: job deadline passed")
+
 // ErrClosed reports use of a backend or worker after it was stopped.
 var ErrClosed = errors.New("jobfence: closed")
 

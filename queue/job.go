@@ -43,16 +43,27 @@ type Job struct {
 	// AttemptedBy lists the workers that claimed the job, oldest first.
 	AttemptedBy []string
 	// Key, when set by the backend, is the job's idempotency key; see
-	// IdempotencyKey.
+	// IdempotencyKey. pgqueue sets "jobfence-<uuid>", a random UUID drawn
+	// when the job was inserted; kafkaqueue "kafka:<topic>:<partition>:
+	// <offset>" of the job's first message.
 	Key string
+	// Timeout is the job's EnqueueParams.Timeout: zero when it has none.
+	Timeout time.Duration
+	// Deadline is the job's EnqueueParams.Deadline: zero when it has none.
+	Deadline time.Time
 	// Metadata is the job's EnqueueParams.Metadata, merged with what an
 	// InsertHook added; nil when there is none. Treat it as read-only.
 	Metadata map[string]string
 }
 
 // IdempotencyKey returns a key that is the same for every attempt of the job
-// and differs between jobs: pass it to external APIs (a payment provider's
-// Idempotency-Key header) so a retried attempt cannot charge twice.
+// and differs between jobs, also between jobs of different databases (a
+// staging and a production database that share one payment provider
+// account): pass it to external APIs (a payment provider's
+// Idempotency-Key header) so a retried attempt cannot charge twice. It is
+// Key; a job without one (inserted into PostgreSQL before migration
+// 00010 added the keys) keeps the key its earlier attempts had,
+// "jobfence-job-<id>", which is unique within its database only.
 func (j *Job) IdempotencyKey() string {
 	if j.Key != "" {
 		return j.Key

@@ -26,8 +26,10 @@ type Config struct {
 	// registry of live instances (queue.Registrar; `jobfence workers
 	// list`). Default: Lease/3.
 	HeartbeatInterval time.Duration
-	// JobTimeout bounds one attempt unless the kind's HandlerOptions say
-	// otherwise; negative means no timeout. Default: 1m.
+	// JobTimeout bounds one attempt unless the job's own Timeout (its
+	// insert's, or its args type's: queue.InsertOptsProvider) or the
+	// kind's HandlerOptions say otherwise; negative means no timeout. A
+	// job's Deadline ends its attempt too, if it comes first. Default: 1m.
 	JobTimeout time.Duration
 	// StuckGrace is how long a handler may keep running after its context
 	// ended (its timeout passed, its job was lost or cancelled, or Stop's

@@ -54,6 +54,10 @@ func (w *Worker) execute(job *queue.Job, until time.Time) (leave bool) {
 		ctx = w.cfg.Hooks.JobStart(ctx, job)
 		r.ctx = ctx
 	}
+	if claimedPastDeadline(job) {
+		w.discardPastDeadline(ctx, job, r)
+		return
+	}
 	h := w.reg.handlers[job.Kind]
 	if h == nil {
 		// Most likely a rolling deploy: an instance that knows the kind
@@ -62,7 +66,12 @@ func (w *Worker) execute(job *queue.Job, until time.Time) (leave bool) {
 		w.putBackUnknownKind(ctx, job, r)
 		return
 	}
-	timeout := h.opts.Timeout
+	// The job's own timeout first (its insert's, or its args type's),
+	// then its kind's, then the worker's.
+	timeout := job.Timeout
+	if timeout == 0 {
+		timeout = h.opts.Timeout
+	}
 	if timeout == 0 {
 		timeout = w.cfg.JobTimeout
 	}
@@ -70,6 +79,12 @@ func (w *Worker) execute(job *queue.Job, until time.Time) (leave bool) {
 		var cancelT context.CancelFunc
 		ctx, cancelT = context.WithTimeoutCause(ctx, timeout, timeoutError(timeout))
 		defer cancelT()
+	}
+	if !job.Deadline.IsZero() {
+		// Whichever of the timeout and the deadline comes first ends it.
+		var cancelD context.CancelFunc
+		ctx, cancelD = context.WithDeadlineCause(ctx, job.Deadline, &deadlineError{at: job.Deadline})
+		defer cancelD()
 	}
 	r.ctxEnd, _ = ctx.Deadline()
 	if !w.track(r) {
@@ -262,6 +277,9 @@ func (w *Worker) report(job *queue.Job, r *running, o queue.Outcome, delay time.
 // queue.AttemptError.PutBacks), or for the attempt spent at the limit.
 func (w *Worker) reportRun(job *queue.Job, r *running, o queue.Outcome, delay time.Duration, err error, stack string, putBacks int) {
 	w.finishing(r)
+	if d, derr := w.pastDeadlineOutcome(job, r, o, delay, err); d != o {
+		o, err, putBacks = d, derr, 0
+	}
 	f := queue.Finish{Lease: job.Lease(), Outcome: o, Delay: delay}
 	if err != nil {
 		f.Error = &queue.AttemptError{Attempt: job.Attempt, At: time.Now(), Error: err.Error(), Trace: stack,

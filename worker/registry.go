@@ -14,8 +14,10 @@ import (
 
 // HandlerOptions tunes one kind's handler.
 type HandlerOptions struct {
-	// Timeout bounds one attempt; zero takes Config.JobTimeout, negative
-	// means no timeout.
+	// Timeout bounds one attempt of a job that has no Timeout of its own
+	// (queue.EnqueueParams.Timeout, which an args type may set for its
+	// every job: queue.InsertOptsProvider); zero takes Config.JobTimeout,
+	// negative means no timeout.
 	Timeout time.Duration
 }
 

@@ -247,6 +247,8 @@ func (b *Backend) job(e *entry, p queue.ClaimParams, now time.Time) *queue.Job {
 		AttemptedAt: now,
 		Key:         e.key(),
 		Metadata:    e.meta.metadata,
+		Deadline:    e.meta.deadline,
+		Timeout:     e.meta.timeout,
 	}
 	if p.Lease > 0 {
 		j.LeaseExpiresAt = now.Add(p.Lease)

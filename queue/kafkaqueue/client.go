@@ -144,6 +144,7 @@ func newMessage(j EnqueueJob, meta map[string]string, now time.Time) (kafka.Mess
 			header(HeaderMaxAttempts, strconv.Itoa(p.MaxAttempts)),
 		},
 	}
+	m.Headers = limitHeaders(m.Headers, p.Deadline, p.Timeout)
 	if md := queue.MergeMetadata(p.Metadata, meta); len(md) > 0 {
 		hs, err := metadataHeaders(md)
 		if err != nil {

@@ -197,6 +197,7 @@ func (b *Backend) forwardHeaders(e *entry, attempt int) []kafka.Header {
 		header(HeaderError, last),
 		header(HeaderErrors, string(errs)),
 	}
+	hs = limitHeaders(hs, e.meta.deadline, e.meta.timeout)
 	// The job's metadata goes with it, so a retry's span still links to the
 	// enqueue's.
 	for k, v := range e.meta.metadata {

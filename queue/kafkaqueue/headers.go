@@ -38,6 +38,12 @@ const (
 	// HeaderOutcome is why a job reached the dead-letter topic: "retry"
 	// (attempts exhausted), "discard" or "cancel".
 	HeaderOutcome = "jobfence-outcome"
+	// HeaderDeadline is the job's EnqueueParams.Deadline, RFC 3339 with
+	// nanoseconds; the worker keeps it (Job.Deadline).
+	HeaderDeadline = "jobfence-deadline"
+	// HeaderTimeout is the job's EnqueueParams.Timeout, as Go's
+	// time.Duration prints it ("-1ns": no timeout).
+	HeaderTimeout = "jobfence-timeout"
 )
 
 // Origin is where a job's message was first written. It stays the same when
@@ -102,6 +108,8 @@ type meta struct {
 	maxAttempts int
 	attempt     int
 	notBefore   time.Time
+	deadline    time.Time
+	timeout     time.Duration
 	origin      Origin
 	hasOrigin   bool
 	queue       string
@@ -129,6 +137,14 @@ func parseMeta(hs []kafka.Header) meta {
 			if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 				m.notBefore = t
 			}
+		case HeaderDeadline:
+			if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+				m.deadline = t
+			}
+		case HeaderTimeout:
+			if d, err := time.ParseDuration(v); err == nil {
+				m.timeout = d
+			}
 		case HeaderOrigin:
 			if o, err := ParseOrigin(v); err == nil {
 				m.origin, m.hasOrigin = o, true
@@ -150,6 +166,18 @@ func parseMeta(hs []kafka.Header) meta {
 }
 
 func header(k, v string) kafka.Header { return kafka.Header{Key: k, Value: []byte(v)} }
+
+// limitHeaders returns the headers of a job's deadline and timeout, none
+// for those it has not.
+func limitHeaders(hs []kafka.Header, deadline time.Time, timeout time.Duration) []kafka.Header {
+	if !deadline.IsZero() {
+		hs = append(hs, header(HeaderDeadline, deadline.UTC().Format(time.RFC3339Nano)))
+	}
+	if timeout != 0 {
+		hs = append(hs, header(HeaderTimeout, timeout.String()))
+	}
+	return hs
+}
 
 // Header returns the value of the last header named key, and whether there
 // is one. Use it to read the headers of a dead-letter message.

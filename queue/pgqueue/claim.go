@@ -169,7 +169,8 @@ WHERE j.id = ANY($1) AND j.fence = $2 AND j.state = 'running'`
 
 // jobColumns are the columns scanJob reads, in order.
 const jobColumns = `j.id, j.queue, j.kind, j.args, j.state, j.priority, j.attempt, j.max_attempts, j.fence,
-    j.scheduled_at, j.created_at, j.attempted_at, j.lease_expires_at, j.unique_key, j.errors, j.attempted_by, j.metadata, j.trace_context`
+    j.scheduled_at, j.created_at, j.attempted_at, j.lease_expires_at, j.unique_key, j.errors, j.attempted_by, j.metadata, j.trace_context,
+    j.idempotency_key, j.deadline, j.timeout_us`
 
 // Claim implements queue.Backend.
 func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, error) {
@@ -287,12 +288,16 @@ func scanJob(row pgx.Row, more ...any) (*queue.Job, error) {
 		unique    *string
 		errs      []byte
 		meta, tc  []byte
+		key       pgtype.UUID
+		deadline  *time.Time
+		timeout   *int64
 	)
 	// One slice, sized for more too: appending more to a literal of
 	// exactly the columns would copy it, a second allocation for every job
 	// a claim returns.
-	dest := append(make([]any, 0, 18+len(more)), &j.ID, &j.Queue, &j.Kind, &j.EncodedArgs, &state, &priority, &j.Attempt, &j.MaxAttempts,
-		&j.Fence, &j.ScheduledAt, &j.CreatedAt, &attempted, &lease, &unique, &errs, &j.AttemptedBy, &meta, &tc)
+	dest := append(make([]any, 0, 21+len(more)), &j.ID, &j.Queue, &j.Kind, &j.EncodedArgs, &state, &priority, &j.Attempt, &j.MaxAttempts,
+		&j.Fence, &j.ScheduledAt, &j.CreatedAt, &attempted, &lease, &unique, &errs, &j.AttemptedBy, &meta, &tc,
+		&key, &deadline, &timeout)
 	if err := row.Scan(append(dest, more...)...); err != nil {
 		return nil, err
 	}
@@ -307,6 +312,11 @@ func scanJob(row pgx.Row, more ...any) (*queue.Job, error) {
 	if unique != nil {
 		j.UniqueKey = *unique
 	}
+	j.Key = jobKey(key)
+	if deadline != nil {
+		j.Deadline = *deadline
+	}
+	j.Timeout = jobTimeout(timeout)
 	if len(errs) > 2 {
 		if err := json.Unmarshal(errs, &j.Errors); err != nil {
 			return nil, fmt.Errorf("job %d: decode errors: %w", j.ID, err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/jobfence/jobfence/internal/txbound"
 	"github.com/jobfence/jobfence/queue"
@@ -17,12 +18,14 @@ import (
 // whether it is ready now. With a channel in $9 it also wakes the queue's
 // workers, when the statement's transaction commits (EnqueueTx: the
 // caller's); CASE evaluates the notify only for a ready job. No row comes
-// back when the unique key is taken.
+// back when the unique key is taken. $11 is the job's idempotency key
+// (see newJobKey), $12 its deadline and $13 its timeout (NULL for none).
 const insertSQL = `
 WITH ins AS (
-    INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context)
+    INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context,
+                               idempotency_key, deadline, timeout_us)
     VALUES ($1, $2, $3, CASE WHEN $4::timestamptz > now() THEN 'scheduled' ELSE 'available' END,
-            $5, COALESCE($4::timestamptz, now()), $6, NULLIF($7, ''), $8, $10)
+            $5, COALESCE($4::timestamptz, now()), $6, NULLIF($7, ''), $8, $10, $11, $12, $13)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id, queue, state = 'available' AS ready
 )
@@ -132,7 +135,8 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]
 	for range 3 {
 		var id int64
 		var ready bool
-		err := db.QueryRow(ctx, insertSQL, p.Queue, p.Kind, p.Args, at, p.Priority, p.MaxAttempts, p.UniqueKey, md, channel, tc).Scan(&id, &ready, nil)
+		err := db.QueryRow(ctx, insertSQL, p.Queue, p.Kind, p.Args, at, p.Priority, p.MaxAttempts, p.UniqueKey, md, channel, tc,
+			newJobKey(), deadlineParam(p.Deadline), timeoutParam(p.Timeout)).Scan(&id, &ready, nil)
 		if err == nil {
 			return queue.EnqueueResult{ID: id, Inserted: true}, ready, nil
 		}
@@ -153,13 +157,16 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]
 // copyColumns are the columns EnqueueMany writes through COPY. The state
 // and scheduled_at take their defaults ('available', the database's now()):
 // a host clock that runs ahead must not delay the jobs.
-var copyColumns = []string{"queue", "kind", "args", "priority", "max_attempts", "metadata", "trace_context"}
+var copyColumns = []string{"queue", "kind", "args", "priority", "max_attempts", "metadata", "trace_context",
+	"idempotency_key", "deadline", "timeout_us"}
 
 const insertManySQL = `
-INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context)
-SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' ELSE 'available' END, p, COALESCE(s, now()), m, NULLIF(u, ''), md, tc
-FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[], $8::jsonb[], $9::bytea[])
-     AS t(q, k, a, p, s, m, u, md, tc)
+INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context,
+                           idempotency_key, deadline, timeout_us)
+SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' ELSE 'available' END, p, COALESCE(s, now()), m, NULLIF(u, ''), md, tc, ik, dl, tm
+FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[], $8::jsonb[], $9::bytea[],
+            $10::uuid[], $11::timestamptz[], $12::bigint[])
+     AS t(q, k, a, p, s, m, u, md, tc, ik, dl, tm)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING`
 
 // boundedBegin begins a transaction of statements that jobfence sends back
@@ -221,6 +228,9 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		s       []*time.Time
 		m       []int32
 		md, tc  [][]byte
+		ik      []pgtype.UUID
+		dl      []*time.Time
+		tm      []*int64
 	}
 	queues := map[string]bool{}
 	for i, p := range ps {
@@ -240,7 +250,8 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 			queues[p.Queue] = true
 		}
 		if p.UniqueKey == "" && p.ScheduledAt.IsZero() {
-			plain = append(plain, []any{p.Queue, p.Kind, p.Args, int16(p.Priority), int32(p.MaxAttempts), md, tc})
+			plain = append(plain, []any{p.Queue, p.Kind, p.Args, int16(p.Priority), int32(p.MaxAttempts), md, tc,
+				newJobKey(), deadlineParam(p.Deadline), timeoutParam(p.Timeout)})
 			continue
 		}
 		uq.q = append(uq.q, p.Queue)
@@ -257,6 +268,9 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		uq.u = append(uq.u, p.UniqueKey)
 		uq.md = append(uq.md, md)
 		uq.tc = append(uq.tc, tc)
+		uq.ik = append(uq.ik, newJobKey())
+		uq.dl = append(uq.dl, deadlineParam(p.Deadline))
+		uq.tm = append(uq.tm, timeoutParam(p.Timeout))
 	}
 	var n int64
 	if len(plain) > 0 {
@@ -267,7 +281,7 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		n += copied
 	}
 	if len(uq.q) > 0 {
-		tag, err := tx.Exec(ctx, insertManySQL, uq.q, uq.k, uq.a, uq.p, uq.s, uq.m, uq.u, uq.md, uq.tc)
+		tag, err := tx.Exec(ctx, insertManySQL, uq.q, uq.k, uq.a, uq.p, uq.s, uq.m, uq.u, uq.md, uq.tc, uq.ik, uq.dl, uq.tm)
 		if err != nil {
 			return 0, nil, fmt.Errorf("pgqueue: enqueue many: insert: %w", err)
 		}

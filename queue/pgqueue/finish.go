@@ -41,19 +41,26 @@ RETURNING j.id, j.fence`
 // it available (a failed job stays recognisable as one meanwhile); a
 // snooze without a delay (a put-back: a stopping worker, an unknown
 // kind's first time) is available at once.
+//
+// A retry or a snooze that would make the job ready after its deadline
+// (late) discards it instead, with the reason appended to its errors after
+// the attempt's own: the worker decides so by its clock already (see
+// worker's reportRun), and this is the database's clock's say, so that a
+// worker whose clock runs slow cannot schedule an attempt past the
+// deadline.
 const finishSQL = `
 WITH f AS (
     SELECT * FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::smallint[]),
         (SELECT $4::bigint[]), (SELECT $5::jsonb[])) AS f(id, fence, outcome, delay, err)
 ), n AS (
-    SELECT j.id, f.delay, f.err, f.outcome,
-        CASE f.outcome
+    SELECT j.id, f.delay, f.err, f.outcome, ` + finishLate + ` AS late,
+        CASE WHEN ` + finishLate + ` THEN 'discarded' ELSE CASE f.outcome
             WHEN 1 THEN 'completed'
             WHEN 2 THEN CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END
             WHEN 3 THEN 'discarded'
             WHEN 4 THEN CASE WHEN f.delay > 0 THEN 'scheduled' ELSE 'available' END
             WHEN 5 THEN 'cancelled'
-        END AS state
+        END END AS state
     FROM jobfence_jobs j JOIN f ON j.id = f.id AND j.fence = f.fence
     WHERE j.state = 'running'
     FOR UPDATE OF j
@@ -62,12 +69,22 @@ UPDATE jobfence_jobs j
 SET state = n.state,
     scheduled_at = CASE WHEN n.state IN ('retryable', 'scheduled', 'available') THEN now() + n.delay * interval '1 microsecond' ELSE j.scheduled_at END,
     attempt = CASE WHEN n.outcome = 4 THEN j.attempt - 1 ELSE j.attempt END,
-    errors = CASE WHEN n.err IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(n.err) END,
+    errors = CASE WHEN n.err IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(n.err) END
+        || CASE WHEN n.late THEN jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error',
+               'jobfence: job deadline passed: its next attempt would start at '
+               || (to_jsonb(now() + n.delay * interval '1 microsecond') #>> '{}')
+               || ', after its deadline ' || (to_jsonb(j.deadline) #>> '{}') || '; discarded'))
+           ELSE '[]'::jsonb END,
     finalized_at = CASE WHEN n.state IN ('completed', 'discarded', 'cancelled') THEN now() END,
     lease_expires_at = NULL
 FROM n
 WHERE j.id = n.id AND j.state = 'running'
 RETURNING j.id, j.fence`
+
+// finishLate says, in finishSQL, that an outcome would make its job ready
+// again after its deadline.
+const finishLate = `coalesce((f.outcome = 4 OR f.outcome = 2 AND j.attempt < j.max_attempts)
+        AND j.deadline < now() + f.delay * interval '1 microsecond', false)`
 
 // Finish implements queue.Backend in one statement: completeSQL when every
 // outcome is a completion (the hot path), finishSQL otherwise. A job absent

@@ -15,10 +15,25 @@ import (
 // clause under its lock and skipped, so no job is moved twice. The notify
 // is in the select list, which PostgreSQL evaluates for every row it
 // returns, and is sent when the statement's transaction commits.
+//
+// The same statement discards up to $1 jobs not started by their deadline
+// (EnqueueParams.Deadline): waiting or available, its deadline passed. It
+// reads them through jobfence_jobs_deadline (migration 00010), which holds
+// only such jobs that have a deadline, so with none it costs an index
+// probe. A promoter runs every worker.Config.PromoteInterval (1 s by
+// default) on every worker, so such a job is discarded about that long
+// after its deadline while any worker runs, whatever its queue (a paused
+// one, or one no worker takes, included), 1,000 a worker a call at most.
+// That sweep is only what the job's state shows: no job starts after its
+// deadline anyway, as a worker that claims one discards it unrun (its
+// claim, by the database's clock, is past the deadline), and a retry or
+// snooze past the deadline discards its job (finishSQL, rescueSQL). A due
+// job whose deadline has passed is left to the discard, never promoted.
 const promoteSQL = `
 WITH due AS (
     SELECT id FROM jobfence_jobs
     WHERE state IN ('scheduled', 'retryable') AND scheduled_at <= now()
+      AND NOT coalesce(deadline < now(), false)
     ORDER BY scheduled_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -27,6 +42,19 @@ WITH due AS (
     FROM due
     WHERE j.id = due.id
     RETURNING j.queue
+), late AS (
+    SELECT id FROM jobfence_jobs
+    WHERE deadline < now() AND deadline IS NOT NULL AND state IN ('available', 'scheduled', 'retryable')
+    ORDER BY deadline
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), dropped AS (
+    UPDATE jobfence_jobs j
+    SET state = 'discarded', finalized_at = now(),
+        errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error',
+            'jobfence: job deadline passed: not started by ' || (to_jsonb(j.deadline) #>> '{}') || '; discarded'))
+    FROM late
+    WHERE j.id = late.id
 )
 SELECT queue, count(*), pg_notify($2, queue)
 FROM moved
@@ -35,7 +63,9 @@ GROUP BY queue`
 // Promote implements queue.Promoter: it makes up to limit scheduled and
 // retryable jobs whose time has come (by the database's clock) available
 // to claims, wakes the workers of their queues, and returns how many it
-// made available per queue. Any number of instances may run it at once.
+// made available per queue. It also discards up to limit jobs not started
+// by their deadline (see promoteSQL), which it does not count. Any number
+// of instances may run it at once.
 func (c *Client) Promote(ctx context.Context, limit int) (map[string]int, error) {
 	if limit <= 0 {
 		return nil, nil
