@@ -1,7 +1,9 @@
-// Command service is jobfence embedded in a web service: a signup handler
-// creates the user and enqueues the welcome email in one transaction, a
-// worker in the same process sends the emails, and SIGTERM drains both the
-// HTTP server and the worker without losing a job.
+// Command service is jobfence embedded in a web service through one
+// jobfence.Client: a signup handler creates the user and enqueues the
+// welcome email in one transaction, the client's worker sends the emails,
+// its scheduler enqueues a nightly report once per fire for the whole
+// fleet, and SIGTERM drains the HTTP server and then the client (scheduler
+// and worker) without losing a job.
 //
 //	go run ./examples/service          # serves, signs up three users, then stops itself with SIGTERM
 //	go run ./examples/service -serve   # serves until you press Ctrl-C
@@ -26,10 +28,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jobfence/jobfence"
 	"github.com/jobfence/jobfence/jobfencetest/devserver"
 	"github.com/jobfence/jobfence/migrations"
-	"github.com/jobfence/jobfence/queue/pgqueue"
-	"github.com/jobfence/jobfence/worker"
 )
 
 // WelcomeEmail is the job's typed arguments.
@@ -40,6 +41,12 @@ type WelcomeEmail struct {
 
 // Kind names the job's handler.
 func (WelcomeEmail) Kind() string { return "welcome_email" }
+
+// NightlyReport is the arguments of a periodic job.
+type NightlyReport struct{}
+
+// Kind names the job's handler.
+func (NightlyReport) Kind() string { return "nightly_report" }
 
 func main() {
 	serve := flag.Bool("serve", false, "serve until interrupted instead of running the self-check")
@@ -70,22 +77,39 @@ func run(ctx context.Context, serve bool) error {
 		CREATE TABLE IF NOT EXISTS sent_emails (user_id bigint PRIMARY KEY, fence bigint NOT NULL)`); err != nil {
 		return err
 	}
-	jobs := pgqueue.New(pool, pgqueue.Config{})
-
-	// The worker: a transactional handler, so recording the email and
+	// The handlers: a transactional one, so recording the email and
 	// completing the job commit together, under the job's fence.
-	reg := worker.NewRegistry()
-	worker.AddTx(reg, func(ctx context.Context, tx pgx.Tx, job *worker.Job[WelcomeEmail]) error {
+	reg := jobfence.NewRegistry()
+	jobfence.AddHandlerTx(reg, func(ctx context.Context, tx pgx.Tx, job *jobfence.Job[WelcomeEmail]) error {
 		// A real service calls its mail provider here, passing
 		// job.IdempotencyKey() so a retried attempt cannot send twice.
 		_, err := tx.Exec(ctx, `INSERT INTO sent_emails (user_id, fence) VALUES ($1, $2)`, job.Args.UserID, job.Fence)
 		return err
 	})
-	w, err := worker.New(jobs, reg, worker.Config{Queues: map[string]int{"default": 10}, Logger: slog.Default()})
+	jobfence.AddHandler(reg, func(ctx context.Context, job *jobfence.Job[NightlyReport]) error {
+		var users int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM users`).Scan(&users); err != nil {
+			return err
+		}
+		slog.InfoContext(ctx, "nightly report", "users", users, "fire", job.ScheduledAt)
+		return nil
+	})
+
+	// One client: inserts, the worker on its queues, the schedules, and
+	// (with Telemetry: telemetry.Options{}) metrics and traces for all three.
+	client, err := jobfence.NewClient(pool, jobfence.Config{
+		Queues:   map[string]int{"default": 10},
+		Handlers: reg,
+		Schedules: []jobfence.Schedule{
+			// Every instance configures it; each fire is one job for the fleet.
+			{Name: "nightly-report", Spec: "0 3 * * *", Args: NightlyReport{}},
+		},
+		Logger: slog.Default(),
+	})
 	if err != nil {
 		return err
 	}
-	if err := w.Start(ctx); err != nil {
+	if err := client.Start(ctx); err != nil {
 		return err
 	}
 
@@ -98,7 +122,7 @@ func run(ctx context.Context, serve bool) error {
 			if err := tx.QueryRow(r.Context(), `INSERT INTO users (email) VALUES ($1) RETURNING id`, email).Scan(&id); err != nil {
 				return err
 			}
-			_, err := jobs.InsertTx(r.Context(), tx, WelcomeEmail{UserID: id, Email: email}, nil)
+			_, err := client.InsertTx(r.Context(), tx, WelcomeEmail{UserID: id, Email: email}, nil)
 			return err
 		})
 		if err != nil {
@@ -121,14 +145,15 @@ func run(ctx context.Context, serve bool) error {
 	}
 	<-ctx.Done() // SIGTERM or Ctrl-C
 
-	// Graceful shutdown: stop taking requests, then let running jobs finish
-	// (those still running after 25s are put back for another instance).
+	// Graceful shutdown: stop taking requests, then stop the client: its
+	// scheduler enqueues no more fires, and running jobs finish (those
+	// still running after 25s are put back for another instance).
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return err
 	}
-	if err := w.Stop(shutdownCtx); err != nil {
+	if err := client.Stop(shutdownCtx); err != nil {
 		return err
 	}
 	var users, sent int
