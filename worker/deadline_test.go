@@ -203,3 +203,54 @@ func TestRetryPastDeadlineIsDiscarded(t *testing.T) {
 		}
 	}
 }
+
+// timedArgs carries its own timeout.
+type timedArgs struct{}
+
+func (timedArgs) Kind() string { return "timed" }
+
+func (timedArgs) InsertOpts() queue.InsertOpts { return queue.InsertOpts{Timeout: 100 * time.Millisecond} }
+
+// TestArgsTypeTimeout: a job of a kind whose args type carries a timeout
+// is bounded by it also when it was inserted untyped (a schedule's fire, a
+// plain EnqueueParams, with no timeout of its own), before the handler's
+// registered one; a timeout given at the insert wins over both.
+func TestArgsTypeTimeout(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	client := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
+	took := make(chan time.Duration, 1)
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[timedArgs]) error {
+		start := time.Now()
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+		}
+		took <- time.Since(start)
+		return nil
+	}, worker.HandlerOptions{Timeout: time.Hour})
+	w, err := worker.New(client, reg, worker.Config{Queues: map[string]int{"default": 1}, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		timeout time.Duration
+		min     time.Duration
+		max     time.Duration
+	}{
+		{"untyped, the type's timeout", 0, 100 * time.Millisecond, 2 * time.Second},
+		{"the insert's timeout", 3 * time.Second, 3 * time.Second, 4500 * time.Millisecond},
+	} {
+		if _, err := client.Enqueue(ctx, queue.EnqueueParams{Kind: "timed", Timeout: tt.timeout}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.RunOne(ctx, "default"); err != nil {
+			t.Fatal(err)
+		}
+		if d := <-took; d < tt.min || d > tt.max {
+			t.Errorf("%s: the handler ran %v, want between %v and %v", tt.name, d, tt.min, tt.max)
+		}
+	}
+}

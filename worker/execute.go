@@ -66,9 +66,13 @@ func (w *Worker) execute(job *queue.Job, until time.Time) (leave bool) {
 		w.putBackUnknownKind(ctx, job, r)
 		return
 	}
-	// The job's own timeout first (its insert's, or its args type's),
-	// then its kind's, then the worker's.
+	// The job's own timeout first (its insert's, or its args type's
+	// stored by a typed insert), then its args type's (for a job inserted
+	// untyped: a schedule's fire), then its kind's, then the worker's.
 	timeout := job.Timeout
+	if timeout == 0 {
+		timeout = h.typeTimeout
+	}
 	if timeout == 0 {
 		timeout = h.opts.Timeout
 	}

@@ -15,9 +15,9 @@ import (
 // HandlerOptions tunes one kind's handler.
 type HandlerOptions struct {
 	// Timeout bounds one attempt of a job that has no Timeout of its own
-	// (queue.EnqueueParams.Timeout, which an args type may set for its
-	// every job: queue.InsertOptsProvider); zero takes Config.JobTimeout,
-	// negative means no timeout.
+	// (queue.EnqueueParams.Timeout) and whose args type sets none
+	// (queue.InsertOptsProvider); zero takes Config.JobTimeout, negative
+	// means no timeout.
 	Timeout time.Duration
 }
 
@@ -32,6 +32,11 @@ type Middleware func(next HandlerFunc) HandlerFunc
 type handler struct {
 	kind string
 	opts HandlerOptions
+	// typeTimeout is the Timeout of the args type's own InsertOpts, read
+	// once at registration: it bounds the jobs of the kind inserted
+	// without it (a schedule's, an untyped EnqueueParams), as a typed
+	// insert stores it on each job.
+	typeTimeout time.Duration
 	// run decodes the args and calls the user's function.
 	run HandlerFunc
 	// runTx is set for transactional handlers instead of run.
@@ -56,6 +61,16 @@ func (r *Registry) Kinds() []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// typeTimeout returns the Timeout that T's InsertOpts sets, if T carries
+// its insert defaults.
+func typeTimeout[T queue.Args]() time.Duration {
+	var zero T
+	if p, ok := any(zero).(queue.InsertOptsProvider); ok {
+		return p.InsertOpts().Timeout
+	}
+	return 0
 }
 
 func kindOf[T queue.Args]() string {
@@ -85,7 +100,7 @@ func (r *Registry) add(h *handler) {
 // registered already, as http.Handle does for a pattern: that is a
 // programming error, found at start.
 func Add[T queue.Args](r *Registry, fn func(ctx context.Context, job *Job[T]) error, opts ...HandlerOptions) {
-	h := &handler{kind: kindOf[T]()}
+	h := &handler{kind: kindOf[T](), typeTimeout: typeTimeout[T]()}
 	if len(opts) > 0 {
 		h.opts = opts[0]
 	}
@@ -106,7 +121,7 @@ func Add[T queue.Args](r *Registry, fn func(ctx context.Context, job *Job[T]) er
 // error the transaction rolls back and the job is retried. The backend must
 // implement TxBackend (pgqueue does).
 func AddTx[T queue.Args](r *Registry, fn func(ctx context.Context, tx pgx.Tx, job *Job[T]) error, opts ...HandlerOptions) {
-	h := &handler{kind: kindOf[T]()}
+	h := &handler{kind: kindOf[T](), typeTimeout: typeTimeout[T]()}
 	if len(opts) > 0 {
 		h.opts = opts[0]
 	}
