@@ -98,15 +98,15 @@ type Result struct {
 // (another job would be claimed first), or is scheduled in the future.
 func Work[T queue.Args](ctx context.Context, t TestingT, w *Worker, args T, opts *queue.InsertOpts) *Result {
 	t.Helper()
+	// opts over the args type's own defaults, as the insert takes them.
+	o := queue.OptsOf(args, opts)
 	q := queue.DefaultQueue
-	if opts != nil {
-		if opts.Queue != "" {
-			q = opts.Queue
-		}
-		if opts.ScheduledAt.After(time.Now()) {
-			t.Fatalf("jobfencetest: Work: opts.ScheduledAt %s is in the future; Work runs a job that is ready now", opts.ScheduledAt)
-			return nil
-		}
+	if o.Queue != "" {
+		q = o.Queue
+	}
+	if o.ScheduledAt.After(time.Now()) {
+		t.Fatalf("jobfencetest: Work: ScheduledAt %s is in the future; Work runs a job that is ready now", o.ScheduledAt)
+		return nil
 	}
 	ready, err := w.client.List(ctx, pgqueue.ListParams{Queue: q, Limit: maxListed})
 	if err != nil {
@@ -130,7 +130,7 @@ func Work[T queue.Args](ctx context.Context, t TestingT, w *Worker, args T, opts
 		return nil
 	}
 	if !res.Inserted {
-		t.Fatalf("jobfencetest: Work: job %d already holds unique key %q; nothing was enqueued", res.ID, opts.UniqueKey)
+		t.Fatalf("jobfencetest: Work: job %d already holds unique key %q; nothing was enqueued", res.ID, o.UniqueKey)
 		return nil
 	}
 	r := w.WorkNext(ctx, t, q)
