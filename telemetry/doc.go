@@ -12,6 +12,11 @@
 //	telemetry.PGQueue(&pgCfg, telemetry.Options{})  // producer spans, traceparent stored with each job
 //	telemetry.Worker(&workerCfg, telemetry.Options{}) // job metrics, consumer spans, trace ids in logs
 //
+// A jobfence.Client makes those calls itself, for each component it builds,
+// given Options as its Config.Telemetry:
+//
+//	jobfence.NewClient(pool, jobfence.Config{..., Telemetry: telemetry.Options{}})
+//
 // Traces: an enqueue is a producer span ("send <queue>"), whose W3C
 // traceparent is stored with the job (packed into its trace_context
 // column in PostgreSQL, message headers in Kafka) and comes back in its
