@@ -233,6 +233,7 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		tm      []*int64
 	}
 	queues := map[string]bool{}
+	keys := newJobKeys(len(ps))
 	for i, p := range ps {
 		p = p.WithDefaults()
 		if err := p.Validate(); err != nil {
@@ -251,7 +252,7 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		}
 		if p.UniqueKey == "" && p.ScheduledAt.IsZero() {
 			plain = append(plain, []any{p.Queue, p.Kind, p.Args, int16(p.Priority), int32(p.MaxAttempts), md, tc,
-				newJobKey(), deadlineParam(p.Deadline), timeoutParam(p.Timeout)})
+				keys[i], deadlineParam(p.Deadline), timeoutParam(p.Timeout)})
 			continue
 		}
 		uq.q = append(uq.q, p.Queue)
@@ -268,7 +269,7 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		uq.u = append(uq.u, p.UniqueKey)
 		uq.md = append(uq.md, md)
 		uq.tc = append(uq.tc, tc)
-		uq.ik = append(uq.ik, newJobKey())
+		uq.ik = append(uq.ik, keys[i])
 		uq.dl = append(uq.dl, deadlineParam(p.Deadline))
 		uq.tm = append(uq.tm, timeoutParam(p.Timeout))
 	}

@@ -30,12 +30,22 @@ import (
 // A job inserted some other way (by hand, or by a release before 00010)
 // has none and keeps the key its earlier attempts used:
 // "jobfence-job-<id>".
-func newJobKey() pgtype.UUID {
-	u := pgtype.UUID{Valid: true}
-	rand.Read(u.Bytes[:]) // never fails: see crypto/rand.Read
-	u.Bytes[6] = u.Bytes[6]&0x0f | 0x40
-	u.Bytes[8] = u.Bytes[8]&0x3f | 0x80
-	return u
+func newJobKey() pgtype.UUID { return newJobKeys(1)[0] }
+
+// newJobKeys draws n keys with one read of the generator (EnqueueMany's
+// jobs share it rather than make a system call each).
+func newJobKeys(n int) []pgtype.UUID {
+	b := make([]byte, 16*n)
+	rand.Read(b) // never fails: see crypto/rand.Read
+	keys := make([]pgtype.UUID, n)
+	for i := range keys {
+		u := &keys[i]
+		u.Valid = true
+		copy(u.Bytes[:], b[16*i:])
+		u.Bytes[6] = u.Bytes[6]&0x0f | 0x40
+		u.Bytes[8] = u.Bytes[8]&0x3f | 0x80
+	}
+	return keys
 }
 
 // jobKey formats a stored key as Job.Key: "" for none.
