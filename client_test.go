@@ -467,6 +467,9 @@ func TestInsertOnlyClient(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Errorf("InsertMany: %d, %v, want 2 inserted (one key taken)", n, err)
 	}
+	if n, err := c.InsertMany(ctx, nil); n != 0 || err != nil {
+		t.Errorf("InsertMany of no jobs: %d, %v", n, err)
+	}
 	if _, err := c.InsertMany(ctx, []jobfence.InsertManyParams{{Args: greet{}}, {}}); err == nil {
 		t.Error("InsertMany with nil args: no error")
 	}
@@ -513,7 +516,18 @@ func TestScheduleOnlyClient(t *testing.T) {
 	}
 	start(t, c)
 	testwatch.WaitFor(t, 30*time.Second, "a fire's job", func() bool { return countJobs(t, db.Pool, "tick") > 0 })
-	stop(t, c)
+
+	// Two Stops at once: one stops the client, the other waits for it
+	// and finds it stopped.
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- c.Stop(context.Background()) }()
+	}
+	got := []error{<-errs, <-errs}
+	if !slices.ContainsFunc(got, func(err error) bool { return err == nil }) ||
+		!slices.ContainsFunc(got, func(err error) bool { return errors.Is(err, jobfence.ErrNotStarted) }) {
+		t.Errorf("two Stops at once returned %v, want nil and ErrNotStarted", got)
+	}
 }
 
 // TestNewClientRefuses configurations that cannot be what was meant.

@@ -319,8 +319,11 @@ type InsertManyParams struct {
 // InsertMany inserts jobs in one round trip (COPY for jobs that run now
 // without a unique key) and returns how many it inserted: a job whose
 // unique key a stored job holds is not inserted, and not counted. Either
-// every job is inserted or, on an error, none is.
+// every job is inserted or, on an error, none is. No jobs, no round trip.
 func (c *Client) InsertMany(ctx context.Context, jobs []InsertManyParams) (int64, error) {
+	if len(jobs) == 0 {
+		return 0, nil
+	}
 	ps, err := manyParams(jobs)
 	if err != nil {
 		return 0, err
@@ -334,6 +337,9 @@ func (c *Client) InsertMany(ctx context.Context, jobs []InsertManyParams) (int64
 
 // InsertManyTx is InsertMany inside the caller's transaction.
 func (c *Client) InsertManyTx(ctx context.Context, tx pgx.Tx, jobs []InsertManyParams) (int64, error) {
+	if len(jobs) == 0 {
+		return 0, nil
+	}
 	ps, err := manyParams(jobs)
 	if err != nil {
 		return 0, err
