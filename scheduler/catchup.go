@@ -38,6 +38,17 @@ func (p CatchUpPolicy) String() string {
 	return fmt.Sprintf("CatchUpPolicy(%d)", int(p))
 }
 
+// ParseCatchUpPolicy returns the policy that String names: skip, latest
+// or all.
+func ParseCatchUpPolicy(s string) (CatchUpPolicy, error) {
+	for _, p := range []CatchUpPolicy{CatchUpSkip, CatchUpLatest, CatchUpAll} {
+		if s == p.String() {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown catch-up policy %q: want skip, latest or all", ErrInvalidOptions, s)
+}
+
 // catchUp is how one schedule selects the fires to enqueue.
 type catchUp struct {
 	policy CatchUpPolicy

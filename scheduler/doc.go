@@ -39,5 +39,40 @@
 // says. A fire's unique key protects it only while its job is stored, so
 // catch-up never looks back as far as the job retention (Config.Retention).
 //
+// # Changing schedules while the fleet runs
+//
+// Put adds a schedule, or replaces a schedule's definition (spec, kind,
+// args, queue and the other options), Pause and Resume pause and resume
+// one, Delete removes one and Trigger enqueues one fire now ("run now"),
+// all without a restart: package functions on a pool (for tools: `jobfence
+// schedules add|pause|resume|delete|trigger`, the dashboard) and methods of
+// a Scheduler, before or after Start. Every running Scheduler reads the
+// schedules table every Config.SyncInterval (2 s by default; one small
+// query, rows read again only when their version moved) and picks up
+// each change; there is still no leader, and each fire is still one job
+// through its unique key.
+//
+// Which wins. A schedule defined in code (Add) is written to the table at
+// each Start of an instance that defines it: the code's definition
+// replaces a change made at run time, and only instances that define it
+// fire it, so removing it from the code stops it. A schedule added at run
+// time (Put of a new name) lives in the table until Delete, and every
+// instance fires it, those started later included. Pausing is not part of
+// a definition: a paused schedule stays paused across restarts and
+// deploys, whichever defines it, until Resume. Delete of a schedule still
+// defined in code lasts until an instance that defines it starts.
+//
+// A pause is decided where a fire is enqueued: the fire's transaction
+// reads the schedule's row under a lock and enqueues nothing if the
+// schedule is paused, deleted, or at another version than the one the
+// instance fires (it then reads the table again at once). So no instance
+// enqueues a fire after Pause, Put or Delete returns, however stale its
+// view. A changed or resumed schedule fires from the change on: the fires
+// of a pause are not caught up.
+//
+// A handler learns the fire its job runs for with FireOf: the schedule
+// and the fire time, read from the job's unique key, the same at every
+// attempt (a retry moves the job's ScheduledAt, not its fire).
+//
 // See docs/cron.md.
 package scheduler

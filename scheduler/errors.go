@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Errors that Add and Start return, wrapped in a *ScheduleError when they
+// Errors that Add, Start and the run-time changes (Put, Pause, ...) return, wrapped in a *ScheduleError when they
 // concern one schedule; test for them with errors.Is.
 var (
 	// ErrInvalidSpec reports a cron spec that does not parse or never fires.
@@ -24,6 +24,9 @@ var (
 	// ErrStopping reports Add, Start or Stop on a Scheduler whose Stop has
 	// not returned yet: its loop may still be enqueuing a fire.
 	ErrStopping = errors.New("scheduler: stopping")
+	// ErrNotFound reports a schedule name that the schedules table does
+	// not have (Get, Pause, Resume, Trigger).
+	ErrNotFound = errors.New("no such schedule")
 )
 
 // ScheduleError is an error about one schedule: it names the schedule and

@@ -34,7 +34,7 @@ func TestFrozenFireHoldsUpOthersBriefly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fz.Arm(sqlfreeze.Point{Match: func(sql string) bool { return strings.Contains(sql, "last_fire = EXCLUDED.last_fire") }})
+	fz.Arm(sqlfreeze.Point{Match: func(sql string) bool { return strings.Contains(sql, "SET last_fire = $2") }})
 	start(t, a)
 	t.Cleanup(fz.Thaw) // before A's Stop, which waits for its fire
 	fz.Frozen(t, 30*time.Second)

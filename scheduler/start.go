@@ -18,11 +18,13 @@ const (
 	startBackoffMax = 5 * time.Second
 )
 
-// Start records the schedules in the schedules table (a changed definition
-// replaces the stored one and is logged), enqueues the fires missed since
-// the last enqueued fire as each schedule's catch-up policy says, and then
-// runs the loop that enqueues each fire as it comes, until Stop is called or
-// ctx ends.
+// Start records the schedules added in code in the schedules table (a
+// changed definition replaces the stored one and is logged; a paused one
+// stays paused), reads the schedules this instance fires (those it defines
+// and those added at run time), enqueues the fires missed since the last
+// enqueued fire as each schedule's catch-up policy says, and then runs the
+// loop that enqueues each fire as it comes and reads the table for changes
+// every Config.SyncInterval, until Stop is called or ctx ends.
 //
 // While the database cannot be reached (connections refused or timing out,
 // the server starting up or shutting down), Start retries, with backoff
@@ -68,9 +70,11 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	return nil
 }
 
-// prepare checks that jobfence's tables are there, registers every schedule
-// and enqueues its missed fires. Each step may be repeated: registering is
-// an upsert, and a fire is one job however often it is enqueued.
+// prepare checks that jobfence's tables are there, registers every
+// schedule defined in code, reads the schedules this instance fires from
+// the table and enqueues their missed fires. Each step may be repeated:
+// registering is an upsert, and a fire is one job however often it is
+// enqueued.
 func (s *Scheduler) prepare(ctx context.Context) error {
 	checkCtx, cancel := context.WithTimeout(ctx, s.cfg.EnqueueTimeout)
 	err := s.client.Check(checkCtx)
@@ -79,25 +83,39 @@ func (s *Scheduler) prepare(ctx context.Context) error {
 		return err
 	}
 	now := s.cfg.Now()
-	for _, sc := range s.schedules {
+	for _, sc := range s.defined {
 		regCtx, cancel := context.WithTimeout(ctx, s.cfg.EnqueueTimeout)
-		last, err := s.register(regCtx, sc, now)
+		err := s.register(regCtx, sc, now)
 		cancel()
 		if err != nil {
 			return err
 		}
-		cursor := now
-		if last != nil && last.Before(now) {
-			cursor = *last
+	}
+	s.schedules = nil
+	if err := s.sync(ctx, now, true); err != nil {
+		return err
+	}
+	for _, sc := range s.schedules {
+		if sc.paused {
+			continue
 		}
-		fires, m := sc.catchUp.due(sc.spec, cursor, time.Time{}, now)
+		fires, m := sc.catchUp.due(sc.spec, sc.cursor, time.Time{}, now)
 		if len(fires) > 0 {
-			if err := s.enqueue(ctx, sc, fires); err != nil {
+			err := s.enqueue(ctx, sc, fires)
+			if errors.Is(err, errChanged) {
+				// Changed since it was read: the loop reads it again.
+				select {
+				case s.kick <- struct{}{}:
+				default:
+				}
+				continue
+			}
+			if err != nil {
 				return fmt.Errorf("catch up: %w", err)
 			}
 		}
 		s.logMissed(sc, m)
-		sc.cursor = now
+		sc.cursor, sc.fresh = later(sc.cursor, now), false
 		sc.failures, sc.retryAt = 0, time.Time{}
 	}
 	return nil

@@ -45,17 +45,31 @@ type attemptErrorJSON struct {
 }
 
 type scheduleJSON struct {
-	Name          string     `json:"name"`
-	Spec          string     `json:"spec"`
-	TimeZone      string     `json:"time_zone"`
-	Kind          string     `json:"kind"`
-	Queue         string     `json:"queue"`
-	CatchUp       string     `json:"catch_up"`
-	SkipIfRunning bool       `json:"skip_if_running"`
-	NextFire      *time.Time `json:"next_fire"`
-	LastFire      *time.Time `json:"last_fire"`
-	CreatedAt     *time.Time `json:"created_at"`
-	UpdatedAt     *time.Time `json:"updated_at"`
+	Name          string `json:"name"`
+	Spec          string `json:"spec"`
+	TimeZone      string `json:"time_zone"`
+	Kind          string `json:"kind"`
+	Queue         string `json:"queue"`
+	CatchUp       string `json:"catch_up"`
+	SkipIfRunning bool   `json:"skip_if_running"`
+	// Args is null for a schedule registered by a release that did not
+	// store them.
+	Args        json.RawMessage `json:"args"`
+	Priority    int             `json:"priority"`
+	MaxAttempts int             `json:"max_attempts"`
+	// CatchUpWindowSeconds is 0 for the default (half the retention).
+	CatchUpWindowSeconds float64 `json:"catch_up_window_seconds"`
+	// Runtime is true for a schedule added at run time (every instance
+	// fires it), false for one defined in code.
+	Runtime     bool       `json:"runtime"`
+	Paused      bool       `json:"paused"`
+	PausedAt    *time.Time `json:"paused_at"`
+	PausedBy    string     `json:"paused_by"`
+	NextFire    *time.Time `json:"next_fire"`
+	LastFire    *time.Time `json:"last_fire"`
+	TriggeredAt *time.Time `json:"triggered_at"`
+	CreatedAt   *time.Time `json:"created_at"`
+	UpdatedAt   *time.Time `json:"updated_at"`
 }
 
 type queueJSON struct {
@@ -134,7 +148,10 @@ func toSchedulesJSON(infos []scheduler.Info) []scheduleJSON {
 	for _, i := range infos {
 		out = append(out, scheduleJSON{
 			Name: i.Name, Spec: i.Spec, TimeZone: i.TimeZone, Kind: i.Kind, Queue: i.Queue, CatchUp: i.CatchUp,
-			SkipIfRunning: i.SkipIfRunning, NextFire: jsonTime(i.NextFire), LastFire: jsonTime(i.LastFire),
+			SkipIfRunning: i.SkipIfRunning, Args: i.Args, Priority: i.Priority, MaxAttempts: i.MaxAttempts,
+			CatchUpWindowSeconds: i.CatchUpWindow.Seconds(), Runtime: i.Runtime,
+			Paused: i.Paused, PausedAt: jsonTime(i.PausedAt), PausedBy: i.PausedBy,
+			NextFire: jsonTime(i.NextFire), LastFire: jsonTime(i.LastFire), TriggeredAt: jsonTime(i.TriggeredAt),
 			CreatedAt: jsonTime(i.CreatedAt), UpdatedAt: jsonTime(i.UpdatedAt),
 		})
 	}

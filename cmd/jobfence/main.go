@@ -35,7 +35,7 @@ func commands() map[string]command {
 		"migrate":    {"migrate up|down|reset|status|version: jobfence's schema", runMigrate},
 		"bench":      {"bench [--mode burndown|continuous|both]: jobs/s of the Postgres queue", runBench},
 		"jobs":       {"jobs list|show ID|retry ID|cancel ID: inspect and steer jobs", runJobs},
-		"schedules":  {"schedules list: the registered cron schedules", runSchedules},
+		"schedules":  {"schedules list|add|pause|resume|delete|trigger: cron schedules, changed while the fleet runs", runSchedules},
 		"ui":         {"ui [--listen ADDR] [--read-only] [--basic-auth USER:PASS]: the web dashboard", runUI},
 		"queues":     {"queues list|pause NAME|resume NAME: queue counts, and pausing queues fleet-wide", runQueues},
 		"workers":    {"workers list: the worker instances running now, from the registry", runWorkers},
