@@ -191,5 +191,5 @@ func flash(r *http.Request) string {
 	case "resumed":
 		return "The queue is resumed."
 	}
-	return ""
+	return scheduleFlash(r.URL.Query().Get("done"), n)
 }

@@ -119,6 +119,9 @@ func (h *handler) routes() {
 	post("/jobs/delete", h.deleteMatching)
 	post("/queues/pause", h.pauseQueue)
 	post("/queues/resume", h.resumeQueue)
+	post("/schedules/pause", h.pauseSchedule)
+	post("/schedules/resume", h.resumeSchedule)
+	post("/schedules/trigger", h.triggerSchedule)
 	h.mux.HandleFunc("/", h.notFound)
 }
 

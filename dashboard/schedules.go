@@ -26,7 +26,8 @@ type scheduleRow struct {
 	SpecError string
 }
 
-// schedules serves /schedules: every registered cron schedule.
+// schedules serves /schedules: every registered cron schedule, with
+// buttons to pause, resume and run each one now (none when read-only).
 func (h *handler) schedules(w http.ResponseWriter, r *http.Request) error {
 	infos, err := scheduler.List(r.Context(), h.pool)
 	if err != nil {
@@ -37,9 +38,10 @@ func (h *handler) schedules(w http.ResponseWriter, r *http.Request) error {
 	for _, i := range infos {
 		row := scheduleRow{Info: i}
 		spec, err := scheduler.ParseSpec(i.Spec, i.TimeZone)
-		if err != nil {
+		switch {
+		case err != nil:
 			row.SpecError = err.Error()
-		} else {
+		case !i.Paused:
 			row.Missed, row.MissedMore = missedFires(spec, i.NextFire, now.Add(-scheduler.DefaultGrace))
 		}
 		rows = append(rows, row)
