@@ -447,3 +447,40 @@ func TestPutErrors(t *testing.T) {
 		t.Fatalf("Get of no schedule: %v", err)
 	}
 }
+
+// TestTriggerCountsForSkipIfRunning: a run enqueued by Trigger that has
+// not finished makes the next fire of a SkipIfRunning schedule skipped, as
+// a fire's run does; Trigger itself runs whatever SkipIfRunning says.
+func TestTriggerCountsForSkipIfRunning(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	client := pgqueue.New(db.Pool, pgqueue.Config{Logger: quiet})
+	rec := newRecorder()
+	s := scheduler.New(client, scheduler.Config{Logger: quiet, OnFire: rec.onFire(0), SyncInterval: syncInterval})
+	if _, err := s.Put(ctx, "rt", "* * * * * *", "rt", nil, scheduler.Options{SkipIfRunning: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pause(ctx, "rt", "test"); err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	f, err := s.Trigger(ctx, "rt")
+	if err != nil || !f.Inserted || !f.Triggered {
+		t.Fatalf("Trigger of a paused schedule = %+v, %v; want a job", f, err)
+	}
+	if _, err := s.Resume(ctx, "rt"); err != nil {
+		t.Fatal(err)
+	}
+	testwatch.WaitFor(t, 30*time.Second, "a fire after the resume", func() bool { return len(rec.inserted(0)) > 0 })
+	if got := rec.inserted(0)[0]; !got.Skipped {
+		t.Fatalf("the fire after the trigger = %+v, want skipped while the triggered run is unfinished", got)
+	}
+	j, err := client.Get(ctx, f.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fire, ok := scheduler.FireOf(j); !ok || !fire.Triggered || !fire.At.Equal(f.At) || j.UniqueKey != scheduler.TriggerKey("rt", f.At) {
+		t.Fatalf("the triggered job: key %q, FireOf %+v, %v", j.UniqueKey, fire, ok)
+	}
+}
