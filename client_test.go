@@ -134,8 +134,8 @@ func TestInsertRunsOnClientWorker(t *testing.T) {
 		return err
 	})
 	c := newClient(t, db.Pool, jobfence.Config{Queues: map[string]int{"default": 2}, Handlers: reg})
-	if c.Worker() == nil || c.Scheduler() != nil || c.PGQueue() == nil {
-		t.Fatalf("Worker %v, Scheduler %v, PGQueue %v: want a worker, no scheduler, a pgqueue client", c.Worker(), c.Scheduler(), c.PGQueue())
+	if c.Worker() == nil || c.Scheduler() == nil || c.PGQueue() == nil {
+		t.Fatalf("Worker %v, Scheduler %v, PGQueue %v: want all three (the scheduler for schedules added at run time)", c.Worker(), c.Scheduler(), c.PGQueue())
 	}
 	start(t, c)
 
@@ -436,6 +436,59 @@ func TestStopWithinDeadline(t *testing.T) {
 	testwatch.WaitFor(t, 30*time.Second, "the put-back job to complete", func() bool { return state(t, c, res.ID) == queue.StateCompleted })
 	testwatch.WaitFor(t, 30*time.Second, "a fire after the restart", func() bool { return countJobs(t, db.Pool, "tick") > n })
 	stop(t, c)
+}
+
+// TestRuntimeScheduleOnClients: clients that work queues but configure no
+// schedule fire a schedule added while they run, from outside (as
+// `jobfence schedules add` does) and through a client's scheduler, one job
+// per fire.
+func TestRuntimeScheduleOnClients(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	runs := map[int64]int{}
+	var fleet []*jobfence.Client
+	for range 2 {
+		reg := jobfence.NewRegistry()
+		jobfence.AddHandler(reg, func(ctx context.Context, job *jobfence.Job[tick]) error {
+			mu.Lock()
+			runs[job.ID]++
+			mu.Unlock()
+			return nil
+		})
+		c := newClient(t, db.NewPool(t, 6), jobfence.Config{
+			Queues:    map[string]int{"cron": 1},
+			Handlers:  reg,
+			Scheduler: scheduler.Config{SyncInterval: 200 * time.Millisecond},
+		})
+		start(t, c)
+		fleet = append(fleet, c)
+	}
+	if _, err := scheduler.Put(ctx, db.Pool, "outside", "* * * * * *", "tick", nil, scheduler.Options{Queue: "cron"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fleet[0].Scheduler().Put(ctx, "inside", "* * * * * *", "tick", nil, scheduler.Options{Queue: "cron"}); err != nil {
+		t.Fatal(err)
+	}
+	ran := func(prefix string) bool {
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE unique_key LIKE $1 AND state = 'completed'`, prefix+"%").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n >= 2
+	}
+	testwatch.WaitFor(t, time.Minute, "two fires of each schedule to run", func() bool { return ran("cron:outside:") && ran("cron:inside:") })
+	for _, c := range fleet {
+		stop(t, c)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range runs {
+		if n != 1 {
+			t.Errorf("job %d ran %d times, want once", id, n)
+		}
+	}
 }
 
 // TestInsertOnlyClient: a client without queues inserts, builds no worker,

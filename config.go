@@ -26,8 +26,10 @@ type Config struct {
 	// Schedules are the cron schedules whose fires the client enqueues
 	// while it runs, each fire one job for the whole fleet (see package
 	// scheduler). Every instance of a service should configure the same
-	// schedules. A client with schedules runs its scheduler even with no
-	// queues: the fires' jobs are then worked by other processes.
+	// schedules. A client with queues runs its scheduler even without
+	// schedules, for those added while the fleet runs (scheduler.Put,
+	// `jobfence schedules add`); one with schedules runs it even without
+	// queues, and the fires' jobs are worked by other processes.
 	Schedules []Schedule
 
 	// Logger receives the logs of each component whose own Logger (in
@@ -59,7 +61,8 @@ type Config struct {
 	// Scheduler tunes the scheduler (see scheduler.Config, whose zero
 	// value is ready to use). Its Retention defaults to Worker.Retention
 	// when that is set, so that no schedule catches up on fires whose
-	// jobs this fleet may have pruned. Unused without Schedules.
+	// jobs this fleet may have pruned. Unused by an insert-only client
+	// without Schedules.
 	Scheduler scheduler.Config
 }
 
@@ -87,7 +90,7 @@ type Schedule struct {
 // Telemetry instruments the components a Client builds: the Client calls
 // each method on its component's configuration before building it, and
 // only for the components it builds (no worker for an insert-only client,
-// no scheduler without schedules). telemetry.Options implements it; so can
+// no scheduler for one without schedules either). telemetry.Options implements it; so can
 // anything else that attaches through the packages' public hooks
 // (pgqueue.Config.InsertHook, worker.Config.Hooks and Middleware,
 // scheduler.Config.OnFire and OnMissed).

@@ -58,8 +58,8 @@ type Client struct {
 // NewClient returns a Client on pool (its search_path decides the schema of
 // jobfence's tables; run `jobfence migrate up`, or migrations.Up, first).
 // It builds the pgqueue client, the worker when cfg has Queues and the
-// scheduler when cfg has Schedules, instrumenting each with cfg.Telemetry,
-// and checks the configuration: nothing runs until Start.
+// scheduler when cfg has Queues or Schedules, instrumenting each with
+// cfg.Telemetry, and checks the configuration: nothing runs until Start.
 func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if pool == nil {
 		return nil, errors.New("jobfence: new client: nil pool")
@@ -104,7 +104,10 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		c.w, c.works = w, true
 	}
 
-	if len(cfg.Schedules) > 0 {
+	// A client that works queues runs a scheduler even without schedules
+	// of its own: it fires those added while the fleet runs
+	// (scheduler.Put, `jobfence schedules add`).
+	if len(cfg.Queues) > 0 || len(cfg.Schedules) > 0 {
 		sCfg := cfg.Scheduler
 		if sCfg.Logger == nil {
 			sCfg.Logger = cfg.Logger
@@ -146,8 +149,10 @@ func (c *Client) Worker() *worker.Worker {
 	return c.w
 }
 
-// Scheduler returns the client's scheduler, nil when Config.Schedules is
-// empty. Start and Stop it through the Client.
+// Scheduler returns the client's scheduler, for the schedules changed while
+// the fleet runs (Put, Pause, Resume, Delete, Trigger); nil for an
+// insert-only client without schedules. Start and Stop it through the
+// Client.
 func (c *Client) Scheduler() *scheduler.Scheduler { return c.sched }
 
 // Start starts the scheduler, which records the schedules and enqueues the
