@@ -38,7 +38,11 @@ type InsertOpts struct {
 // and InsertMany) calls InsertOpts on the args, by value, and the options
 // given at the call override its fields one by one: a field set at the
 // call wins, a zero one takes the type's. Metadata is merged key by key,
-// the call's entries winning.
+// the call's entries winning. A schedule (scheduler's Add, AddArgs, Put,
+// PutArgs) takes the type's Queue, Priority and MaxAttempts under its own
+// Options, and a worker bounds the jobs of the kind inserted without a
+// Timeout (a schedule's fires, untyped EnqueueParams) by the type's; a
+// fire's time and unique key are the schedule's.
 //
 // InsertOpts is called at each insert: a Deadline it returns may be
 // computed from time.Now() (an hour from the insert, say).

@@ -144,7 +144,12 @@ type Fire struct {
 // every default.
 type Options struct {
 	// Queue, Priority and MaxAttempts are the jobs' settings; zero values
-	// take the defaults of queue.EnqueueParams.
+	// take those of the args type's own InsertOpts when it carries its
+	// insert defaults (queue.InsertOptsProvider), then the defaults of
+	// queue.EnqueueParams. (The type's Timeout bounds the fires' jobs
+	// through their handler: see worker.HandlerOptions.Timeout. A fire's
+	// time and unique key are the schedule's; the type's ScheduledAt,
+	// UniqueKey, Deadline and Metadata are not used.)
 	Queue       string
 	Priority    int
 	MaxAttempts int
@@ -296,6 +301,18 @@ func (s *Scheduler) newSchedule(name, spec, kind string, args any, opts Options)
 // checkSchedule encodes args and checks a schedule's definition as Add
 // does.
 func checkSchedule(name, spec, kind string, args any, opts Options, retention, grace time.Duration, now time.Time) (*schedule, error) {
+	if p, ok := args.(queue.InsertOptsProvider); ok {
+		d := p.InsertOpts()
+		if opts.Queue == "" {
+			opts.Queue = d.Queue
+		}
+		if opts.Priority == 0 {
+			opts.Priority = d.Priority
+		}
+		if opts.MaxAttempts == 0 {
+			opts.MaxAttempts = d.MaxAttempts
+		}
+	}
 	var encoded []byte
 	if args != nil {
 		var err error
