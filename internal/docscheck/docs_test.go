@@ -377,6 +377,7 @@ var knownPackages = map[string]string{
 	"trace":        "go.opentelemetry.io/otel/trace",
 	"sdktrace":     "go.opentelemetry.io/otel/sdk/trace",
 	"sdkmetric":    "go.opentelemetry.io/otel/sdk/metric",
+	"jobfence":     "github.com/jobfence/jobfence",
 	"queue":        "github.com/jobfence/jobfence/queue",
 	"pgqueue":      "github.com/jobfence/jobfence/queue/pgqueue",
 	"kafkaqueue":   "github.com/jobfence/jobfence/queue/kafkaqueue",
