@@ -209,7 +209,9 @@ type timedArgs struct{}
 
 func (timedArgs) Kind() string { return "timed" }
 
-func (timedArgs) InsertOpts() queue.InsertOpts { return queue.InsertOpts{Timeout: 100 * time.Millisecond} }
+func (timedArgs) InsertOpts() queue.InsertOpts {
+	return queue.InsertOpts{Timeout: 100 * time.Millisecond}
+}
 
 // TestArgsTypeTimeout: a job of a kind whose args type carries a timeout
 // is bounded by it also when it was inserted untyped (a schedule's fire, a
