@@ -5,12 +5,12 @@
 package examples_test
 
 import (
-	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/jobfence/jobfence/internal/usermod"
 )
 
 // copiedModule is the module path the copies get, as a user's would.
@@ -45,24 +45,9 @@ func TestEachExampleBuildsWhenCopiedIntoAFreshModule(t *testing.T) {
 	// One module for all the copies: each sits in a directory of its own
 	// and imports nothing of the others, so building them together proves
 	// the same as one module each, with one dependency resolution.
-	goCmd(t, mod, "mod", "init", copiedModule)
-	goCmd(t, mod, "mod", "edit", "-require=github.com/jobfence/jobfence@v0.0.0", "-replace=github.com/jobfence/jobfence="+root)
-	// The copy requires what jobfence's go.mod requires, at the same
-	// versions, and trusts its go.sum: what go get of jobfence would give
-	// a user's module. Resolving the graph afresh (go mod tidy) would need
-	// go.mod files that no build of jobfence downloads (old versions named
-	// by dependencies' dependencies), so offline, on a machine whose module
-	// cache holds only what jobfence builds with, it failed.
-	goCmd(t, mod, append([]string{"mod", "edit"}, requirements(t, root)...)...)
-	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(mod, "go.sum"), sum, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	goCmd(t, mod, "build", "./...")
-	goCmd(t, mod, "vet", "./...")
+	usermod.New(t, mod, copiedModule, root)
+	usermod.Must(t, mod, "build", "./...")
+	usermod.Must(t, mod, "vet", "./...")
 	t.Logf("built %d copied examples: %v", len(copied), copied)
 }
 
@@ -90,41 +75,4 @@ func copyExample(src, dst string) error {
 		}
 		return os.WriteFile(target, b, 0o644)
 	})
-}
-
-func goCmd(t *testing.T, dir string, args ...string) {
-	t.Helper()
-	if out, err := runGo(dir, args...); err != nil {
-		t.Fatalf("go %s in the copied module: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
-
-// requirements returns jobfence's own requirements, in root's go.mod, as
-// go mod edit -require flags.
-func requirements(t *testing.T, root string) []string {
-	t.Helper()
-	out, err := runGo(root, "mod", "edit", "-json")
-	if err != nil {
-		t.Fatalf("go mod edit -json: %v\n%s", err, out)
-	}
-	var m struct {
-		Require []struct{ Path, Version string }
-	}
-	if err := json.Unmarshal(out, &m); err != nil {
-		t.Fatal(err)
-	}
-	flags := make([]string, 0, len(m.Require))
-	for _, r := range m.Require {
-		flags = append(flags, "-require="+r.Path+"@"+r.Version)
-	}
-	return flags
-}
-
-func runGo(dir string, args ...string) ([]byte, error) {
-	cmd := exec.Command("go", args...)
-	cmd.Dir = dir
-	// The module cache already holds every module jobfence builds with;
-	// going to the network would only make the test slow or flaky.
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOSUMDB=off", "GOWORK=off")
-	return cmd.CombinedOutput()
 }

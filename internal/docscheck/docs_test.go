@@ -1,13 +1,11 @@
 package docscheck
 
 import (
-	"encoding/json"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/jobfence/jobfence/internal/usermod"
 )
 
 // doc is one Markdown file, parsed as far as the checks need.
@@ -680,20 +680,10 @@ func TestGoSnippetsCompile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The module requires what jobfence's go.mod requires, at the same
-	// versions, and trusts its go.sum, as examples/copy_test.go does: so
-	// it builds offline from the module cache jobfence builds with.
-	goCmd(t, mod, "mod", "init", "example.com/docsnippets")
-	goCmd(t, mod, "mod", "edit", "-require=github.com/jobfence/jobfence@v0.0.0", "-replace=github.com/jobfence/jobfence="+root)
-	goCmd(t, mod, append([]string{"mod", "edit"}, requirements(t, root)...)...)
-	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(mod, "go.sum"), sum, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := runGo(mod, "vet", "./..."); err != nil {
+	// A user's module, which builds offline from the module cache jobfence
+	// builds with.
+	usermod.New(t, mod, "example.com/docsnippets", root)
+	if out, err := usermod.Go(mod, "vet", "./..."); err != nil {
 		t.Errorf("Go snippets of the docs do not compile (each file's first line names its snippet; paths are <markdown file>/L<line of its fence>):\n%s", out)
 		for _, f := range files {
 			if strings.Contains(string(out), f.path[:strings.LastIndex(f.path, "/")]) {
@@ -702,38 +692,4 @@ func TestGoSnippetsCompile(t *testing.T) {
 		}
 	}
 	t.Logf("compiled %d Go snippets (%d marked not-compiled skipped)", len(files), skipped)
-}
-
-func goCmd(t *testing.T, dir string, args ...string) {
-	t.Helper()
-	if out, err := runGo(dir, args...); err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
-
-// requirements returns jobfence's own requirements as go mod edit flags.
-func requirements(t *testing.T, root string) []string {
-	t.Helper()
-	out, err := runGo(root, "mod", "edit", "-json")
-	if err != nil {
-		t.Fatalf("go mod edit -json: %v\n%s", err, out)
-	}
-	var m struct {
-		Require []struct{ Path, Version string }
-	}
-	if err := json.Unmarshal(out, &m); err != nil {
-		t.Fatal(err)
-	}
-	flags := make([]string, 0, len(m.Require))
-	for _, r := range m.Require {
-		flags = append(flags, "-require="+r.Path+"@"+r.Version)
-	}
-	return flags
-}
-
-func runGo(dir string, args ...string) ([]byte, error) {
-	cmd := exec.Command("go", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOSUMDB=off", "GOWORK=off")
-	return cmd.CombinedOutput()
 }
