@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"sync/atomic"
 	"time"
@@ -170,7 +171,8 @@ func (w *Worker) fetchLoop(ctx context.Context, f *queueFetch, helper bool) {
 			w.cfg.Hooks.Claim(ctx, ClaimInfo{Queue: f.name, Jobs: len(jobs), Duration: took, Err: err})
 		}
 		if !helper {
-			f.fast.Store(len(jobs) >= threshold && took < time.Duration(len(jobs))*helperMaxPerJob)
+			perJob := cmp.Or(w.helperMaxPerJob, helperMaxPerJob)
+			f.fast.Store(len(jobs) >= threshold && took < time.Duration(len(jobs))*perJob)
 		}
 		if unused := limit - len(jobs); unused > 0 {
 			for range unused {

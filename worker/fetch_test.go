@@ -40,7 +40,10 @@ type fetchRig struct {
 	holdTx pgx.Tx
 }
 
-func newFetchRig(t *testing.T, fetchLimit, concurrency int) *fetchRig {
+// newFetchRig starts the rig's worker. quickPerJob, when not zero, is the
+// claim time per job under which its helper loop claims beside the lead
+// (worker.SetHelperMaxPerJob).
+func newFetchRig(t *testing.T, fetchLimit, concurrency int, quickPerJob time.Duration) *fetchRig {
 	db := pgtest.New(t)
 	app := strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
 	r := &fetchRig{t: t, db: db, app: app, gates: map[int]chan struct{}{}}
@@ -50,11 +53,25 @@ func newFetchRig(t *testing.T, fetchLimit, concurrency int) *fetchRig {
 		<-r.gate(job.Args.N)
 		return nil
 	})
-	startWorker(t, r.client, reg, worker.Config{
+	w, err := worker.New(r.client, reg, worker.Config{
 		Queues: map[string]int{"default": concurrency}, FetchLimit: fetchLimit, Fetchers: 2,
-		PollInterval: 20 * time.Millisecond, DisableMaintenance: true,
+		PollInterval: 20 * time.Millisecond, DisableMaintenance: true, Logger: quietLogger(),
 	})
-	// Registered after startWorker's, so it runs first: Stop waits for
+	if err != nil {
+		t.Fatal(err)
+	}
+	if quickPerJob > 0 {
+		worker.SetHelperMaxPerJob(w, quickPerJob)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		w.Stop(ctx)
+	})
+	// Registered after the Stop above, so it runs first: Stop waits for
 	// the claims and the handlers.
 	t.Cleanup(func() {
 		r.release()
@@ -148,7 +165,7 @@ func (r *fetchRig) waitingClaims() int {
 // and jobs are ready, but the second loop must not claim beside it: every
 // concurrent claim makes the others skip its locked rows.
 func TestHelperFetcherIdleWhileClaimsAreSlow(t *testing.T) {
-	r := newFetchRig(t, 1000, 100)
+	r := newFetchRig(t, 1000, 100, 0)
 	r.hold()
 	r.enqueue(1, 40)
 	testwatch.WaitFor(t, 10*time.Second, "the first claim to wait", func() bool { return r.waitingClaims() == 1 })
@@ -174,7 +191,8 @@ func TestHelperFetcherIdleWhileClaimsAreSlow(t *testing.T) {
 // keep busy: claims of FetchLimit jobs come back quickly, so the second
 // loop claims while the first one's claim is in flight.
 func TestHelperFetcherOverlapsQuickClaims(t *testing.T) {
-	r := newFetchRig(t, 1000, 2000)
+	// Every claim counts as quick, whatever the machine's load.
+	r := newFetchRig(t, 1000, 2000, time.Second)
 	r.enqueue(1, 4000)
 	r.running(2000)
 	r.hold()

@@ -58,6 +58,10 @@ type Worker struct {
 	// afterCompleteTx, when set by a test, runs between a transactional
 	// handler's fenced completion and its commit.
 	afterCompleteTx func(*queue.Job)
+	// helperMaxPerJob, when set by a test, replaces helperMaxPerJob: on a
+	// loaded machine no claim is quick, and a test of the helper loops
+	// must not depend on the machine's speed.
+	helperMaxPerJob time.Duration
 	// one serialises RunOne calls, which read the outcome they queued.
 	one sync.Mutex
 	// pokes wake each queue's fetch loops when this worker's promoter
