@@ -25,10 +25,49 @@ const (
 	headRetryInterval  = 20 * time.Millisecond
 )
 
+// claimTurns is how many turns a queue's claims take: claims of one turn
+// run one at a time across the fleet, a client's claims that run at once
+// (its worker's fetch loops) each take a turn of their own. In a fleet,
+// whose claims are slow, each instance sends one claim at a time (see
+// worker.Config.Fetchers), so the instances take turns; a single
+// instance's two fetch loops still overlap their claims.
+const claimTurns = 2
+
+// claimTurnWait bounds how long a claim waits for its turn: past it, the
+// claim runs beside the one that holds the turn. A turn is held only
+// while the server runs a claim (a claim commits without waiting for its
+// claimer, see claimSQL), so the bound matters only when that server
+// session is itself stuck.
+const claimTurnWait = time.Second
+
 // claimPace is what a client knows of its claims of one queue.
 type claimPace struct {
 	mu   sync.Mutex
 	took time.Duration
+	// busy are the turns this client's claims hold.
+	busy [claimTurns]bool
+}
+
+// turn returns a turn no claim of this client holds, and own true: give
+// it back with done. When the client's claims hold every turn, it returns
+// the first, shared, and own false.
+func (p *claimPace) turn() (t int, own bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, b := range p.busy {
+		if !b {
+			p.busy[i] = true
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// done gives back a turn that turn reported as the claim's own.
+func (p *claimPace) done(t int) {
+	p.mu.Lock()
+	p.busy[t] = false
+	p.mu.Unlock()
 }
 
 // headInterval is how long after any claim read from the queue's start

@@ -7,7 +7,7 @@ import (
 
 // TestClaimPace: the interval between claims from the queue's start grows
 // with slow claims (a fleet's, on a busy server) and never falls below
-// 250 ms.
+// 250 ms; a client's claims that run at once take turns of their own.
 func TestClaimPace(t *testing.T) {
 	var p claimPace
 	if got := p.headInterval(); got != headIntervalMin {
@@ -22,4 +22,16 @@ func TestClaimPace(t *testing.T) {
 		t.Fatalf("interval after a claim of 300 ms %v, want 1.2s", got)
 	}
 
+	a, _ := p.turn()
+	b, _ := p.turn()
+	if a != 0 || b != 1 {
+		t.Fatalf("two claims at once took turns %d and %d, want 0 and 1", a, b)
+	}
+	if c, own := p.turn(); own {
+		t.Fatalf("a third claim at once took turn %d of its own, want none of its own", c)
+	}
+	p.done(a)
+	if c, _ := p.turn(); c != 0 {
+		t.Fatalf("a claim after turn 0 was given back took turn %d, want 0", c)
+	}
 }

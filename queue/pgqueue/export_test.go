@@ -15,3 +15,6 @@ var (
 	ClaimSQL   = claimSQL
 	ClaimedSQL = claimedSQL
 )
+
+// The turn a claim waits for, for the test that holds one.
+var ClaimTurnSQL = claimTurnSQL
