@@ -64,10 +64,9 @@ func (f *queueFetch) signal() {
 
 // helperMaxPerJob is the claim time per job under which a queue's helper
 // loops claim beside its lead. A claim's time per job grows with the
-// claims of other workers: here (2 cores, PostgreSQL on the same machine)
-// one worker's claims of 600 to 1,000 jobs took 25-70 µs a job, those of
-// a fleet of 20 instances through PgBouncer 230-500 µs, each skipping the
-// rows the others held locked.
+// claims of other workers, each skipping the rows the others hold: one
+// worker's claims stay well under it, a fleet's go well over it (figures
+// in docs/benchmarks/fleet.md).
 const helperMaxPerJob = 100 * time.Microsecond
 
 // fetchLoop claims jobs of queue f while its slots have room and its

@@ -79,8 +79,8 @@ import (
 // of the primary key: a row locked by this statement cannot move before
 // it commits. The ctids come as an array, which makes a TID scan whatever
 // the planner believes of next's size (joined to next, a generic plan that
-// could not know the LIMIT hashed a sequential scan of the whole table:
-// 90 ms a claim at 1M rows). (If a concurrent committed update made the locked version
+// could not know the LIMIT hashed a sequential scan of the whole table;
+// TestClaimPlan checks the generic plan). (If a concurrent committed update made the locked version
 // newer than the statement's snapshot, the TID scan does not see it and
 // the row is left unclaimed, its lock released at commit: a claim of
 // fewer rows, never a wrong one.)
@@ -173,9 +173,8 @@ WHERE j.id = ANY($1) AND j.fence = $2 AND j.state = 'running'`
 // claimTurnSQL makes the claims of a queue take turns: run before claimSQL
 // in one transaction, it waits until no other claim of the queue's turn $2
 // holds the lock, and claimSQL's snapshot is taken after that claim
-// committed. Claims that ran at once each skipped the rows the others held:
-// on 2 cores a fleet of 20 instances through PgBouncer spent 40-70 µs more
-// CPU a job, and ran at 0.58-0.67 of one instance against 0.76-0.83 (see
+// committed. Claims that ran at once each passed over the rows the others
+// held, which cost a CPU-bound fleet more than the wait (figures in
 // docs/benchmarks/fleet.md). The lock decides only who claims first, never
 // which job is whose: SKIP LOCKED and fences do that. No silent claimer
 // can hold it: a claim commits without waiting for its claimer to read
