@@ -181,10 +181,13 @@ WHERE j.id = ANY($1) AND j.fence = $2 AND j.state = 'running'`
 // (claimSQL), and the wait is bounded by claimTurnWaitSQL.
 const claimTurnSQL = `SELECT pg_advisory_xact_lock('jobfence_jobs'::regclass::oid::int, hashtext($1) # $2::int)`
 
-// claimTurnWaitSQL bounds, for the claim's transaction, every lock wait
-// by $1 milliseconds: the turn's, and any other the claim would meet (a
-// migration's DDL).
-const claimTurnWaitSQL = `SELECT set_config('lock_timeout', $1::bigint::text, true)`
+// claimTurnWaitSQL bounds the wait for the turn by $1 milliseconds;
+// claimTurnWaitResetSQL gives the claim itself the connection's own
+// lock_timeout back, so that only a turn's wait ends in a claim beside it.
+const (
+	claimTurnWaitSQL      = `SELECT set_config('lock_timeout', $1::bigint::text, true)`
+	claimTurnWaitResetSQL = `SET LOCAL lock_timeout TO DEFAULT`
+)
 
 // jobColumns are the columns scanJob reads, in order.
 const jobColumns = `j.id, j.queue, j.kind, j.args, j.state, j.priority, j.attempt, j.max_attempts, j.fence,
@@ -251,12 +254,16 @@ func (c *Client) claim(ctx context.Context, q string, turn int, args ...any) (jo
 	var b pgx.Batch
 	b.Queue(claimTurnWaitSQL, claimTurnWait.Milliseconds())
 	b.Queue(claimTurnSQL, q, turn)
+	b.Queue(claimTurnWaitResetSQL)
 	b.Queue(claimSQL, args...)
 	br := conn.SendBatch(ctx, &b)
 	_, err = br.Exec()
 	if err == nil {
 		_, err = br.Exec()
 		began = time.Now()
+	}
+	if err == nil {
+		_, err = br.Exec()
 	}
 	if err == nil {
 		err = br.QueryRow().Scan(&fence, &ids, &ctids, &h)
