@@ -18,10 +18,10 @@ import (
 //
 // The rest (the operation, the job's id, attempt and fence) are set only
 // on a span that records. With 1 trace in 10 sampled, as a busy service
-// would run, giving them at start as well cost 0.6 µs of CPU per attempt
-// (2.8 against 2.2 µs, medians of six alternating runs of
-// BenchmarkWorkerHooksSampled10), to build a configuration for spans that
-// nine times in ten record nothing; a traced attempt copied them twice.
+// would run, giving them at start as well made every attempt build a
+// configuration for spans that nine times in ten record nothing, and a
+// traced attempt copied them twice (BenchmarkWorkerHooksSampled10;
+// docs/benchmarks/code.md).
 const (
 	// attemptSampled are the start attributes: system, queue, kind.
 	attemptSampled = 3

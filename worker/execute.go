@@ -34,7 +34,8 @@ func (e *connError) Unwrap() error { return e.err }
 
 // timeoutError is the cause of a handler's context ending at its timeout.
 // A type rather than fmt.Errorf per job: formatting the message for every
-// job, nearly all of which never time out, was 6 % of a busy worker's CPU.
+// job, nearly all of which never time out, showed in a busy worker's CPU
+// profile (docs/benchmarks/code.md).
 type timeoutError time.Duration
 
 func (e timeoutError) Error() string {

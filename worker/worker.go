@@ -386,9 +386,8 @@ func (w *Worker) runner(f *queueFetch) {
 // runnerStackReserve is stack a runner keeps in use while it waits for a
 // job. The garbage collector halves the stack of a goroutine that uses less
 // than a quarter of it, so idle runners lost the stack their last job grew,
-// and every job paid for growing it again (runtime.copystack was 10-15 % of
-// a busy worker's CPU, with or without telemetry). Holding 8 KiB keeps
-// stacks of up to 32 KiB: a no-op job went from 17.5 to 11 µs of worker CPU.
+// and every job paid for growing it again in runtime.copystack. Holding
+// 8 KiB keeps stacks of up to 32 KiB (docs/benchmarks/code.md).
 const runnerStackReserve = 8 << 10
 
 // holdStack makes b, a runner's reserve, look used, so the compiler keeps

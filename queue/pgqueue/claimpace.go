@@ -8,11 +8,10 @@ import (
 // Claims start after the queue's claim position and read from its start
 // only now and then (see claimSQL). headInterval is how often: at least
 // every headIntervalMin, or headIntervalClaims times the client's last
-// claim's duration if that is longer. In a fleet of 20 instances on one
-// server a claim of 1,000 jobs took 250 ms and more, so with a fixed
-// 250 ms every claim came after the interval and read from the start,
-// through every entry of the jobs claimed since the last VACUUM (27,000
-// buffers a claim).
+// claim's duration if that is longer: in a fleet, claims can take longer
+// than a fixed interval, and then every claim would read from the start,
+// through every entry of the jobs claimed since the last VACUUM
+// (docs/benchmarks/code.md).
 //
 // A claim that comes back short reads from the start in the same call,
 // unless any claim of the queue did within headRetryInterval: a worker

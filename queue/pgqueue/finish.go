@@ -22,8 +22,8 @@ import (
 // first five runs of a prepared one) otherwise saw 1,000 IDs and trusted
 // statistics taken while no job was running (the table's last ANALYZE,
 // before a burst of claims): it scanned the whole table and compared
-// every running row with every ID, 4 s for one batch with 20,000 jobs
-// running instead of 18 ms. A fleet's every statement then waited behind
+// every running row with every ID, hundreds of times slower than the
+// probes (docs/benchmarks/code.md). A fleet's every statement then waited behind
 // such batches, and rows locked in the table's order instead of the IDs'
 // could deadlock with a heartbeat. At the default estimate of 10
 // elements the plan is the one a prepared statement's generic plan uses.

@@ -94,9 +94,8 @@ const traceparentKey = "traceparent"
 // 00009): version, trace id, parent id and flags, 26 bytes instead of the
 // 80 or so its key and 55 characters take inside the metadata's jsonb.
 // Every claim and completion writes a new version of the row, and
-// PostgreSQL prints jsonb as text for every claimed job: in the jsonb a
-// traced job cost PostgreSQL 23.4 µs of CPU in a burn-down, in the column
-// 22.7 (22.3 untraced; docs/benchmarks/telemetry.md).
+// PostgreSQL prints jsonb as text for every claimed job, so the column
+// costs less CPU per traced job (docs/benchmarks/code.md).
 const packedTraceparentLen = 26
 
 // packTraceparent returns h's 26 bytes when h has exactly the shape W3C

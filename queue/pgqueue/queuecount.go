@@ -15,13 +15,11 @@ import (
 )
 
 // DefaultCountCap is the default of Config.CountCap. Counting is what
-// costs: an index-only count reads about five million entries a second
-// here, a count that must visit the rows (the states whose indexes do not
-// hold the queue) about half a million. At 10,000 a queue's count takes a
-// few milliseconds and a count over all queues 10-30 ms, so Queues stays
-// under 200 ms at a million jobs in every mix measured (see
-// BenchmarkQueues1M and docs/benchmarks/dashboard.md), while a queue's usual backlog is
-// still counted exactly.
+// costs, and a count that must visit the rows (the states whose indexes
+// do not hold the queue) costs ten times an index-only one. At 10,000,
+// Queues stays fast at a million jobs in every mix measured
+// (BenchmarkQueues1M; docs/benchmarks/code.md), while a queue's usual
+// backlog is still counted exactly.
 const DefaultCountCap = 10_000
 
 // Count is a number of jobs counted up to a cap (Config.CountCap), so that
@@ -191,10 +189,8 @@ SELECT name, 'queue', 0, 0, 0, paused_at, updated_at, paused_by, updated_by FROM
 
 // oldIndexShare is the share of the cap that each queue's waiting jobs are
 // counted up to under the claim index of migrations 1 to 5. That index
-// does not hold the state, so every job counted is a row visited (about
-// 4 µs each on a loaded machine, against 0.2 µs for an index entry): a
-// full cap per queue took 200-350 ms for the five queues of the typical
-// mix, a quarter of it 100-300 ms for the eight of BenchmarkQueues1M.
+// does not hold the state, so every job counted is a row visited, and a
+// full cap per queue made the page slow (docs/benchmarks/code.md).
 // Migration 6 replaced that index; until a database has it, its waiting
 // counts are lower bounds sooner.
 const oldIndexShare = 10
@@ -228,7 +224,7 @@ type queueRow struct {
 //     jit_above_cost, and compiling would take longer than the query runs;
 //   - no parallel workers: every branch stops after a few thousand rows,
 //     and starting workers for a branch that the one-time filter turns off
-//     cost 80-100 ms on a loaded machine;
+//     costs more than the branch;
 //   - no bitmap or sequential scans, and no sorts: the bound holds only
 //     while each branch reads, in order, the index whose order its ORDER
 //     BY names and stops at its LIMIT, and a bitmap scan, a sequential

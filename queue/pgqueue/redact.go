@@ -39,9 +39,8 @@ func RedactText(text string, connStrings ...string) string {
 // A Redactor removes passwords from texts as RedactText does, for a fixed
 // set of connection strings whose passwords it finds once: a writer that
 // redacts every line it prints would otherwise parse each connection
-// string again for each line (28 µs a line against the 16 strings of a
-// jobfence bench worker process's environment and arguments; 1.4 µs with
-// a Redactor). The zero value removes the passwords RedactText recognises
+// string again for each line, twenty times the cost
+// (docs/benchmarks/code.md). The zero value removes the passwords RedactText recognises
 // by their place. A Redactor is safe for concurrent use.
 type Redactor struct {
 	// literals are the passwords' forms, raw and percent-encoded, removed
