@@ -9,7 +9,6 @@ import (
 	"github.com/jobfence/jobfence/idempotency"
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/scheduler"
-	"github.com/jobfence/jobfence/stampede"
 	"github.com/jobfence/jobfence/telemetry"
 )
 
@@ -65,31 +64,5 @@ func TestIdempotency(t *testing.T) {
 		if got := sumBy(t, rm, name, "scope", "charge"); got != want {
 			t.Errorf("%s = %d, want %d", name, got, want)
 		}
-	}
-}
-
-// fixedStats is a guard whose counters are known.
-type fixedStats stampede.Stats
-
-func (f fixedStats) Stats() stampede.Stats { return stampede.Stats(f) }
-
-// TestStampede reads a guard's counters at collection, until stopped.
-func TestStampede(t *testing.T) {
-	in := newInstruments(t)
-	stop, err := telemetry.Stampede("prices", fixedStats{Calls: 1000, Computations: 1, Waits: 999}, in.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rm := in.collect(t)
-	for name, want := range map[string]int64{"jobfence.stampede.calls": 1000, "jobfence.stampede.computations": 1, "jobfence.stampede.waits": 999, "jobfence.stampede.hits": 0} {
-		if got := sumBy(t, rm, name, "guard", "prices"); got != want {
-			t.Errorf("%s = %d, want %d", name, got, want)
-		}
-	}
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := telemetry.Stampede("nil", nil, in.opts); err == nil {
-		t.Error("a nil guard was accepted")
 	}
 }

@@ -6,8 +6,7 @@
 // jobfence_jobs_completed_total), or pass providers in Options. Everything
 // attaches through public hooks that users can use too (worker.Hooks,
 // queue.InsertHook, scheduler.Config.OnFire and OnMissed,
-// idempotency.Options.OnEvent, stampede's and kafkaqueue's counters), with
-// one call per component:
+// idempotency.Options.OnEvent), with one call per component:
 //
 //	telemetry.PGQueue(&pgCfg, telemetry.Options{})  // producer spans, traceparent stored with each job
 //	telemetry.Worker(&workerCfg, telemetry.Options{}) // job metrics, consumer spans, trace ids in logs
@@ -25,6 +24,10 @@
 // messaging semantic conventions (messaging.system "jobfence",
 // messaging.destination.name the queue) plus jobfence.job.id, .kind,
 // .attempt and .fence.
+//
+// The Kafka backend and the stampede guard are instrumented by packages of
+// their own, telemetry/kafkatelemetry and telemetry/stampedetelemetry, so
+// that importing telemetry links no Kafka or Redis client.
 //
 // See docs/observability.md, which lists every series.
 package telemetry

@@ -47,4 +47,10 @@ func (o Options) withDefaults() Options {
 
 func (o Options) meter() metric.Meter { return o.MeterProvider.Meter(ScopeName) }
 
+// Meter returns the meter, under ScopeName, that telemetry's instruments
+// are made with: from MeterProvider, or the global provider when it is
+// nil. The subpackages for the other backends (kafkatelemetry,
+// stampedetelemetry) report through it, as a backend of your own can.
+func (o Options) Meter() metric.Meter { return o.withDefaults().meter() }
+
 func (o Options) tracer() trace.Tracer { return o.TracerProvider.Tracer(ScopeName) }

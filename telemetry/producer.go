@@ -23,14 +23,15 @@ func PGQueue(cfg *pgqueue.Config, opts Options) error {
 	if cfg == nil {
 		return errors.New("jobfence: telemetry: nil pgqueue config")
 	}
-	cfg.InsertHook = chainInsert(InsertHook(opts), cfg.InsertHook)
+	cfg.InsertHook = WrapInsertHook(cfg.InsertHook, opts)
 	return nil
 }
 
 // InsertHook returns a queue.InsertHook that starts a producer span per
 // enqueue call ("send <queue>", with messaging.batch.message_count for more
 // than one job) and, when the span is sampled, adds its context, through
-// the propagator, to the jobs' metadata. PGQueue and Kafka install it; use it for a backend of your own.
+// the propagator, to the jobs' metadata. PGQueue and kafkatelemetry.Instrument
+// install it; use it (or WrapInsertHook) for a backend of your own.
 func InsertHook(opts Options) queue.InsertHook {
 	opts = opts.withDefaults()
 	tracer, prop := opts.tracer(), opts.Propagator
@@ -71,8 +72,12 @@ func InsertHook(opts Options) queue.InsertHook {
 	}
 }
 
-// chainInsert runs inner inside outer; either may be nil.
-func chainInsert(outer, inner queue.InsertHook) queue.InsertHook {
+// WrapInsertHook returns InsertHook(opts) with inner, when not nil,
+// running inside it: what PGQueue does to a config's hook, for the
+// backends telemetry's subpackages instrument and for a backend of your
+// own.
+func WrapInsertHook(inner queue.InsertHook, opts Options) queue.InsertHook {
+	outer := InsertHook(opts)
 	if inner == nil {
 		return outer
 	}

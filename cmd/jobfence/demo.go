@@ -26,6 +26,7 @@ import (
 	harness "github.com/jobfence/jobfence/examples/scenario"
 	"github.com/jobfence/jobfence/examples/stampede/hotkey"
 	"github.com/jobfence/jobfence/internal/devenv"
+	"github.com/jobfence/jobfence/internal/devenv/kafkaenv"
 	"github.com/jobfence/jobfence/jobfencetest/devserver"
 	"github.com/jobfence/jobfence/migrations"
 )
@@ -119,11 +120,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	fmt.Fprintln(stdout, "jobfence demo: starting services (DATABASE_URL, REDIS_URL and KAFKA_BROKERS are used when set)")
-	env, err := devenv.Start(ctx, devenv.Options{Postgres: true, Redis: true, Kafka: true})
+	env, err := devenv.Start(ctx, devenv.Options{Postgres: true, Redis: true})
 	if err != nil {
 		return err
 	}
 	defer env.Close()
+	kafka, err := kafkaenv.Provide(kafkaenv.Options{})
+	if err != nil {
+		return err
+	}
+	defer kafka.Close()
 
 	schema, err := devserver.CreateSchema(ctx, env.DatabaseURL, "jobfence_demo_")
 	if err != nil {
@@ -138,7 +144,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer pool.Close()
-	fmt.Fprintf(stdout, "jobfence demo: PostgreSQL schema %s, Redis %s, Kafka %s\n\n", schema.Name, env.RedisURL, strings.Join(env.KafkaBrokers, ","))
+	fmt.Fprintf(stdout, "jobfence demo: PostgreSQL schema %s, Redis %s, Kafka %s\n\n", schema.Name, env.RedisURL, strings.Join(kafka.Addrs, ","))
 
 	var mu sync.Mutex
 	var results []result
@@ -152,7 +158,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		t0 := time.Now()
 		o, err := sc.run(ctx, &harness.Env{
-			DatabaseURL: schema.URL, Pool: pool, RedisURL: env.RedisURL, KafkaBrokers: env.KafkaBrokers,
+			DatabaseURL: schema.URL, Pool: pool, RedisURL: env.RedisURL, KafkaBrokers: kafka.Addrs,
 			Logger:        slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 			Progress:      p,
 			WorkerProcess: demoWorkerProcess(self, schema.URL, stderr),

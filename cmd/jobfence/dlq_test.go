@@ -9,7 +9,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/jobfence/jobfence/internal/devenv"
+	"github.com/jobfence/jobfence/internal/devenv/kafkaenv"
 	"github.com/jobfence/jobfence/queue/kafkaqueue"
 )
 
@@ -18,7 +18,7 @@ func TestDLQRedrive(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const topic = "payouts"
-	c, err := devenv.StartKafka(1, time.Second, topic, topic+".retry", topic+".dlq")
+	c, err := kafkaenv.Start(1, time.Second, topic, topic+".retry", topic+".dlq")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,11 @@ package main
 import (
 	"github.com/jobfence/jobfence/examples/cron-fleet/fleet"
 	"github.com/jobfence/jobfence/examples/scenario"
-	"github.com/jobfence/jobfence/jobfencetest/devserver"
 )
 
 // The scenario's code is in package fleet, beside this file; `jobfence
 // demo` runs the same code. Copied into your module, point the import
 // above at your copy.
 func main() {
-	scenario.Main("cron-fleet", devserver.Options{Postgres: true}, fleet.Run)
+	scenario.Main("cron-fleet", scenario.Servers{Postgres: true}, fleet.Run)
 }

@@ -13,12 +13,11 @@ package main
 import (
 	"github.com/jobfence/jobfence/examples/inventory/shop"
 	"github.com/jobfence/jobfence/examples/scenario"
-	"github.com/jobfence/jobfence/jobfencetest/devserver"
 )
 
 // The scenario's code is in package shop, beside this file; `jobfence
 // demo` runs the same code. Copied into your module, point the import
 // above at your copy.
 func main() {
-	scenario.Main("inventory", devserver.Options{Postgres: true}, shop.Run)
+	scenario.Main("inventory", scenario.Servers{Postgres: true}, shop.Run)
 }

@@ -20,12 +20,11 @@ package main
 import (
 	"github.com/jobfence/jobfence/examples/kafka-rebalance/rebalance"
 	"github.com/jobfence/jobfence/examples/scenario"
-	"github.com/jobfence/jobfence/jobfencetest/devserver"
 )
 
 // The scenario's code is in package rebalance, beside this file; `jobfence
 // demo` runs the same code. Copied into your module, point the import
 // above at your copy.
 func main() {
-	scenario.Main("kafka-rebalance", devserver.Options{Postgres: true, Kafka: true}, rebalance.Run)
+	scenario.Main("kafka-rebalance", scenario.Servers{Postgres: true, Kafka: true}, rebalance.Run)
 }

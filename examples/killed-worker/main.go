@@ -18,12 +18,11 @@ package main
 import (
 	"github.com/jobfence/jobfence/examples/killed-worker/killed"
 	"github.com/jobfence/jobfence/examples/scenario"
-	"github.com/jobfence/jobfence/jobfencetest/devserver"
 )
 
 // The scenario's code is in package killed, beside this file; `jobfence
 // demo` runs the same code. Copied into your module, point the import
 // above at your copy.
 func main() {
-	scenario.Main("killed-worker", devserver.Options{Postgres: true}, killed.Run)
+	scenario.Main("killed-worker", scenario.Servers{Postgres: true}, killed.Run)
 }

@@ -21,12 +21,11 @@ package main
 import (
 	"github.com/jobfence/jobfence/examples/paused-worker/paused"
 	"github.com/jobfence/jobfence/examples/scenario"
-	"github.com/jobfence/jobfence/jobfencetest/devserver"
 )
 
 // The scenario's code is in package paused, beside this file; `jobfence
 // demo` runs the same code. Copied into your module, point the import
 // above at your copy.
 func main() {
-	scenario.Main("paused-worker", devserver.Options{Postgres: true}, paused.Run)
+	scenario.Main("paused-worker", scenario.Servers{Postgres: true}, paused.Run)
 }

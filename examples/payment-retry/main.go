@@ -14,12 +14,11 @@ package main
 import (
 	"github.com/jobfence/jobfence/examples/payment-retry/payments"
 	"github.com/jobfence/jobfence/examples/scenario"
-	"github.com/jobfence/jobfence/jobfencetest/devserver"
 )
 
 // The scenario's code is in package payments, beside this file; `jobfence
 // demo` runs the same code. Copied into your module, point the import
 // above at your copy.
 func main() {
-	scenario.Main("payment-retry", devserver.Options{Postgres: true}, payments.Run)
+	scenario.Main("payment-retry", scenario.Servers{Postgres: true}, payments.Run)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/jobfencetest/devserver"
+	"github.com/jobfence/jobfence/jobfencetest/devserver/devkafka"
 	"github.com/jobfence/jobfence/migrations"
 )
 
@@ -20,12 +21,18 @@ import (
 // it works.
 const workerProcessEnv = "JOBFENCE_EXAMPLE_WORKER_QUEUE"
 
+// Servers says which servers Main provides: the ones DATABASE_URL,
+// REDIS_URL and KAFKA_BROKERS name, or throwaway ones.
+type Servers struct {
+	Postgres, Redis, Kafka bool
+}
+
 // Main is an example program's main: it provides the servers that
 // servers asks for, runs run on them (in a PostgreSQL schema of its own),
 // prints progress and the result, removes what it created and exits
 // non-zero if the scenario failed. Started as a worker process of the
 // scenario, it runs RunShipWorker instead.
-func Main(name string, servers devserver.Options, run func(context.Context, *Env) (Result, error)) {
+func Main(name string, servers Servers, run func(context.Context, *Env) (Result, error)) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	var err error
 	if q := os.Getenv(workerProcessEnv); q != "" {
@@ -41,18 +48,27 @@ func Main(name string, servers devserver.Options, run func(context.Context, *Env
 	os.Exit(0)
 }
 
-func runMain(ctx context.Context, name string, servers devserver.Options, run func(context.Context, *Env) (Result, error)) error {
+func runMain(ctx context.Context, name string, servers Servers, run func(context.Context, *Env) (Result, error)) error {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find this executable to run worker processes: %w", err)
 	}
-	srv, err := devserver.Start(ctx, servers)
+	srv, err := devserver.Start(ctx, devserver.Options{Postgres: servers.Postgres, Redis: servers.Redis})
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
+	var brokers []string
+	if servers.Kafka {
+		kafka, err := devkafka.Start(ctx, devkafka.Options{})
+		if err != nil {
+			return err
+		}
+		defer kafka.Close()
+		brokers = kafka.Brokers
+	}
 	env := &Env{
-		RedisURL: srv.RedisURL, KafkaBrokers: srv.KafkaBrokers,
+		RedisURL: srv.RedisURL, KafkaBrokers: brokers,
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 		Progress: func(format string, args ...any) { fmt.Printf(format+"\n", args...) },
 	}

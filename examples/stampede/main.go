@@ -8,12 +8,11 @@ package main
 import (
 	"github.com/jobfence/jobfence/examples/scenario"
 	"github.com/jobfence/jobfence/examples/stampede/hotkey"
-	"github.com/jobfence/jobfence/jobfencetest/devserver"
 )
 
 // The scenario's code is in package hotkey, beside this file; `jobfence
 // demo` runs the same code. Copied into your module, point the import
 // above at your copy.
 func main() {
-	scenario.Main("stampede", devserver.Options{Redis: true}, hotkey.Run)
+	scenario.Main("stampede", scenario.Servers{Redis: true}, hotkey.Run)
 }

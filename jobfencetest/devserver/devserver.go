@@ -1,8 +1,9 @@
 // Package devserver gives a program the servers jobfence needs when none is
-// configured: the ones DATABASE_URL, REDIS_URL and KAFKA_BROKERS name, or
-// throwaway ones started from the system's binaries (PostgreSQL and
-// redis-server, in a temporary directory on loopback) and an in-process
-// Kafka-protocol broker, removed by Close.
+// configured: the ones DATABASE_URL and REDIS_URL name, or throwaway ones
+// started from the system's binaries (PostgreSQL and redis-server, in a
+// temporary directory on loopback), removed by Close. A Kafka-protocol
+// broker comes from package devserver/devkafka, apart so that a program
+// that starts only PostgreSQL links no Kafka code.
 //
 // It is for examples, local development and tests, never production: the
 // throwaway PostgreSQL runs with fsync off. It is a package of its own, not
@@ -29,14 +30,6 @@ type Options struct {
 	Postgres bool
 	// Redis provides Env.RedisURL: REDIS_URL, or a throwaway redis-server.
 	Redis bool
-	// Kafka provides Env.KafkaBrokers: KAFKA_BROKERS (comma-separated), or
-	// an in-process broker.
-	Kafka bool
-	// KafkaTopics are created on the in-process broker, with
-	// KafkaPartitions partitions each (default 8). A broker named by
-	// KAFKA_BROKERS must have them or create them itself.
-	KafkaTopics     []string
-	KafkaPartitions int32
 }
 
 // Env holds the servers' addresses.
@@ -45,8 +38,6 @@ type Env struct {
 	DatabaseURL string
 	// RedisURL connects to Redis when Options.Redis was set.
 	RedisURL string
-	// KafkaBrokers are the brokers' addresses when Options.Kafka was set.
-	KafkaBrokers []string
 
 	env *devenv.Env
 }
@@ -55,14 +46,11 @@ type Env struct {
 // does not name. Starting PostgreSQL takes a few seconds. Close stops
 // what Start started.
 func Start(ctx context.Context, o Options) (*Env, error) {
-	e, err := devenv.Start(ctx, devenv.Options{
-		Postgres: o.Postgres, Redis: o.Redis, Kafka: o.Kafka,
-		KafkaTopics: o.KafkaTopics, KafkaPartitions: o.KafkaPartitions,
-	})
+	e, err := devenv.Start(ctx, devenv.Options{Postgres: o.Postgres, Redis: o.Redis})
 	if err != nil {
 		return nil, fmt.Errorf("devserver: %w", err)
 	}
-	return &Env{DatabaseURL: e.DatabaseURL, RedisURL: e.RedisURL, KafkaBrokers: e.KafkaBrokers, env: e}, nil
+	return &Env{DatabaseURL: e.DatabaseURL, RedisURL: e.RedisURL, env: e}, nil
 }
 
 // Close stops the servers Start started and removes their files; the

@@ -16,7 +16,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/jobfence/jobfence/internal/devenv"
+	"github.com/jobfence/jobfence/internal/devenv/kafkaenv"
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/internal/testwatch"
 )
@@ -59,7 +59,7 @@ func newCluster(t testing.TB, partitions int, topics ...string) *testCluster {
 		}
 		return &testCluster{Brokers: brokers, Real: true}
 	}
-	c, err := devenv.StartKafka(int32(partitions), time.Second, all...)
+	c, err := kafkaenv.Start(int32(partitions), time.Second, all...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/jobfence/jobfence/internal/devenv"
+	"github.com/jobfence/jobfence/internal/devenv/kafkaenv"
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -22,7 +22,7 @@ func newFakeCluster(t *testing.T, partitions int, topic string) (*testCluster, *
 	if os.Getenv("KAFKA_BROKERS") != "" {
 		t.Skip("needs the in-process broker, to make it refuse a request")
 	}
-	kc, err := devenv.StartKafka(int32(partitions), time.Second,
+	kc, err := kafkaenv.Start(int32(partitions), time.Second,
 		topic, topic+DefaultRetryTopicSuffix, topic+DefaultDeadLetterTopicSuffix)
 	if err != nil {
 		t.Fatal(err)

@@ -113,7 +113,7 @@ type Config struct {
 	Logger *slog.Logger
 	// InsertHook, when set, observes every enqueue of a Client (Enqueue,
 	// Insert, EnqueueMany) and may add metadata to its jobs, which travel as
-	// message headers; see queue.InsertHook. telemetry.Kafka sets it.
+	// message headers; see queue.InsertHook. kafkatelemetry.Instrument sets it.
 	InsertHook queue.InsertHook
 }
 

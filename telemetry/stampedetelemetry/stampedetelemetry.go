@@ -1,4 +1,10 @@
-package telemetry
+// Package stampedetelemetry reports a stampede guard's counters
+// (package stampede) as OpenTelemetry metrics. It is a package of its own
+// so that a service that imports telemetry without stampede links no
+// Redis client.
+//
+// See docs/observability.md.
+package stampedetelemetry
 
 import (
 	"context"
@@ -9,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/jobfence/jobfence/stampede"
+	"github.com/jobfence/jobfence/telemetry"
 )
 
 // StatsSource is a stampede guard: any *stampede.Guard[V].
@@ -16,16 +23,16 @@ type StatsSource interface {
 	Stats() stampede.Stats
 }
 
-// Stampede reports the counters of guard g as observable counters named
+// Guard reports the counters of guard g as observable counters named
 // jobfence.stampede.<counter> (calls, shared, hits, misses, computations,
 // early_refreshes, waits, fail_opens, compute_timeouts, lock_lost,
 // redis_errors, decode_errors) with the attribute guard=name. Call the
 // returned function to stop reporting (for a guard that goes away).
-func Stampede(name string, g StatsSource, opts Options) (stop func() error, err error) {
+func Guard(name string, g StatsSource, opts telemetry.Options) (stop func() error, err error) {
 	if g == nil {
-		return nil, errors.New("jobfence: telemetry: nil stampede guard")
+		return nil, errors.New("jobfence: stampedetelemetry: nil stampede guard")
 	}
-	m := opts.withDefaults().meter()
+	m := opts.Meter()
 	fields := []struct {
 		name, desc string
 		get        func(stampede.Stats) uint64
@@ -48,7 +55,7 @@ func Stampede(name string, g StatsSource, opts Options) (stop func() error, err 
 	for i, f := range fields {
 		c, err := m.Int64ObservableCounter("jobfence.stampede."+f.name, metric.WithUnit("{call}"), metric.WithDescription(f.desc))
 		if err != nil {
-			return nil, fmt.Errorf("jobfence: telemetry: %w", err)
+			return nil, fmt.Errorf("jobfence: stampedetelemetry: %w", err)
 		}
 		obs[i], insts[i] = c, c
 	}
@@ -61,7 +68,7 @@ func Stampede(name string, g StatsSource, opts Options) (stop func() error, err 
 		return nil
 	}, insts...)
 	if err != nil {
-		return nil, fmt.Errorf("jobfence: telemetry: %w", err)
+		return nil, fmt.Errorf("jobfence: stampedetelemetry: %w", err)
 	}
 	return reg.Unregister, nil
 }
