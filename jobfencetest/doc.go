@@ -12,7 +12,8 @@
 //   - Work runs one job through the worker's own execution path (fenced
 //     claim, middleware, timeout, transactional handlers in their
 //     transaction, fenced outcome) and returns what became of it, so a
-//     unit test exercises exactly the code a worker runs.
+//     unit test exercises exactly the code a worker runs; Worker.RetryNow
+//     runs a failed attempt's retry at once.
 //   - WorkerConfig is a worker configuration with short polls and leases
 //     for tests that start a whole worker.
 //

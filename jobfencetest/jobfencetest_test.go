@@ -140,6 +140,10 @@ func TestRequireInsertedTxSeesUncommittedJobs(t *testing.T) {
 	if got.Args.To != "ada@example.com" {
 		t.Fatalf("args %+v", got.Args)
 	}
+	// RequireInserted takes a transaction as RequireNotInserted does.
+	if again := jobfencetest.RequireInserted[welcomeMail](ctx, t, tx, nil); again.Job.ID != got.Job.ID {
+		t.Fatalf("RequireInserted in tx found job %d, RequireInsertedTx %d", again.Job.ID, got.Job.ID)
+	}
 	jobfencetest.RequireNotInserted[welcomeMail](ctx, t, db.Pool, nil)
 }
 

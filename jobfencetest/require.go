@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
@@ -61,16 +60,20 @@ type Expected struct {
 }
 
 // RequireInserted asserts that exactly one job of T's kind matching m
-// (nil matches any) was enqueued through pool, and returns it with its
-// args decoded. It fails t otherwise, listing the jobs that were
-// enqueued. T's zero value must report the kind (a value receiver).
-func RequireInserted[T queue.Args](ctx context.Context, t TestingT, pool *pgxpool.Pool, m *Match) *Inserted[T] {
+// (nil matches any) was enqueued through db, a pool or a transaction (in
+// which it sees jobs the transaction enqueued and has not committed yet),
+// and returns it with its args decoded. It fails t otherwise, listing the
+// jobs that were enqueued. T's zero value must report the kind (a value
+// receiver). It takes the same db as RequireNotInserted and
+// RequireManyInserted.
+func RequireInserted[T queue.Args](ctx context.Context, t TestingT, db pgqueue.DB, m *Match) *Inserted[T] {
 	t.Helper()
-	return requireInserted[T](ctx, t, pool, m)
+	return requireInserted[T](ctx, t, db, m)
 }
 
 // RequireInsertedTx is RequireInserted inside tx: it sees jobs that tx
-// enqueued and has not committed yet.
+// enqueued and has not committed yet. RequireInserted takes a transaction
+// too; this name stays for the code that calls it.
 func RequireInsertedTx[T queue.Args](ctx context.Context, t TestingT, tx pgx.Tx, m *Match) *Inserted[T] {
 	t.Helper()
 	return requireInserted[T](ctx, t, tx, m)

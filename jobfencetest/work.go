@@ -108,20 +108,7 @@ func Work[T queue.Args](ctx context.Context, t TestingT, w *Worker, args T, opts
 		t.Fatalf("jobfencetest: Work: ScheduledAt %s is in the future; Work runs a job that is ready now", o.ScheduledAt)
 		return nil
 	}
-	ready, err := w.client.List(ctx, pgqueue.ListParams{Queue: q, Limit: maxListed})
-	if err != nil {
-		t.Fatalf("jobfencetest: Work: %v", err)
-		return nil
-	}
-	var before []*queue.Job
-	for _, j := range ready {
-		if (j.State == queue.StateAvailable || j.State == queue.StateScheduled || j.State == queue.StateRetryable) && !j.ScheduledAt.After(time.Now()) {
-			before = append(before, j)
-		}
-	}
-	if len(before) > 0 {
-		t.Fatalf("jobfencetest: Work: queue %q already has ready jobs that would be claimed before the one Work enqueues; "+
-			"run them with WorkNext, or give Work another queue in opts: %s", q, describeJobs(before))
+	if !w.noneReady(ctx, t, "Work", q, "the one Work enqueues", "or give Work another queue in opts") {
 		return nil
 	}
 	res, err := w.client.Insert(ctx, args, opts)
@@ -142,6 +129,77 @@ func Work[T queue.Args](ctx context.Context, t TestingT, w *Worker, args T, opts
 		return nil
 	}
 	return r
+}
+
+// noneReady fails t, for caller, when queue q has a ready job that would be
+// claimed before the job caller runs (what), and says how to avoid it
+// (hint).
+func (w *Worker) noneReady(ctx context.Context, t TestingT, caller, q, what, hint string) bool {
+	t.Helper()
+	ready, err := w.client.List(ctx, pgqueue.ListParams{Queue: q, Limit: maxListed})
+	if err != nil {
+		t.Fatalf("jobfencetest: %s: %v", caller, err)
+		return false
+	}
+	var before []*queue.Job
+	for _, j := range ready {
+		if (j.State == queue.StateAvailable || j.State == queue.StateScheduled || j.State == queue.StateRetryable) && !j.ScheduledAt.After(time.Now()) {
+			before = append(before, j)
+		}
+	}
+	if len(before) > 0 {
+		t.Fatalf("jobfencetest: %s: queue %q already has ready jobs that would be claimed before %s; "+
+			"run them with WorkNext, %s: %s", caller, q, what, hint, describeJobs(before))
+		return false
+	}
+	return true
+}
+
+// RetryNow runs the retry of r's job at once, as the worker would run it
+// at its time: r is a Result whose attempt failed with attempts left (its
+// job is retryable, waiting r.Delay, which your RetryPolicy chose). The
+// job's next attempt runs through the same path as Work's, so a test of a
+// handler that fails and then succeeds needs no RetryPolicy of its own:
+//
+//	r := jobfencetest.Work(ctx, t, w, Charge{ID: 1}, nil) // fails: OutcomeRetry
+//	r = w.RetryNow(ctx, t, r)                             // attempt 2, now
+//
+// It fails t when the job is not retryable, or when its queue has another
+// ready job that would be claimed first.
+func (w *Worker) RetryNow(ctx context.Context, t TestingT, r *Result) *Result {
+	t.Helper()
+	if r == nil || r.Job == nil {
+		t.Fatalf("jobfencetest: RetryNow: no result to retry")
+		return nil
+	}
+	job, err := w.client.Get(ctx, r.Job.ID)
+	if err != nil {
+		t.Fatalf("jobfencetest: RetryNow: read job %d: %v", r.Job.ID, err)
+		return nil
+	}
+	if job.State != queue.StateRetryable {
+		t.Fatalf("jobfencetest: RetryNow: job %d (%s) is %s, not retryable: only an attempt that failed with attempts left has a retry to run",
+			job.ID, job.Kind, job.State)
+		return nil
+	}
+	if !w.noneReady(ctx, t, "RetryNow", job.Queue, fmt.Sprintf("the retry of job %d", job.ID), "or retry it after them") {
+		return nil
+	}
+	// Retry makes it available now; it has attempts left, so it gets none
+	// added.
+	if err := w.client.Retry(ctx, job.ID); err != nil {
+		t.Fatalf("jobfencetest: RetryNow: %v", err)
+		return nil
+	}
+	next := w.WorkNext(ctx, t, job.Queue)
+	if next == nil {
+		return nil
+	}
+	if next.Job.ID != job.ID {
+		t.Fatalf("jobfencetest: RetryNow: ran job %d, not job %d's retry", next.Job.ID, job.ID)
+		return nil
+	}
+	return next
 }
 
 // WorkNext runs the next ready job of queue q, such as one your code

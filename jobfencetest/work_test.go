@@ -228,3 +228,62 @@ func TestDrainRunsJobsTheHandlersEnqueue(t *testing.T) {
 		t.Fatalf("a drained queue ran %d more jobs", len(again))
 	}
 }
+
+// flaky fails its first attempt and completes its second.
+type flaky struct{}
+
+func (flaky) Kind() string { return "flaky" }
+
+// TestRetryNowRunsTheRetryAtOnce: a failed attempt's retry runs at once,
+// under the worker's default retry policy, with a new attempt and fence.
+func TestRetryNowRunsTheRetryAtOnce(t *testing.T) {
+	ctx := context.Background()
+	db := jobfencetest.NewDB(t)
+	client := pgqueue.New(db.Pool, pgqueue.Config{})
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[flaky]) error {
+		if job.Attempt == 1 {
+			return errDeclined
+		}
+		return nil
+	})
+	w := jobfencetest.NewWorker(t, client, reg, worker.Config{})
+
+	first := jobfencetest.Work(ctx, t, w, flaky{}, nil)
+	if first.Outcome != queue.OutcomeRetry || first.Job.State != queue.StateRetryable || first.Delay <= 0 {
+		t.Fatalf("%s, delay %s; want a retry that waits", first, first.Delay)
+	}
+	second := w.RetryNow(ctx, t, first)
+	if second.Job.ID != first.Job.ID || second.Outcome != queue.OutcomeComplete || second.Job.State != queue.StateCompleted {
+		t.Fatalf("%s; want job %d completed", second, first.Job.ID)
+	}
+	if second.Job.Attempt != 2 || second.Job.Fence <= first.Job.Fence || second.Job.MaxAttempts != first.Job.MaxAttempts {
+		t.Fatalf("attempt %d, fence %d after %d, max attempts %d after %d; want attempt 2 under a greater fence and the same budget",
+			second.Job.Attempt, second.Job.Fence, first.Job.Fence, second.Job.MaxAttempts, first.Job.MaxAttempts)
+	}
+}
+
+// TestRetryNowRefusesWhatHasNoRetry names the state of a job that has no
+// retry to run, and a job that would be claimed before the retry.
+func TestRetryNowRefusesWhatHasNoRetry(t *testing.T) {
+	ctx := context.Background()
+	db := jobfencetest.NewDB(t)
+	w, client := newChargeWorker(t, db, worker.Config{})
+
+	done := jobfencetest.Work(ctx, t, w, charge{Mode: "ok"}, nil)
+	r := &recorder{}
+	if got := w.RetryNow(ctx, r, done); got != nil {
+		t.Fatalf("RetryNow of a completed job returned %s", got)
+	}
+	r.requireFailed(t, "RetryNow: job", "is completed, not retryable")
+
+	failed := jobfencetest.Work(ctx, t, w, charge{Mode: "fail"}, nil)
+	if _, err := client.Insert(ctx, charge{Mode: "ok"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r = &recorder{}
+	if got := w.RetryNow(ctx, r, failed); got != nil {
+		t.Fatalf("RetryNow behind a ready job returned %s", got)
+	}
+	r.requireFailed(t, `RetryNow: queue "default" already has ready jobs that would be claimed before the retry of job`)
+}
