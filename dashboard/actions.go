@@ -176,6 +176,8 @@ func (h *handler) resumeQueue(r *http.Request, actor string) (string, []any, err
 func flash(r *http.Request) string {
 	n, _ := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
 	switch r.URL.Query().Get("done") {
+	case "inserted":
+		return "The job is inserted."
 	case "retried":
 		return "The job will run again now."
 	case "cancelled":

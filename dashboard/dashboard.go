@@ -101,6 +101,7 @@ func (h *handler) routes() {
 	}
 	get("/{$}", h.overview)
 	get("/jobs", h.jobs)
+	get("/jobs/new", h.newJob)
 	get("/jobs/{id}", h.job)
 	get("/queues", h.queues)
 	get("/schedules", h.schedules)
@@ -112,6 +113,7 @@ func (h *handler) routes() {
 	post := func(pattern string, f actionFunc) {
 		h.mux.HandleFunc("POST "+pattern, h.action(f))
 	}
+	post("/jobs", h.insertJob)
 	post("/jobs/{id}/retry", h.retryJob)
 	post("/jobs/{id}/cancel", h.cancelJob)
 	post("/jobs/{id}/delete", h.deleteJob)
