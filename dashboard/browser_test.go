@@ -109,6 +109,30 @@ next:
 	}
 }
 
+// screenshots returns an action that saves a screenshot of the page as
+// name.png, in the directory screenshotsEnv names or else in t's
+// temporary directory.
+func screenshots(t *testing.T) func(name string) chromedp.Action {
+	t.Helper()
+	shots := os.Getenv(screenshotsEnv)
+	if shots == "" {
+		shots = t.TempDir()
+	} else if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return func(name string) chromedp.Action {
+		return chromedp.ActionFunc(func(ctx context.Context) error {
+			var png []byte
+			if err := chromedp.FullScreenshot(&png, 100).Do(ctx); err != nil {
+				return err
+			}
+			path := filepath.Join(shots, name+".png")
+			t.Logf("screenshot %s", path)
+			return os.WriteFile(path, png, 0o644)
+		})
+	}
+}
+
 // TestBrowser drives the dashboard in headless Chromium as an on-call
 // engineer would: open the overview, filter the jobs down to the failed
 // one, open it, click Retry, and see its state change; a screenshot of
@@ -124,23 +148,7 @@ func TestBrowser(t *testing.T) {
 	d.finish(j, queue.OutcomeRetry, &queue.AttemptError{Attempt: 1, At: time.Now(), Error: "card declined <img src=x onerror=alert(1)>"})
 	d.enqueue(queue.EnqueueParams{Kind: "charge", Queue: "billing"})
 
-	shots := os.Getenv(screenshotsEnv)
-	if shots == "" {
-		shots = t.TempDir()
-	} else if err := os.MkdirAll(shots, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	screenshot := func(name string) chromedp.Action {
-		return chromedp.ActionFunc(func(ctx context.Context) error {
-			var png []byte
-			if err := chromedp.FullScreenshot(&png, 100).Do(ctx); err != nil {
-				return err
-			}
-			path := filepath.Join(shots, name+".png")
-			t.Logf("screenshot %s", path)
-			return os.WriteFile(path, png, 0o644)
-		})
-	}
+	screenshot := screenshots(t)
 
 	// run runs actions; navigate runs one that loads a page (a link, a
 	// form) and returns once that page has loaded, so that what follows
@@ -210,6 +218,7 @@ func TestBrowser(t *testing.T) {
 func TestBrowserInsertJob(t *testing.T) {
 	ctx, events := newBrowser(t)
 	d := newDash(t, dashboard.Options{})
+	screenshot := screenshots(t)
 	run := func(step string, actions ...chromedp.Action) {
 		t.Helper()
 		if err := chromedp.Run(ctx, actions...); err != nil {
@@ -230,9 +239,10 @@ func TestBrowserInsertJob(t *testing.T) {
 	navigate("open the jobs", chromedp.Navigate(d.URL+"/jobs?queue=billing&kind=charge"), 200)
 	navigate("open the insert form", chromedp.Click(`#insert-link`), 200)
 	run("fill in JSON with a trailing comma",
-		chromedp.SetValue(`#insert-args`, "{\"amount\": 1250,}"))
+		chromedp.SetValue(`#insert-args`, "{\"amount\": 1250,}"),
+		screenshot("5-insert-form"))
 	navigate("insert", chromedp.Click(`#insert-submit`), 400)
-	run("read the refusal", chromedp.Text(`#error-message`, &refusal))
+	run("read the refusal", chromedp.Text(`#error-message`, &refusal), screenshot("6-insert-refused"))
 
 	navigate("open the insert form again", chromedp.Navigate(d.URL+"/jobs/new?queue=billing&kind=charge"), 200)
 	run("fill in the form",
@@ -244,7 +254,8 @@ func TestBrowserInsertJob(t *testing.T) {
 	run("read the inserted job",
 		chromedp.Text(`#job-state`, &state),
 		chromedp.Text(`#job-args`, &args),
-		chromedp.Text(`p.flash`, &flash))
+		chromedp.Text(`p.flash`, &flash),
+		screenshot("7-inserted"))
 
 	if !strings.Contains(refusal, "args: not valid JSON at line 1, column 17") {
 		t.Errorf("the refusal of a trailing comma says %q", refusal)
