@@ -55,6 +55,8 @@ type benchConfig struct {
 	heartbeat heartbeatConfig
 	// fillfactor, when not zero, is set on the jobs table before a run.
 	fillfactor int
+	// soak mode
+	soak soakConfig
 }
 
 // benchFlags are the flags of jobfence bench that are not a run's
@@ -74,7 +76,7 @@ type benchFlags struct {
 }
 
 // benchModes are the modes --mode takes.
-const benchModes = "burndown, continuous, both, latency, claim or heartbeat"
+const benchModes = "burndown, continuous, both, latency, claim, heartbeat or soak"
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -84,7 +86,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var cfg benchConfig
 	fs.StringVar(&bf.mode, "mode", "both", benchModes)
 	fs.IntVar(&cfg.jobs, "jobs", 1_000_000, "burn-down: jobs inserted before working")
-	fs.DurationVar(&cfg.duration, "duration", 30*time.Second, "continuous and latency: how long to insert while working")
+	fs.DurationVar(&cfg.duration, "duration", 30*time.Second, "continuous, latency and soak: how long to insert while working (soak: 60m unless given)")
 	fs.IntVar(&cfg.concurrency, "concurrency", 2000, "jobs run at once per instance (River's bench uses 2,000)")
 	fs.IntVar(&cfg.batch, "batch", 5000, "jobs per insert batch (COPY)")
 	fs.IntVar(&cfg.backlog, "backlog", 75_000, "continuous: available jobs the inserters keep ahead of the workers (inserted before the workers start, as River's bench does)")
@@ -110,6 +112,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.claim.due, "due", 0, "claim: of them, retries whose time has come (an outage's retry storm)")
 	fs.IntVar(&cfg.claim.claims, "claims", 21, "claim: claims measured; the median is reported")
 	fs.BoolVar(&cfg.heartbeat.leaseIndex, "lease-index", false, "heartbeat: recreate the index on lease_expires_at that migrations before 00006 had")
+	fs.DurationVar(&cfg.soak.retention, "retention", 10*time.Minute, "soak: how long finished jobs are kept before the worker prunes them (its Retention)")
+	fs.DurationVar(&cfg.soak.interval, "report-interval", time.Minute, "soak: how often a line reports the rate, the jobs table's sizes, its tuples and autovacuum")
 	fs.IntVar(&cfg.fillfactor, "fillfactor", 0, "set the jobs table's fillfactor (10-100) before inserting (0: PostgreSQL's default, 100)")
 	fs.IntVar(&bf.runs, "runs", 1, "runs of each mode; the median is reported")
 	fs.BoolVar(&bf.unsafeFast, "unsafe-fast", false, "run the throwaway PostgreSQL with fsync, synchronous_commit and full_page_writes off: faster, not durable, not comparable")
@@ -138,6 +142,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		case "heartbeat":
 			cfg.concurrency = 500
 		}
+	}
+	if bf.mode == "soak" && !bf.set["duration"] {
+		// The target is an hour at full speed.
+		cfg.duration = time.Hour
 	}
 	if err := bf.validate(cfg); err != nil {
 		return err
@@ -173,6 +181,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer pg.Stop()
 		dbURL = pg.URL
+		// Only on its own server can the bench read the log, which says
+		// how long each autovacuum pass took.
+		cfg.soak.serverLog = pg.LogFile()
 		fmt.Fprintf(stdout, "bench: a throwaway PostgreSQL on 127.0.0.1:%d\n", pg.Port)
 		if pg.StatStatements {
 			if err := createStatStatements(ctx, dbURL); err != nil {
@@ -201,6 +212,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runLatencyBench(ctx, dbURL, cfg, bf.runs, settings, stdout)
 	case "heartbeat":
 		return runHeartbeatBench(ctx, dbURL, cfg, stdout)
+	case "soak":
+		return runSoakBench(ctx, dbURL, cfg, settings, log, stdout)
 	}
 	modes := []string{bf.mode}
 	if bf.mode == "both" {
@@ -267,12 +280,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // validate refuses flags the bench cannot honour, saying why.
 func (bf benchFlags) validate(cfg benchConfig) error {
 	switch bf.mode {
-	case "burndown", "continuous", "both", "latency", "claim", "heartbeat":
+	case "burndown", "continuous", "both", "latency", "claim", "heartbeat", "soak":
 	default:
 		return fmt.Errorf("unknown --mode %q: want %s", bf.mode, benchModes)
 	}
 	if bf.runs < 1 {
 		return fmt.Errorf("--runs %d: want at least 1", bf.runs)
+	}
+	if bf.mode == "soak" && bf.set["runs"] {
+		return errors.New("--mode soak runs once, for --duration: its lines show how the rate holds over time")
 	}
 	if (bf.mode == "claim" || bf.mode == "heartbeat") && bf.set["runs"] {
 		return fmt.Errorf("--runs repeats burn-down, continuous and latency runs; --mode %s runs once (claim mode takes the median of --claims claims): run it again for another table", bf.mode)
@@ -340,6 +356,16 @@ func (bf benchFlags) validate(cfg benchConfig) error {
 	}
 	if f := cfg.fillfactor; f != 0 && (f < 10 || f > 100) {
 		return fmt.Errorf("--fillfactor %d: want 10 to 100 (PostgreSQL's range)", f)
+	}
+	if bf.mode == "soak" {
+		if cfg.instances > 0 {
+			return errors.New("--mode soak runs one worker in this process, whose pruning it measures: leave out --instances")
+		}
+		if err := cfg.soak.validate(cfg.duration); err != nil {
+			return err
+		}
+	} else if bf.set["retention"] || bf.set["report-interval"] {
+		return fmt.Errorf("--retention and --report-interval are for --mode soak, not --mode %s", bf.mode)
 	}
 	if bf.mode == "heartbeat" {
 		if cfg.instances > 0 {

@@ -120,7 +120,9 @@ func fleetOnce(ctx context.Context, fs fleetSetup, mode string, cfg benchConfig,
 	}
 	samples := sampleActivity(ctx, fs.baseURL, name)
 	start, machine := time.Now(), readMachine()
-	if err := runMode(ctx, mode, cfg, producer, prefilled, start, children.completed, pr, &r); err != nil {
+	var inserted atomic.Int64
+	inserted.Store(prefilled)
+	if err := runMode(ctx, mode, cfg, producer, &inserted, start, children.completed, pr, &r); err != nil {
 		return fleetResult{}, err
 	}
 	r.machine = machine()

@@ -64,6 +64,8 @@ type benchResult struct {
 	load  string
 	// statements prints the costliest statements (--statements).
 	statements bool
+	// soak is a soak's report (--mode soak).
+	soak *soakReport
 }
 
 func (r benchResult) warmRate() float64 {
@@ -147,6 +149,11 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, setti
 		return benchResult{}, err
 	}
 	defer drop()
+	if mode == "soak" {
+		if err := prepareSoak(ctx, pr.conn, name, cfg); err != nil {
+			return benchResult{}, err
+		}
+	}
 	if url, err = withExecMode(url, cfg.execMode); err != nil {
 		return benchResult{}, err
 	}
@@ -183,6 +190,9 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, setti
 	}
 	defer p.Close()
 	wcfg := benchWorkerConfig("bench", cfg, quiet)
+	if mode == "soak" {
+		cfg.soak.configure(&wcfg)
+	}
 	if err := tel.attach(nil, &wcfg); err != nil {
 		return benchResult{}, err
 	}
@@ -204,13 +214,34 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, setti
 	if err != nil {
 		return benchResult{}, err
 	}
+	var inserted atomic.Int64
+	inserted.Store(prefilled)
+	var soak *soakReporter
+	if mode == "soak" {
+		if soak, err = newSoakReporter(ctx, baseURL, name, cfg); err != nil {
+			return benchResult{}, err
+		}
+		defer soak.stop()
+	}
 	samples := sampleActivity(ctx, baseURL, name)
 	start, cpu0, machine := time.Now(), cpuclock.Process(), readMachine()
+	if soak != nil {
+		if err := soak.start(ctx, start, w.Stats, &inserted); err != nil {
+			return benchResult{}, err
+		}
+	}
 	if err := w.Start(ctx); err != nil {
 		return benchResult{}, err
 	}
-	if err := runMode(ctx, mode, cfg, client, prefilled, start, completed, pr, &res); err != nil {
+	if err := runMode(ctx, mode, cfg, client, &inserted, start, completed, pr, &res); err != nil {
 		return benchResult{}, err
+	}
+	if soak != nil {
+		// Its last line is read at the end of --duration, with the
+		// worker still running.
+		if err := soak.wait(); err != nil {
+			return benchResult{}, err
+		}
 	}
 	res.cpu = cpuclock.Process() - cpu0
 	res.machine = machine()
@@ -230,6 +261,13 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, setti
 	res.conns = samples().maxConns
 	if err := res.settle(ctx, mode, completed, pr, c0, name); err != nil {
 		return benchResult{}, err
+	}
+	if soak != nil {
+		rows, err := countJobs(ctx, pr.conn, name)
+		if err != nil {
+			return benchResult{}, err
+		}
+		res.soak = soak.report(rows, inserted.Load(), w.Stats().Pruned)
 	}
 	return res, nil
 }
@@ -292,11 +330,11 @@ func (r *benchResult) settle(ctx context.Context, mode string, completed func() 
 }
 
 // runMode waits, in burn-down mode, until cfg.jobs jobs are completed
-// (counting from start), or in continuous mode keeps cfg.backlog jobs
-// waiting for cfg.duration (prefilled were inserted before start). Both
-// note the jobs completed after the warm-up; continuous mode reads the
-// server's counters over that window.
-func runMode(ctx context.Context, mode string, cfg benchConfig, producer *pgqueue.Client, prefilled int64, start time.Time,
+// (counting from start), or in continuous and soak mode keeps cfg.backlog
+// jobs waiting for cfg.duration, counting them in inserted (which holds
+// those inserted before start). Both note the jobs completed after the
+// warm-up; continuous mode reads the server's counters over that window.
+func runMode(ctx context.Context, mode string, cfg benchConfig, producer *pgqueue.Client, inserted *atomic.Int64, start time.Time,
 	completed func() (n, stale, errs int64), pr *probe, res *benchResult) error {
 	switch mode {
 	case "burndown":
@@ -320,19 +358,17 @@ func runMode(ctx context.Context, mode string, cfg benchConfig, producer *pgqueu
 		if !t0.IsZero() {
 			res.warmJobs, res.warmElapsed = int64(cfg.jobs)-n0, time.Since(t0)
 		}
-	case "continuous":
+	case "continuous", "soak":
 		res.warmup = min(cfg.duration/5, benchWarmup)
 		runCtx, cancel := context.WithDeadline(ctx, start.Add(cfg.duration))
 		defer cancel()
-		var inserted atomic.Int64
-		inserted.Store(prefilled)
 		insertErrs := make(chan error, cfg.inserters)
 		var wg sync.WaitGroup
 		for range cfg.inserters {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				insertErrs <- keepBacklog(runCtx, producer, cfg, &inserted, completed)
+				insertErrs <- keepBacklog(runCtx, producer, cfg, inserted, completed)
 			}()
 		}
 		time.Sleep(time.Until(start.Add(res.warmup)))
@@ -349,7 +385,7 @@ func runMode(ctx context.Context, mode string, cfg benchConfig, producer *pgqueu
 		}
 		n0, _, _ := completed()
 		t0 := time.Now()
-		res.waiting = sampleWaiting(runCtx, &inserted, completed)
+		res.waiting = sampleWaiting(runCtx, inserted, completed)
 		n1, _, _ := completed()
 		res.elapsed, res.warmElapsed = time.Since(start), time.Since(t0)
 		c1, err := pr.counters(ctx)
@@ -369,6 +405,11 @@ func runMode(ctx context.Context, mode string, cfg benchConfig, producer *pgqueu
 		res.jobs, res.warmJobs = n1, n1-n0
 		res.rate = float64(n1) / res.elapsed.Seconds()
 		res.cost = costBetween(c0, c1, n1-n0)
+		if mode == "soak" {
+			// Pruning has deleted most of the jobs whose times it
+			// would read, and the scan of a long run's table is slow.
+			return nil
+		}
 		if res.p50, res.p99, err = pr.startLatency(ctx, pr.name, since); err != nil {
 			return err
 		}

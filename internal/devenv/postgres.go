@@ -90,10 +90,10 @@ func StartPostgresWith(ctx context.Context, o PostgresOptions) (*Postgres, error
 		return nil, fmt.Errorf("devenv: initdb: %w: %s", err, out)
 	}
 	port, err := onFreePort(func(port int) error {
-		out, err := p.run(ctx, "pg_ctl", "-D", data, "-l", filepath.Join(dir, "server.log"),
+		out, err := p.run(ctx, "pg_ctl", "-D", data, "-l", p.LogFile(),
 			"-w", "-t", "60", "-o", p.serverOpts(port), "start")
 		if err != nil {
-			log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+			log, _ := os.ReadFile(p.LogFile())
 			return fmt.Errorf("devenv: pg_ctl start: %w: %s %s", err, out, log)
 		}
 		return nil
@@ -106,6 +106,9 @@ func StartPostgresWith(ctx context.Context, o PostgresOptions) (*Postgres, error
 	p.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 	return p, nil
 }
+
+// LogFile is the server's log (its stderr), in Dir.
+func (p *Postgres) LogFile() string { return filepath.Join(p.Dir, "server.log") }
 
 func (p *Postgres) run(ctx context.Context, name string, args ...string) ([]byte, error) {
 	return runIn(ctx, p.Dir, p.asUser, filepath.Join(p.bin, name), args...)
@@ -148,7 +151,7 @@ func (p *Postgres) stop(mode string) error {
 // Resume starts a halted server again on its port.
 func (p *Postgres) Resume(ctx context.Context) error {
 	data := filepath.Join(p.Dir, "data")
-	out, err := p.run(ctx, "pg_ctl", "-D", data, "-l", filepath.Join(p.Dir, "server.log"),
+	out, err := p.run(ctx, "pg_ctl", "-D", data, "-l", p.LogFile(),
 		"-w", "-t", "60", "-o", p.serverOpts(p.Port), "start")
 	if err != nil {
 		return fmt.Errorf("devenv: pg_ctl start: %w: %s", err, out)
