@@ -41,7 +41,7 @@ var relations = []string{
 	"jobfence_jobs", "jobfence_fence_seq", "jobfence_schedules",
 	"jobfence_idempotency_keys", "jobfence_results", "jobfence_queues", "jobfence_workers", "jobfence_claim_hints",
 	"jobfence_jobs.trace_context", "jobfence_jobs.idempotency_key", "jobfence_jobs.deadline", "jobfence_jobs.timeout_us",
-	"jobfence_schedules.version",
+	"jobfence_schedules.version", "jobfence_jobs.unique_hash",
 }
 
 // Querier is what Check needs of a connection: a *pgxpool.Pool, a *pgx.Conn

@@ -21,7 +21,11 @@ type InsertOpts struct {
 	ScheduledAt time.Time
 	MaxAttempts int
 	UniqueKey   string
-	Metadata    map[string]string
+	// Unique, when set, makes jobfence refuse a duplicate of the job while
+	// one is unfinished (or in the states it names); see UniqueOpts. It
+	// cannot be combined with UniqueKey.
+	Unique   *UniqueOpts
+	Metadata map[string]string
 	// Timeout bounds each attempt of the job; see EnqueueParams.Timeout.
 	Timeout time.Duration
 	// Deadline is when the job must have ended by; see
@@ -38,7 +42,8 @@ type InsertOpts struct {
 // and InsertMany) calls InsertOpts on the args, by value, and the options
 // given at the call override its fields one by one: a field set at the
 // call wins, a zero one takes the type's. Metadata is merged key by key,
-// the call's entries winning. A schedule (scheduler's Add, AddArgs, Put,
+// the call's entries winning; UniqueKey and Unique are one setting, the
+// type's taken only when the call sets neither. A schedule (scheduler's Add, AddArgs, Put,
 // PutArgs) takes the type's Queue, Priority and MaxAttempts under its own
 // Options, and a worker bounds the jobs of the kind inserted without a
 // Timeout (a schedule's fires, untyped EnqueueParams) by the type's; a
@@ -51,7 +56,9 @@ type InsertOptsProvider interface {
 }
 
 // Merge returns o with each zero field taken from defaults, and its
-// Metadata merged over the defaults' (o's entries win).
+// Metadata merged over the defaults' (o's entries win). UniqueKey and
+// Unique count as one field: both are taken from defaults only when o
+// sets neither.
 func (o InsertOpts) Merge(defaults InsertOpts) InsertOpts {
 	if o.Queue == "" {
 		o.Queue = defaults.Queue
@@ -65,8 +72,10 @@ func (o InsertOpts) Merge(defaults InsertOpts) InsertOpts {
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = defaults.MaxAttempts
 	}
-	if o.UniqueKey == "" {
-		o.UniqueKey = defaults.UniqueKey
+	if o.UniqueKey == "" && o.Unique == nil {
+		// Uniqueness is one setting: a UniqueKey or Unique given at the
+		// call replaces the type's, whichever of the two that is.
+		o.UniqueKey, o.Unique = defaults.UniqueKey, defaults.Unique
 	}
 	o.Metadata = MergeMetadata(o.Metadata, defaults.Metadata)
 	if o.Timeout == 0 {
@@ -93,16 +102,22 @@ func OptsOf(args Args, opts *InsertOpts) InsertOpts {
 
 // Params encodes args as JSON and returns the EnqueueParams of a job of
 // kind args.Kind() with opts applied (opts may be nil) over args' own
-// defaults (see InsertOptsProvider).
+// defaults (see InsertOptsProvider). A Unique that asks ByArgs gets its
+// ByFields from the args type's fields tagged unique:"true", if any; a
+// ByFields entry that is no field of the type is an error.
 func Params(args Args, opts *InsertOpts) (EnqueueParams, error) {
 	b, err := json.Marshal(args)
 	if err != nil {
 		return EnqueueParams{}, fmt.Errorf("jobfence: encode args of kind %q: %w", args.Kind(), err)
 	}
 	o := OptsOf(args, opts)
+	u, err := typedUnique(args, o.Unique)
+	if err != nil {
+		return EnqueueParams{}, err
+	}
 	return EnqueueParams{
 		Kind: args.Kind(), Args: b,
 		Queue: o.Queue, Priority: o.Priority, ScheduledAt: o.ScheduledAt, MaxAttempts: o.MaxAttempts,
-		UniqueKey: o.UniqueKey, Metadata: o.Metadata, Timeout: o.Timeout, Deadline: o.Deadline,
+		UniqueKey: o.UniqueKey, Unique: u, Metadata: o.Metadata, Timeout: o.Timeout, Deadline: o.Deadline,
 	}, nil
 }

@@ -18,10 +18,14 @@ func (defaultedArgs) Kind() string { return "defaulted" }
 
 var typeDefaults = queue.InsertOpts{
 	Queue: "billing", Priority: 3, ScheduledAt: time.Unix(1_000, 0), MaxAttempts: 5, UniqueKey: "type",
+	Unique:   &queue.UniqueOpts{ByArgs: true},
 	Metadata: map[string]string{"team": "billing", "tier": "gold"}, Timeout: 7 * time.Second, Deadline: time.Unix(2_000, 0),
 }
 
 func (defaultedArgs) InsertOpts() queue.InsertOpts { return typeDefaults }
+
+// uniqueness names the fields of InsertOpts that Merge takes as one.
+var uniqueness = map[string]bool{"UniqueKey": true, "Unique": true}
 
 // TestInsertOptsMergeEveryField: each field of InsertOpts set at the call
 // overrides the args type's default, and each left zero takes it; a field
@@ -30,6 +34,7 @@ func TestInsertOptsMergeEveryField(t *testing.T) {
 	typ := reflect.TypeOf(queue.InsertOpts{})
 	call := queue.InsertOpts{
 		Queue: "urgent", Priority: 1, ScheduledAt: time.Unix(3_000, 0), MaxAttempts: 2, UniqueKey: "call",
+		Unique:   &queue.UniqueOpts{ByQueue: true},
 		Metadata: map[string]string{"extra": "x"}, Timeout: time.Second, Deadline: time.Unix(4_000, 0),
 	}
 	for i := range typ.NumField() {
@@ -49,6 +54,11 @@ func TestInsertOptsMergeEveryField(t *testing.T) {
 			}
 			if typ.Field(j).Name == "Metadata" && j == i {
 				want = map[string]string{"team": "billing", "tier": "gold", "extra": "x"}
+			}
+			// UniqueKey and Unique are one setting: either at the call
+			// replaces both of the type's.
+			if j != i && uniqueness[f.Name] && uniqueness[typ.Field(j).Name] {
+				want = reflect.Zero(typ.Field(j).Type).Interface()
 			}
 			if !reflect.DeepEqual(g, want) {
 				t.Errorf("%s set at the call: %s = %v, want %v", f.Name, typ.Field(j).Name, g, want)
@@ -78,7 +88,7 @@ func TestParamsTakeArgsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := queue.EnqueueParams{Kind: "defaulted", Args: []byte(`{"N":1}`), Queue: "billing", Priority: 2,
-		ScheduledAt: typeDefaults.ScheduledAt, MaxAttempts: 5, UniqueKey: "type", Metadata: typeDefaults.Metadata,
+		ScheduledAt: typeDefaults.ScheduledAt, MaxAttempts: 5, UniqueKey: "type", Unique: typeDefaults.Unique, Metadata: typeDefaults.Metadata,
 		Timeout: 7 * time.Second, Deadline: typeDefaults.Deadline}
 	if !reflect.DeepEqual(p, want) {
 		t.Fatalf("Params = %+v\nwant %+v", p, want)

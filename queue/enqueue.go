@@ -30,8 +30,16 @@ type EnqueueParams struct {
 	// MaxAttempts defaults to DefaultMaxAttempts.
 	MaxAttempts int
 	// UniqueKey, when set, makes the insert a no-op if a job with the same
-	// key is still stored; EnqueueResult.Inserted then reports false.
+	// key is still stored, whatever its state, until it is pruned;
+	// EnqueueResult.Inserted then reports false. Cron fires use it (one job
+	// per fire, ever). For a duplicate refused only while a job is
+	// unfinished, use Unique.
 	UniqueKey string
+	// Unique, when set, makes the insert a no-op while a job with the same
+	// computed key (kind and, as asked, args, queue, period) is in one of
+	// its states, unfinished ones by default; see UniqueOpts. It cannot be
+	// combined with UniqueKey.
+	Unique *UniqueOpts
 	// Metadata travels with the job and comes back as Job.Metadata: small
 	// string pairs that are not arguments, such as the W3C traceparent of
 	// the span that enqueued it. Nil means none.
@@ -77,6 +85,10 @@ func (p EnqueueParams) Validate() error {
 		return &InvalidParamsError{Field: "MaxAttempts", Reason: "must be at least 1"}
 	case !p.Deadline.IsZero() && p.Deadline.Before(p.ScheduledAt):
 		return &InvalidParamsError{Field: "Deadline", Reason: "is before ScheduledAt: the job could never start"}
+	case p.Unique != nil && p.UniqueKey != "":
+		return &InvalidParamsError{Field: "Unique", Reason: "cannot be combined with UniqueKey: set one"}
+	case p.Unique != nil:
+		return p.Unique.validate()
 	}
 	return nil
 }
@@ -87,4 +99,10 @@ type EnqueueResult struct {
 	ID int64
 	// Inserted is false when a job with the same unique key already existed.
 	Inserted bool
+	// State is the job's state: the new job's, or, when Inserted is false,
+	// the existing job's as the insert found it.
+	State State
+	// Debounced reports that the insert, with UniqueOpts.Debounce, moved
+	// the existing job's scheduled time instead of inserting.
+	Debounced bool
 }

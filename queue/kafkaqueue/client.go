@@ -13,10 +13,11 @@ import (
 	"github.com/jobfence/jobfence/queue"
 )
 
-// ErrUniqueKeyUnsupported reports an enqueue with EnqueueParams.UniqueKey set:
+// ErrUniqueKeyUnsupported reports an enqueue with EnqueueParams.UniqueKey or
+// Unique set:
 // Kafka cannot refuse a duplicate message, so the job is not written. Make the
 // handler idempotent with Job.IdempotencyKey instead, or use pgqueue.
-var ErrUniqueKeyUnsupported = errors.New("kafkaqueue: EnqueueParams.UniqueKey is not supported: Kafka cannot refuse a duplicate message; make the handler idempotent on Job.IdempotencyKey()")
+var ErrUniqueKeyUnsupported = errors.New("kafkaqueue: EnqueueParams.UniqueKey and Unique are not supported: Kafka cannot refuse a duplicate message; make the handler idempotent on Job.IdempotencyKey()")
 
 // EnqueueOptions are the Kafka-specific parts of an enqueue.
 type EnqueueOptions struct {
@@ -130,7 +131,7 @@ func newMessage(j EnqueueJob, meta map[string]string, now time.Time) (kafka.Mess
 	if err := p.Validate(); err != nil {
 		return kafka.Message{}, err
 	}
-	if p.UniqueKey != "" {
+	if p.UniqueKey != "" || p.Unique != nil {
 		return kafka.Message{}, ErrUniqueKeyUnsupported
 	}
 	if !json.Valid(p.Args) {

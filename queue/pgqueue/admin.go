@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/jobfence/jobfence/queue"
 )
@@ -173,6 +174,19 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 // email). RetryForce runs it again anyway.
 var ErrJobCompleted = errors.New("jobfence: the job completed already; retrying it would run it again")
 
+// ErrUniqueHeld reports a Retry of a job with UniqueOpts whose unique key
+// another job holds now (an unfinished duplicate inserted after this one
+// finished): running this one again beside it would run the duplicate the
+// key refused. Retry it after the other has finished, or delete one.
+var ErrUniqueHeld = errors.New("jobfence: another job holds the job's unique key; retrying it would run a duplicate")
+
+// uniqueHeld reports whether err is a retry's breach of the computed
+// unique key's index (migration 00012).
+func uniqueHeld(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "jobfence_jobs_unique_hash"
+}
+
 // retrySet makes a job ready now, with one more attempt if it had none
 // left: what Retry and RetryMatching do to each job.
 const retrySet = `state = 'available', scheduled_at = now(), finalized_at = NULL,
@@ -217,6 +231,9 @@ func (c *Client) retry(ctx context.Context, id int64, force bool) error {
 			return fmt.Errorf("pgqueue: retry job %d: %w", id, ErrJobCompleted)
 		}
 		return fmt.Errorf("pgqueue: retry job %d: it is %s", id, j.State)
+	}
+	if uniqueHeld(err) {
+		return fmt.Errorf("pgqueue: retry job %d: %w", id, ErrUniqueHeld)
 	}
 	if err != nil {
 		return fmt.Errorf("pgqueue: retry job %d: %w", id, err)

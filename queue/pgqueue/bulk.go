@@ -31,9 +31,19 @@ type BulkParams struct {
 // ones (running them again would repeat their effects).
 var ErrBulkState = errors.New("jobfence: no bulk action on that state")
 
+// uniqueFree leaves out of a bulk retry a job with UniqueOpts whose
+// unique key another job holds now (see ErrUniqueHeld): retrying it would
+// run a duplicate, and breach the key's index, failing its batch.
+const uniqueFree = `(j.unique_hash IS NULL OR NOT EXISTS (
+    SELECT FROM jobfence_jobs d
+    WHERE d.unique_hash = j.unique_hash AND jobfence_state_in_bitmask(d.unique_states, d.state) AND d.id <> j.id))`
+
 // RetryMatching retries, as Retry does, every job that p selects and that
 // Retry would retry: running and completed jobs are skipped, and asking
-// for either state is an error wrapping ErrBulkState. Idle workers of the
+// for either state is an error wrapping ErrBulkState; so are jobs whose
+// unique key another job holds. Two finished duplicates (of UniqueOpts)
+// in one batch fail it with an error wrapping ErrUniqueHeld: retry them
+// one by one. Idle workers of the
 // queues concerned are woken after each batch. It returns how many jobs it
 // retried, also when it fails part way (the batches before the failure
 // stay retried).
@@ -44,7 +54,8 @@ func (c *Client) RetryMatching(ctx context.Context, p BulkParams) (int64, error)
 	case queue.StateCompleted:
 		return 0, fmt.Errorf("pgqueue: retry matching: %w: completed jobs ran successfully, and retrying them would repeat their effects; retry them one by one with RetryForce", ErrBulkState)
 	}
-	return c.bulk(ctx, "retry", p, `UPDATE jobfence_jobs j SET `+retrySet+` FROM batch WHERE j.id = batch.id`, `j.state NOT IN ('running', 'completed')`, true)
+	return c.bulk(ctx, "retry", p, `UPDATE jobfence_jobs j SET `+retrySet+` FROM batch WHERE j.id = batch.id`,
+		`j.state NOT IN ('running', 'completed') AND `+uniqueFree, true)
 }
 
 // DeleteMatching deletes every job that p selects that is not running
@@ -87,6 +98,9 @@ func (c *Client) bulk(ctx context.Context, what string, p BulkParams, change, el
 	for {
 		n, cursor, queues, err := c.bulkBatch(ctx, q, args)
 		total += n
+		if uniqueHeld(err) {
+			err = fmt.Errorf("%w: %w", ErrUniqueHeld, err)
+		}
 		if err != nil {
 			return total, fmt.Errorf("pgqueue: %s matching: %w", what, err)
 		}

@@ -19,19 +19,49 @@ import (
 // workers, when the statement's transaction commits (EnqueueTx: the
 // caller's); CASE evaluates the notify only for a ready job. No row comes
 // back when the unique key is taken. $11 is the job's idempotency key
-// (see newJobKey), $12 its deadline and $13 its timeout (NULL for none).
+// (see newJobKey), $12 its deadline, $13 its timeout (NULL for none), $14
+// and $15 its computed unique hash and states (NULL for none). The
+// conflict clause (%s) names the unique index that decides; see
+// insertKeyedSQL, insertHashedSQL and insertDebouncedSQL. inserted tells
+// a new job from an existing one that a debounce moved: only the new row
+// has the idempotency key drawn for this insert.
 const insertSQL = `
 WITH ins AS (
     INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context,
-                               idempotency_key, deadline, timeout_us)
+                               idempotency_key, deadline, timeout_us, unique_hash, unique_states)
     VALUES ($1, $2, $3, CASE WHEN $4::timestamptz > now() THEN 'scheduled' ELSE 'available' END,
-            $5, COALESCE($4::timestamptz, now()), $6, NULLIF($7, ''), $8, $10, $11, $12, $13)
-    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-    RETURNING id, queue, state = 'available' AS ready
+            $5, COALESCE($4::timestamptz, now()), $6, NULLIF($7, ''), $8, $10, $11, $12, $13, $14, $15)
+    %s
+    RETURNING id, queue, state, state = 'available' AS ready, idempotency_key = $11 AS inserted
 )
-SELECT id, ready, CASE WHEN ready AND $9 <> '' THEN pg_notify($9, queue)::text END FROM ins`
+SELECT id, ready, state, inserted, CASE WHEN ready AND $9 <> '' THEN pg_notify($9, queue)::text END FROM ins`
 
-const existingSQL = `SELECT id FROM jobfence_jobs WHERE unique_key = $1`
+// uniqueHashArbiter is the predicate of jobfence_jobs_unique_hash
+// (migration 00012): naming it in ON CONFLICT is how PostgreSQL picks
+// that index, and a look-up that repeats it reads that index.
+const uniqueHashArbiter = `(unique_hash) WHERE unique_hash IS NOT NULL AND jobfence_state_in_bitmask(unique_states, state)`
+
+var (
+	// insertKeyedSQL inserts a job without a key, or with a UniqueKey,
+	// which refuses duplicates in every state.
+	insertKeyedSQL = fmt.Sprintf(insertSQL, `ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING`)
+	// insertHashedSQL inserts a job with UniqueOpts.
+	insertHashedSQL = fmt.Sprintf(insertSQL, `ON CONFLICT `+uniqueHashArbiter+` DO NOTHING`)
+	// insertDebouncedSQL inserts a job with UniqueOpts.Debounce: a
+	// duplicate that has not started takes the new job's scheduled time
+	// and the state that goes with it (both in every unique job's states,
+	// so the row stays in the index); one that has started is left alone
+	// and no row comes back.
+	insertDebouncedSQL = fmt.Sprintf(insertSQL, `ON CONFLICT `+uniqueHashArbiter+`
+    DO UPDATE SET scheduled_at = EXCLUDED.scheduled_at, state = EXCLUDED.state
+    WHERE jobfence_jobs.state IN ('available', 'scheduled')`)
+)
+
+// existingKeySQL and existingHashSQL find the job that refused an insert.
+const (
+	existingKeySQL  = `SELECT id, state FROM jobfence_jobs WHERE unique_key = $1`
+	existingHashSQL = `SELECT id, state FROM jobfence_jobs WHERE unique_hash = $1 AND jobfence_state_in_bitmask(unique_states, state)`
+)
 
 const notifySQL = `SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`
 
@@ -130,28 +160,70 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]
 	if !p.ScheduledAt.IsZero() {
 		at = &p.ScheduledAt
 	}
-	// The conflicting job can be pruned between the insert and the look-up;
-	// then the next insert succeeds.
+	u, err := uniqueOf(p)
+	if err != nil {
+		return queue.EnqueueResult{}, false, fmt.Errorf("pgqueue: enqueue %s: %w", p.Kind, err)
+	}
+	// The conflicting job can be pruned, or leave the states in which it
+	// refuses duplicates, between the insert and the look-up; then the
+	// next insert succeeds.
 	for range 3 {
 		var id int64
-		var ready bool
-		err := db.QueryRow(ctx, insertSQL, p.Queue, p.Kind, p.Args, at, p.Priority, p.MaxAttempts, p.UniqueKey, md, channel, tc,
-			newJobKey(), deadlineParam(p.Deadline), timeoutParam(p.Timeout)).Scan(&id, &ready, nil)
+		var ready, ins bool
+		var state queue.State
+		key := newJobKey()
+		err := db.QueryRow(ctx, u.insert, p.Queue, p.Kind, p.Args, at, p.Priority, p.MaxAttempts, p.UniqueKey, md, channel, tc,
+			key, deadlineParam(p.Deadline), timeoutParam(p.Timeout), u.hash, u.states).Scan(&id, &ready, &state, &ins, nil)
 		if err == nil {
-			return queue.EnqueueResult{ID: id, Inserted: true}, ready, nil
+			return queue.EnqueueResult{ID: id, Inserted: ins, State: state, Debounced: !ins}, ready, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return queue.EnqueueResult{}, false, fmt.Errorf("pgqueue: enqueue %s: %w", p.Kind, err)
 		}
-		err = db.QueryRow(ctx, existingSQL, p.UniqueKey).Scan(&id)
+		err = db.QueryRow(ctx, u.existing, u.key).Scan(&id, &state)
 		if err == nil {
-			return queue.EnqueueResult{ID: id, Inserted: false}, false, nil
+			return queue.EnqueueResult{ID: id, Inserted: false, State: state}, false, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return queue.EnqueueResult{}, false, fmt.Errorf("pgqueue: enqueue %s: look up unique key: %w", p.Kind, err)
 		}
 	}
-	return queue.EnqueueResult{}, false, fmt.Errorf("pgqueue: enqueue %s: unique key %q kept changing hands", p.Kind, p.UniqueKey)
+	return queue.EnqueueResult{}, false, fmt.Errorf("pgqueue: enqueue %s: unique key %s kept changing hands", p.Kind, u)
+}
+
+// uniqueness is how one insert is made unique: the statement that
+// inserts it, its computed hash and states (nil for none), and the
+// look-up of the job that refused it with its argument.
+type uniqueness struct {
+	insert, existing string
+	hash             []byte
+	states           *int16
+	key              any
+}
+
+// String names the key in an error.
+func (u uniqueness) String() string {
+	if u.hash != nil {
+		return fmt.Sprintf("%x", u.hash)
+	}
+	return fmt.Sprintf("%q", u.key)
+}
+
+// uniqueOf returns p's uniqueness; p has its defaults.
+func uniqueOf(p queue.EnqueueParams) (uniqueness, error) {
+	if p.Unique == nil {
+		return uniqueness{insert: insertKeyedSQL, existing: existingKeySQL, key: p.UniqueKey}, nil
+	}
+	h, err := p.UniqueHash(time.Now())
+	if err != nil {
+		return uniqueness{}, err
+	}
+	states := queue.StateBitmask(p.Unique.States())
+	u := uniqueness{insert: insertHashedSQL, existing: existingHashSQL, hash: h, states: &states, key: h}
+	if p.Unique.Debounce {
+		u.insert = insertDebouncedSQL
+	}
+	return u, nil
 }
 
 // copyColumns are the columns EnqueueMany writes through COPY. The state
@@ -160,14 +232,24 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]
 var copyColumns = []string{"queue", "kind", "args", "priority", "max_attempts", "metadata", "trace_context",
 	"idempotency_key", "deadline", "timeout_us"}
 
+// insertManySQL inserts the jobs of a batch that COPY cannot: those with a
+// unique key or a ScheduledAt (%[1]s: nothing; the conflict clause names
+// the UniqueKey index) and those with UniqueOpts (%[1]s: their hashes and
+// states; the clause names the computed key's index). DO NOTHING also
+// skips a job whose key an earlier job of the same batch took.
 const insertManySQL = `
 INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context,
-                           idempotency_key, deadline, timeout_us)
-SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' ELSE 'available' END, p, COALESCE(s, now()), m, NULLIF(u, ''), md, tc, ik, dl, tm
+                           idempotency_key, deadline, timeout_us%[1]s)
+SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' ELSE 'available' END, p, COALESCE(s, now()), m, NULLIF(u, ''), md, tc, ik, dl, tm%[2]s
 FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[], $8::jsonb[], $9::bytea[],
-            $10::uuid[], $11::timestamptz[], $12::bigint[])
-     AS t(q, k, a, p, s, m, u, md, tc, ik, dl, tm)
-ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING`
+            $10::uuid[], $11::timestamptz[], $12::bigint[]%[3]s)
+     AS t(q, k, a, p, s, m, u, md, tc, ik, dl, tm%[2]s)
+ON CONFLICT %[4]s DO NOTHING`
+
+var (
+	insertManyKeyedSQL  = fmt.Sprintf(insertManySQL, "", "", "", `(unique_key) WHERE unique_key IS NOT NULL`)
+	insertManyHashedSQL = fmt.Sprintf(insertManySQL, ", unique_hash, unique_states", ", uh, us", ", $13::bytea[], $14::smallint[]", uniqueHashArbiter)
+)
 
 // boundedBegin begins a transaction of statements that jobfence sends back
 // to back, such as EnqueueMany's COPY and insert of the jobs with unique
@@ -179,8 +261,11 @@ var boundedBegin = txbound.Begin(txbound.Idle, txbound.LockWait)
 
 // EnqueueMany inserts many jobs in one round trip and returns how many were
 // inserted. Jobs to run now without unique keys go through COPY, the
-// fastest path; jobs with unique keys or a ScheduledAt are inserted with
-// ON CONFLICT DO NOTHING and are not counted when their key was taken.
+// fastest path; jobs with unique keys, UniqueOpts or a ScheduledAt are
+// inserted with ON CONFLICT DO NOTHING and are not counted when their key
+// was taken, by a stored job or by an earlier job of ps. Jobs with
+// UniqueOpts.Debounce are inserted one by one (a round trip each), in
+// order, in the batch's transaction: a debounced duplicate is not counted.
 func (c *Client) EnqueueMany(ctx context.Context, ps []queue.EnqueueParams) (int64, error) {
 	return queue.Observe(ctx, c.cfg.InsertHook, ps, func(ctx context.Context, meta map[string]string) (int64, error) {
 		tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: boundedBegin})
@@ -221,23 +306,18 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 	}
 	now := time.Now()
 	var plain [][]any
-	var uq struct {
-		q, k, u []string
-		a       [][]byte
-		p       []int16
-		s       []*time.Time
-		m       []int32
-		md, tc  [][]byte
-		ik      []pgtype.UUID
-		dl      []*time.Time
-		tm      []*int64
-	}
+	var debounced []int
+	keyed, hashed := &manyRows{}, &manyRows{hashed: true}
 	queues := map[string]bool{}
 	keys := newJobKeys(len(ps))
 	for i, p := range ps {
 		p = p.WithDefaults()
 		if err := p.Validate(); err != nil {
 			return 0, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
+		}
+		if p.Unique != nil && p.Unique.Debounce {
+			debounced = append(debounced, i)
+			continue
 		}
 		md, tc := shared, sharedTC
 		if len(p.Metadata) > 0 {
@@ -250,28 +330,22 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		if !p.ScheduledAt.After(now) {
 			queues[p.Queue] = true
 		}
-		if p.UniqueKey == "" && p.ScheduledAt.IsZero() {
+		if p.UniqueKey == "" && p.Unique == nil && p.ScheduledAt.IsZero() {
 			plain = append(plain, []any{p.Queue, p.Kind, p.Args, int16(p.Priority), int32(p.MaxAttempts), md, tc,
 				keys[i], deadlineParam(p.Deadline), timeoutParam(p.Timeout)})
 			continue
 		}
-		uq.q = append(uq.q, p.Queue)
-		uq.k = append(uq.k, p.Kind)
-		uq.a = append(uq.a, p.Args)
-		uq.p = append(uq.p, int16(p.Priority))
-		if p.ScheduledAt.IsZero() {
-			uq.s = append(uq.s, nil) // the database's now(), as for single inserts
-		} else {
-			at := p.ScheduledAt
-			uq.s = append(uq.s, &at)
+		rows := keyed
+		if p.Unique != nil {
+			rows = hashed
+			h, err := p.UniqueHash(now)
+			if err != nil {
+				return 0, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
+			}
+			rows.uh = append(rows.uh, h)
+			rows.us = append(rows.us, queue.StateBitmask(p.Unique.States()))
 		}
-		uq.m = append(uq.m, int32(p.MaxAttempts))
-		uq.u = append(uq.u, p.UniqueKey)
-		uq.md = append(uq.md, md)
-		uq.tc = append(uq.tc, tc)
-		uq.ik = append(uq.ik, keys[i])
-		uq.dl = append(uq.dl, deadlineParam(p.Deadline))
-		uq.tm = append(uq.tm, timeoutParam(p.Timeout))
+		rows.add(p, md, tc, keys[i])
 	}
 	var n int64
 	if len(plain) > 0 {
@@ -281,12 +355,27 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		}
 		n += copied
 	}
-	if len(uq.q) > 0 {
-		tag, err := tx.Exec(ctx, insertManySQL, uq.q, uq.k, uq.a, uq.p, uq.s, uq.m, uq.u, uq.md, uq.tc, uq.ik, uq.dl, uq.tm)
+	for _, rows := range []*manyRows{keyed, hashed} {
+		if len(rows.q) == 0 {
+			continue
+		}
+		inserted, err := rows.insert(ctx, tx)
 		if err != nil {
 			return 0, nil, fmt.Errorf("pgqueue: enqueue many: insert: %w", err)
 		}
-		n += tag.RowsAffected()
+		n += inserted
+	}
+	for _, i := range debounced {
+		res, ready, err := enqueue(ctx, tx, ps[i], meta, "")
+		if err != nil {
+			return 0, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
+		}
+		if res.Inserted {
+			n++
+		}
+		if ready {
+			queues[ps[i].WithDefaults().Queue] = true
+		}
 	}
 	names := make([]string, 0, len(queues))
 	for q := range queues {
@@ -298,4 +387,59 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		}
 	}
 	return n, names, nil
+}
+
+// manyRows are the columns of the jobs of a batch that insertManySQL
+// inserts; hashed ones also have their unique hashes and states.
+type manyRows struct {
+	hashed  bool
+	q, k, u []string
+	a       [][]byte
+	p       []int16
+	s       []*time.Time
+	m       []int32
+	md, tc  [][]byte
+	ik      []pgtype.UUID
+	dl      []*time.Time
+	tm      []*int64
+	uh      [][]byte
+	us      []int16
+}
+
+// add appends p (with its defaults), its encoded metadata and its
+// idempotency key.
+func (r *manyRows) add(p queue.EnqueueParams, md, tc []byte, key pgtype.UUID) {
+	r.q = append(r.q, p.Queue)
+	r.k = append(r.k, p.Kind)
+	r.a = append(r.a, p.Args)
+	r.p = append(r.p, int16(p.Priority))
+	if p.ScheduledAt.IsZero() {
+		r.s = append(r.s, nil) // the database's now(), as for single inserts
+	} else {
+		at := p.ScheduledAt
+		r.s = append(r.s, &at)
+	}
+	r.m = append(r.m, int32(p.MaxAttempts))
+	r.u = append(r.u, p.UniqueKey)
+	r.md = append(r.md, md)
+	r.tc = append(r.tc, tc)
+	r.ik = append(r.ik, key)
+	r.dl = append(r.dl, deadlineParam(p.Deadline))
+	r.tm = append(r.tm, timeoutParam(p.Timeout))
+}
+
+// insert inserts the rows in one statement and returns how many it
+// inserted.
+func (r *manyRows) insert(ctx context.Context, tx pgx.Tx) (int64, error) {
+	args := []any{r.q, r.k, r.a, r.p, r.s, r.m, r.u, r.md, r.tc, r.ik, r.dl, r.tm}
+	q := insertManyKeyedSQL
+	if r.hashed {
+		q = insertManyHashedSQL
+		args = append(args, r.uh, r.us)
+	}
+	tag, err := tx.Exec(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
 }

@@ -276,39 +276,52 @@ func TestFrozenAfterOneStatement(t *testing.T) {
 }
 
 // TestFrozenEnqueueManyFreesKeys: EnqueueMany's COPY and insert of jobs
-// with unique keys share a transaction. Its client frozen before the
-// commit, the keys it inserted are free again once the server has ended
-// the idle transaction (txbound.Idle), and another instance's enqueue of
-// the same key, which waits for it, goes through; the frozen batch
-// commits nothing. Before the fix the transaction was unbounded: the
-// other enqueue waited for as long as the freeze lasted.
+// with unique keys (a UniqueKey, UniqueOpts, a debounced UniqueOpts)
+// share a transaction. Its client frozen before the commit, the keys it
+// inserted are free again once the server has ended the idle transaction
+// (txbound.Idle), and another instance's enqueue of the same key, which
+// waits for it, goes through; the frozen batch commits nothing. Before the
+// fix the transaction was unbounded: the other enqueue waited for as long
+// as the freeze lasted.
 func TestFrozenEnqueueManyFreesKeys(t *testing.T) {
-	c, db := newClient(t)
-	ctx := context.Background()
-	a, fz := frozenClient(t, db)
-	fz.Arm(sqlfreeze.Point{Match: mentions("ON CONFLICT (unique_key)")})
-	done := make(chan error, 1)
-	go func() {
-		_, err := a.EnqueueMany(ctx, []queue.EnqueueParams{{Kind: "plain"}, {Kind: "keyed", UniqueKey: "k"}})
-		done <- err
-	}()
-	fz.Frozen(t, freezeWithin)
-	frozen := time.Now()
+	for _, tt := range []struct {
+		name  string
+		match string
+		p     queue.EnqueueParams
+	}{
+		{"UniqueKey", "ON CONFLICT (unique_key)", queue.EnqueueParams{Kind: "keyed", UniqueKey: "k"}},
+		{"UniqueOpts", "ON CONFLICT (unique_hash)", queue.EnqueueParams{Kind: "keyed", Unique: &queue.UniqueOpts{}}},
+		{"Debounce", "DO UPDATE SET scheduled_at", queue.EnqueueParams{Kind: "keyed", Unique: &queue.UniqueOpts{Debounce: true}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, db := newClient(t)
+			ctx := context.Background()
+			a, fz := frozenClient(t, db)
+			fz.Arm(sqlfreeze.Point{Match: mentions(tt.match)})
+			done := make(chan error, 1)
+			go func() {
+				_, err := a.EnqueueMany(ctx, []queue.EnqueueParams{{Kind: "plain"}, tt.p})
+				done <- err
+			}()
+			fz.Frozen(t, freezeWithin)
+			frozen := time.Now()
 
-	bound, cancel := context.WithTimeout(ctx, txbound.Idle+5*time.Second)
-	defer cancel()
-	res, err := c.Enqueue(bound, queue.EnqueueParams{Kind: "keyed", UniqueKey: "k"})
-	if err != nil || !res.Inserted {
-		t.Fatalf("another instance's enqueue of the key, %v after the batch's client froze: %+v, %v; want it inserted",
-			time.Since(frozen), res, err)
-	}
-	t.Logf("the key was free %v after the batch's client froze", time.Since(frozen))
-	fz.Thaw()
-	if err := <-done; err == nil {
-		t.Fatal("the woken batch committed, want its transaction ended")
-	}
-	if jobs, err := c.List(ctx, pgqueue.ListParams{Kind: "plain"}); err != nil || len(jobs) != 0 {
-		t.Fatalf("plain jobs %d, %v; want none (the batch was rolled back)", len(jobs), err)
+			bound, cancel := context.WithTimeout(ctx, txbound.Idle+5*time.Second)
+			defer cancel()
+			res, err := c.Enqueue(bound, tt.p)
+			if err != nil || !res.Inserted {
+				t.Fatalf("another instance's enqueue of the key, %v after the batch's client froze: %+v, %v; want it inserted",
+					time.Since(frozen), res, err)
+			}
+			t.Logf("the key was free %v after the batch's client froze", time.Since(frozen))
+			fz.Thaw()
+			if err := <-done; err == nil {
+				t.Fatal("the woken batch committed, want its transaction ended")
+			}
+			if jobs, err := c.List(ctx, pgqueue.ListParams{Kind: "plain"}); err != nil || len(jobs) != 0 {
+				t.Fatalf("plain jobs %d, %v; want none (the batch was rolled back)", len(jobs), err)
+			}
+		})
 	}
 }
 
