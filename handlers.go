@@ -24,9 +24,16 @@ type (
 	// the zero value takes every default. See queue.InsertOpts.
 	InsertOpts = queue.InsertOpts
 
-	// InsertResult is what one insert did: the job's ID, and whether it
-	// was inserted (false when a job with the same unique key was already
-	// stored; ID is then that job's). See queue.EnqueueResult.
+	// UniqueOpts make an insert refuse a duplicate while a job of the
+	// same kind (and, as asked, args, queue, period) is unfinished, or in
+	// the states it names; Debounce moves an unstarted duplicate's time
+	// instead. See queue.UniqueOpts.
+	UniqueOpts = queue.UniqueOpts
+
+	// InsertResult is what one insert did: the job's ID and state, and
+	// whether it was inserted (false when a job with the same unique key
+	// was already stored; ID and State are then that job's). See
+	// queue.EnqueueResult.
 	InsertResult = queue.EnqueueResult
 
 	// Registry maps job kinds to handlers: Config.Handlers. See

@@ -286,7 +286,8 @@ func (c *Client) unlock() { <-c.life }
 // Insert inserts one job of kind args.Kind() with opts (nil takes every
 // default: see InsertOpts) and wakes the idle workers of its queue, in
 // this process and in the others. With a UniqueKey that a stored job
-// holds already, nothing is inserted and the result names that job, with
+// holds already, or UniqueOpts that an unfinished duplicate refuses,
+// nothing is inserted and the result names that job and its state, with
 // Inserted false. Any client may insert, running or not, insert-only or
 // not; the job runs on whichever instance works its queue.
 func (c *Client) Insert(ctx context.Context, args Args, opts *InsertOpts) (InsertResult, error) {
@@ -323,7 +324,8 @@ type InsertManyParams struct {
 
 // InsertMany inserts jobs in one round trip (COPY for jobs that run now
 // without a unique key) and returns how many it inserted: a job whose
-// unique key a stored job holds is not inserted, and not counted. Either
+// unique key a stored job holds (or an earlier job of the batch) is not
+// inserted, and not counted. Either
 // every job is inserted or, on an error, none is. No jobs, no round trip.
 func (c *Client) InsertMany(ctx context.Context, jobs []InsertManyParams) (int64, error) {
 	if len(jobs) == 0 {

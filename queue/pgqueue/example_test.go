@@ -119,3 +119,64 @@ func ExampleCount() {
 	// 10,000+
 	// ?
 }
+
+// accountSync is a job's typed arguments; only the tagged field makes a
+// duplicate.
+type accountSync struct {
+	Account int64  `json:"account" unique:"true"`
+	Reason  string `json:"reason"`
+}
+
+// Kind implements queue.Args.
+func (accountSync) Kind() string { return "account_sync" }
+
+// Unique jobs: a second insert of the same account's sync, while the first
+// is unfinished, returns the first; once it has completed, the next insert
+// makes a new job. With Debounce, a duplicate of a job that has not
+// started moves it to the new insert's time instead.
+func ExampleClient_Insert_unique() {
+	ctx := context.Background()
+	db := openExampleDB(ctx)
+	defer db.Close()
+	jobs := pgqueue.New(db.Pool, pgqueue.Config{})
+	unique := &queue.InsertOpts{Unique: &queue.UniqueOpts{ByArgs: true}}
+	first, err := jobs.Insert(ctx, accountSync{Account: 7, Reason: "signup"}, unique)
+	if err != nil {
+		log.Fatal(err)
+	}
+	dup, err := jobs.Insert(ctx, accountSync{Account: 7, Reason: "profile changed"}, unique)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("duplicate: inserted %t, same job %t, %s\n", dup.Inserted, dup.ID == first.ID, dup.State)
+
+	claimed, err := jobs.Claim(ctx, queue.ClaimParams{Queue: queue.DefaultQueue, Limit: 1, Lease: time.Minute, WorkerID: "example"})
+	if err != nil || len(claimed) != 1 {
+		log.Fatal(claimed, err)
+	}
+	if err := jobs.Complete(ctx, claimed[0].Lease()); err != nil {
+		log.Fatal(err)
+	}
+	next, err := jobs.Insert(ctx, accountSync{Account: 7, Reason: "plan changed"}, unique)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("after completion: inserted %t, new job %t\n", next.Inserted, next.ID != first.ID)
+
+	in := time.Now().Add(time.Minute)
+	debounce := &queue.InsertOpts{ScheduledAt: in, Unique: &queue.UniqueOpts{ByArgs: true, Debounce: true}}
+	a, err := jobs.Insert(ctx, accountSync{Account: 8}, debounce)
+	if err != nil {
+		log.Fatal(err)
+	}
+	debounce.ScheduledAt = in.Add(time.Minute)
+	b, err := jobs.Insert(ctx, accountSync{Account: 8}, debounce)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("debounced: inserted %t, moved %t, same job %t, %s\n", b.Inserted, b.Debounced, b.ID == a.ID, b.State)
+	// Output:
+	// duplicate: inserted false, same job true, available
+	// after completion: inserted true, new job true
+	// debounced: inserted false, moved true, same job true, scheduled
+}
