@@ -81,6 +81,7 @@ func TestEnqueueErrors(t *testing.T) {
 		{"bad priority", queue.EnqueueParams{Queue: topic, Kind: "k", Priority: 9}, "jobfence: invalid enqueue params: Priority must be between 1 and 4", nil},
 		{"bad args", queue.EnqueueParams{Queue: topic, Kind: "k", Args: []byte("{nope")}, "jobfence: invalid enqueue params: Args is not valid JSON", nil},
 		{"unique key", queue.EnqueueParams{Queue: topic, Kind: "k", UniqueKey: "u"}, ErrUniqueKeyUnsupported.Error(), ErrUniqueKeyUnsupported},
+		{"unique opts", queue.EnqueueParams{Queue: topic, Kind: "k", Unique: &queue.UniqueOpts{ByArgs: true}}, ErrUniqueKeyUnsupported.Error(), ErrUniqueKeyUnsupported},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
