@@ -246,3 +246,77 @@ func TestTraceContextDownLosesNoLink(t *testing.T) {
 		t.Fatalf("metadata after going down to 8:\n%v\nwant\n%v", got, want)
 	}
 }
+
+// TestUniqueHashMigrationOnABigTable: on a table too big to index in one
+// transaction, migration 00012 builds the computed keys' unique index
+// concurrently, replacing an index an interrupted build left invalid; the
+// index refuses a duplicate only in the states its row names; down drops
+// the columns, the index and the function, and up builds them again.
+func TestUniqueHashMigrationOnABigTable(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
+	p := providerAt(t, db.URL, 11)
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO jobfence_jobs (kind) SELECT 'k' FROM generate_series(1, 12000)`); err != nil {
+		t.Fatal(err)
+	}
+	// What an interrupted CREATE INDEX CONCURRENTLY leaves behind.
+	if _, err := db.Pool.Exec(ctx, `CREATE INDEX jobfence_jobs_unique_hash ON jobfence_jobs (id)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'jobfence_jobs_unique_hash'::regclass`); err != nil {
+		t.Fatal(err)
+	}
+	def := func() string {
+		var d string
+		err := db.Pool.QueryRow(ctx, `SELECT coalesce((SELECT CASE WHEN i.indisvalid THEN pg_get_indexdef(i.indexrelid) ELSE 'INVALID' END
+			FROM pg_index i WHERE i.indexrelid = to_regclass('jobfence_jobs_unique_hash')), '')`).Scan(&d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	const want = "UNIQUE INDEX jobfence_jobs_unique_hash ON " // then the schema's name
+	const wantTail = "USING btree (unique_hash) WHERE ((unique_hash IS NOT NULL) AND jobfence_state_in_bitmask(unique_states, state))"
+	check := func(step string) {
+		t.Helper()
+		if d := def(); !strings.Contains(d, want) || !strings.HasSuffix(d, wantTail) {
+			t.Fatalf("after %s: the index is %q, want %q...%q", step, d, want, wantTail)
+		}
+		// Two jobs of one key: refused while both are in their states
+		// (the unfinished ones, 15), let through once one is completed.
+		ins := `INSERT INTO jobfence_jobs (kind, state, unique_hash, unique_states) VALUES ('u', $1, '\x01', 15)`
+		if _, err := db.Pool.Exec(ctx, ins, "available"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Pool.Exec(ctx, ins, "running"); err == nil || !strings.Contains(err.Error(), "jobfence_jobs_unique_hash") {
+			t.Fatalf("after %s: a duplicate of an available job: %v, want the index to refuse it", step, err)
+		}
+		if _, err := db.Pool.Exec(ctx, ins, "completed"); err != nil {
+			t.Fatalf("after %s: a completed duplicate: %v, want it stored", step, err)
+		}
+		if _, err := db.Pool.Exec(ctx, `DELETE FROM jobfence_jobs WHERE kind = 'u'`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := migrations.Up(ctx, db.URL); err != nil {
+		t.Fatal(err)
+	}
+	check("up")
+	if _, err := p.DownTo(ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_attribute WHERE attrelid = 'jobfence_jobs'::regclass
+			AND attname IN ('unique_hash', 'unique_states') AND NOT attisdropped)
+		+ (to_regclass('jobfence_jobs_unique_hash') IS NOT NULL)::int
+		+ (to_regprocedure('jobfence_state_in_bitmask(smallint, text)') IS NOT NULL)::int`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Fatalf("after down: %d of the columns, the index and the function are left, want none", left)
+	}
+	if err := migrations.Up(ctx, db.URL); err != nil {
+		t.Fatal(err)
+	}
+	check("up again")
+}
