@@ -46,7 +46,8 @@ func (c soakConfig) validate(duration time.Duration) error {
 // pruneInterval is the worker's PruneInterval in a soak: a tenth of the
 // retention, from 1s up to the worker's default of 1m. The worker waits
 // from half to one and a half intervals between passes, so a finished job
-// is kept from the retention to 15 % longer, and a pass has a tenth of the
+// is kept for the retention and up to one and a half intervals more (15 %
+// for a retention from 10s to 10m), and a pass has a tenth of the
 // retention's jobs to delete rather than all of them at once.
 func (c soakConfig) pruneInterval() time.Duration {
 	return min(max(c.retention/10, time.Second), time.Minute)
