@@ -74,15 +74,39 @@ var uniqueRequired = []State{StateAvailable, StateScheduled, StateRunning, State
 func UniqueUnfinished() []State { return slices.Clone(uniqueRequired) }
 
 // StateBitmask returns states as the bitmask PostgreSQL's
-// jobfence_state_in_bitmask reads: bit i for the i-th state of States().
+// jobfence_state_in_bitmask reads (see stateBit).
 func StateBitmask(states []State) int16 {
 	var m int16
 	for _, s := range states {
-		if i := slices.Index(States(), s); i >= 0 {
-			m |= 1 << i
-		}
+		m |= stateBit(s)
 	}
 	return m
+}
+
+// stateBit is a state's bit in a unique job's bitmask. The bits are fixed
+// rather than taken from the states' order in States(): the unique index
+// holds rows by the bits stored with them, so a bit may never change its
+// meaning, and a state added later gets a new bit, in Go and in the SQL
+// function alike, in the migration that adds the state (before any row
+// can be in it).
+func stateBit(s State) int16 {
+	switch s {
+	case StateAvailable:
+		return 1
+	case StateScheduled:
+		return 2
+	case StateRunning:
+		return 4
+	case StateRetryable:
+		return 8
+	case StateCompleted:
+		return 16
+	case StateDiscarded:
+		return 32
+	case StateCancelled:
+		return 64
+	}
+	return 0
 }
 
 // States returns the states in which a job with u refuses a duplicate:

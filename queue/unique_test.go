@@ -74,8 +74,8 @@ func TestUniqueHashPeriodBeforeEpoch(t *testing.T) {
 	}
 }
 
-// TestStateBitmask: bit i is the i-th state of States(), as
-// jobfence_state_in_bitmask reads it.
+// TestStateBitmask: each state's fixed bit, as jobfence_state_in_bitmask
+// reads it.
 func TestStateBitmask(t *testing.T) {
 	if got := queue.StateBitmask(queue.UniqueUnfinished()); got != 0b1111 {
 		t.Fatalf("unfinished = %b, want 1111", got)

@@ -498,3 +498,32 @@ func (uniqueByType) Kind() string { return "by-type" }
 func (uniqueByType) InsertOpts() queue.InsertOpts {
 	return queue.InsertOpts{Unique: &queue.UniqueOpts{ByArgs: true}}
 }
+
+// TestStateBitsMatchTheDatabase: every state has a bit of its own, and
+// the database's jobfence_state_in_bitmask reads each state's bit as Go
+// writes it, and no other. A state added without its bit on both sides
+// (a unique job in it would refuse no duplicate) fails here.
+func TestStateBitsMatchTheDatabase(t *testing.T) {
+	_, db := newClient(t)
+	ctx := context.Background()
+	seen := map[int16]queue.State{}
+	for _, s := range queue.States() {
+		bit := queue.StateBitmask([]queue.State{s})
+		if bit == 0 || bit&(bit-1) != 0 {
+			t.Fatalf("state %s has bitmask %b, want one bit", s, bit)
+		}
+		if other, ok := seen[bit]; ok {
+			t.Fatalf("states %s and %s share bit %b", s, other, bit)
+		}
+		seen[bit] = s
+		for _, o := range queue.States() {
+			var in bool
+			if err := db.Pool.QueryRow(ctx, `SELECT jobfence_state_in_bitmask($1, $2)`, bit, string(o)).Scan(&in); err != nil {
+				t.Fatal(err)
+			}
+			if in != (o == s) {
+				t.Fatalf("jobfence_state_in_bitmask(%b, %s) = %v, want %v", bit, o, in, o == s)
+			}
+		}
+	}
+}
