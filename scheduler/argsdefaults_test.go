@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/scheduler"
@@ -58,5 +59,57 @@ func TestScheduleTakesArgsDefaults(t *testing.T) {
 			t.Errorf("%s: job of kind %q in queue %q, priority %d, max attempts %d; want digest, digests, %d, %d",
 				tt.name, j.Kind, j.Queue, j.Priority, j.MaxAttempts, tt.priority, tt.attempts)
 		}
+	}
+}
+
+// pingArgs asks for one unfinished job of its kind at a time.
+type pingArgs struct{}
+
+func (pingArgs) Kind() string { return "ping" }
+
+func (pingArgs) InsertOpts() queue.InsertOpts {
+	return queue.InsertOpts{Unique: &queue.UniqueOpts{}}
+}
+
+// TestFiresKeepTheirKeysBesideTypeUniqueness: a schedule of an args type
+// with UniqueOpts still makes one job per fire through the fire's unique
+// key, which refuses in every state: the fires are not refused as
+// duplicates of each other while unfinished, no fire job gets a computed
+// key, and a fire's key refuses the fire again after its job completed.
+func TestFiresKeepTheirKeysBesideTypeUniqueness(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	client := pgqueue.New(db.Pool, pgqueue.Config{Logger: quiet})
+	rec := newRecorder()
+	s := scheduler.New(client, scheduler.Config{Logger: quiet, OnFire: rec.onFire(0)})
+	if err := s.AddArgs("ping", "* * * * * *", pingArgs{}, scheduler.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	testwatch.WaitFor(t, time.Minute, "three fires inserted", func() bool { return len(rec.inserted(0)) >= 3 })
+	stop(t, s)
+	var computed int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE unique_hash IS NOT NULL OR unique_key IS NULL`).Scan(&computed); err != nil {
+		t.Fatal(err)
+	}
+	if computed != 0 {
+		t.Fatalf("%d fire jobs without their fire's key or with a computed one", computed)
+	}
+	all := jobs(t, db.Pool)
+	checkOnePerFire(t, "ping", all)
+
+	// Claims take the oldest ready job first: the first fire's.
+	first := all[0]
+	claimed, err := client.Claim(ctx, queue.ClaimParams{Queue: queue.DefaultQueue, Limit: 1, Lease: time.Minute, WorkerID: t.Name()})
+	if err != nil || len(claimed) != 1 || !claimed[0].ScheduledAt.Equal(first.At) {
+		t.Fatalf("claimed %v, %v; want the job of the first fire (%v)", claimed, err, first.At)
+	}
+	if err := client.Complete(ctx, claimed[0].Lease()); err != nil {
+		t.Fatal(err)
+	}
+	again, err := client.Enqueue(ctx, queue.EnqueueParams{Kind: "ping", UniqueKey: first.Key, ScheduledAt: first.At})
+	if err != nil || again.Inserted || again.State != queue.StateCompleted {
+		t.Fatalf("the first fire again, its job completed: %+v %v; want it refused by the completed job", again, err)
 	}
 }
