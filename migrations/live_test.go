@@ -45,6 +45,22 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// migrationFiles counts the migration files (versions may skip a number).
+func migrationFiles(t *testing.T) int {
+	t.Helper()
+	sources, err := migrations.FS.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range sources {
+		if strings.HasSuffix(s.Name(), ".sql") {
+			n++
+		}
+	}
+	return n
+}
+
 // latestVersion is the highest version among the migration files.
 func latestVersion(t *testing.T) int64 {
 	t.Helper()
@@ -318,11 +334,23 @@ func TestDownOnALiveFleet(t *testing.T) {
 	}
 	m := liveMigrator(t)
 	migrateOnALiveFleet(t, db, func(ctx context.Context) error {
-		for v := latest; v > 1; v-- {
+		// Versions may skip a number (one reserved for a change not yet
+		// merged): go down until version 1, one migration at a time.
+		for {
+			v, err := migrations.Version(ctx, db.URL)
+			if err != nil {
+				return err
+			}
+			if v <= 1 {
+				break
+			}
 			if err := m.Down(ctx, db.URL); err != nil {
 				return err
 			}
-			if v-1 != 8 {
+			if v, err = migrations.Version(ctx, db.URL); err != nil || v != 8 {
+				if err != nil {
+					return err
+				}
 				continue
 			}
 			var moved, transactions int
@@ -366,8 +394,8 @@ func TestConcurrentUpTakeTurns(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT version_id) FROM `+migrations.VersionTable+` WHERE version_id > 0`).Scan(&applied, &versions); err != nil {
 		t.Fatal(err)
 	}
-	if latest := latestVersion(t); applied != versions || int64(versions) != latest {
-		t.Fatalf("version table: %d rows for %d versions, want one row for each of %d", applied, versions, latest)
+	if files := migrationFiles(t); applied != versions || versions != files {
+		t.Fatalf("version table: %d rows for %d versions, want one row for each of %d migrations", applied, versions, files)
 	}
 }
 

@@ -31,6 +31,9 @@ type InsertOpts struct {
 	// Deadline is when the job must have ended by; see
 	// EnqueueParams.Deadline.
 	Deadline time.Time
+	// LimitKey is the job's partition of its limit; see
+	// EnqueueParams.LimitKey.
+	LimitKey string
 }
 
 // InsertOptsProvider is implemented by an args type that carries its own
@@ -84,6 +87,9 @@ func (o InsertOpts) Merge(defaults InsertOpts) InsertOpts {
 	if o.Deadline.IsZero() {
 		o.Deadline = defaults.Deadline
 	}
+	if o.LimitKey == "" {
+		o.LimitKey = defaults.LimitKey
+	}
 	return o
 }
 
@@ -119,5 +125,6 @@ func Params(args Args, opts *InsertOpts) (EnqueueParams, error) {
 		Kind: args.Kind(), Args: b,
 		Queue: o.Queue, Priority: o.Priority, ScheduledAt: o.ScheduledAt, MaxAttempts: o.MaxAttempts,
 		UniqueKey: o.UniqueKey, Unique: u, Metadata: o.Metadata, Timeout: o.Timeout, Deadline: o.Deadline,
+		LimitKey: o.LimitKey,
 	}, nil
 }

@@ -71,6 +71,17 @@ type Promoter interface {
 	Promote(ctx context.Context, limit int) (map[string]int, error)
 }
 
+// Granter is implemented by backends with flow control (pgqueue's limits):
+// a job a limit holds back waits for a slot, and something must hand out
+// the slots that free without an outcome to hand them on (a rescued job's,
+// a raised limit's, a rate's period passing). Every worker runs it with
+// its promoter; any number of instances may run it at once.
+type Granter interface {
+	// GrantWaiting hands free slots to waiting jobs in up to limit
+	// partitions and returns how many jobs it made available per queue.
+	GrantWaiting(ctx context.Context, limit int) (map[string]int, error)
+}
+
 // RescueParams tunes one Rescue call.
 type RescueParams struct {
 	// Limit caps how many jobs one call rescues.

@@ -55,6 +55,12 @@ type EnqueueParams struct {
 	// first); and a retry or snooze that would start after it discards the
 	// job instead. It must not be before ScheduledAt.
 	Deadline time.Time
+	// LimitKey, when set, is the job's partition of the limit that governs
+	// its queue or kind (pgqueue's Limit), in place of the one its
+	// Limit.PartitionBy fields make from the args: a sequence key, a
+	// customer. It is ignored where no limit governs the job; a backend
+	// without limits (kafkaqueue) refuses it.
+	LimitKey string
 }
 
 // WithDefaults returns p with its zero fields set to the defaults.

@@ -10,11 +10,14 @@ import (
 type State string
 
 // The states of a job. Available, scheduled and retryable jobs are waiting;
-// the worker picks them up once their scheduled time has come. Completed,
-// discarded and cancelled are final.
+// the worker picks them up once their scheduled time has come. A limited
+// job waits for a slot of the limit that governs it (see pgqueue's
+// SetLimit), which makes it available. Completed, discarded and cancelled
+// are final.
 const (
 	StateAvailable State = "available"
 	StateScheduled State = "scheduled"
+	StateLimited   State = "limited"
 	StateRunning   State = "running"
 	StateRetryable State = "retryable"
 	StateCompleted State = "completed"
@@ -32,7 +35,7 @@ var ErrUnknownState = errors.New("jobfence: unknown job state")
 
 // States returns every state, in the order a job passes through them.
 func States() []State {
-	return []State{StateAvailable, StateScheduled, StateRunning, StateRetryable, StateCompleted, StateDiscarded, StateCancelled}
+	return []State{StateAvailable, StateScheduled, StateLimited, StateRunning, StateRetryable, StateCompleted, StateDiscarded, StateCancelled}
 }
 
 // ParseState returns the state named s, or an error wrapping

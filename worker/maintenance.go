@@ -100,8 +100,9 @@ func (w *Worker) promoteLoop(ctx context.Context, p queue.Promoter) {
 	}
 }
 
-// promote promotes due jobs in batches until a batch is not full, and
-// wakes this worker's fetch loops of the queues that got jobs.
+// promote promotes due jobs in batches until a batch is not full, then
+// hands free limit slots to waiting jobs (queue.Granter), and wakes this
+// worker's fetch loops of the queues that got jobs.
 func (w *Worker) promote(ctx context.Context, p queue.Promoter) error {
 	for ctx.Err() == nil {
 		byQueue, err := p.Promote(ctx, promoteBatch)
@@ -120,8 +121,27 @@ func (w *Worker) promote(ctx context.Context, p queue.Promoter) error {
 		}
 		w.stats.promoted.Add(int64(n))
 		if n < promoteBatch {
-			return nil
+			break
 		}
 	}
+	if g, ok := p.(queue.Granter); ok && ctx.Err() == nil {
+		byQueue, err := g.GrantWaiting(ctx, promoteBatch)
+		if err != nil {
+			return err
+		}
+		w.poke(byQueue)
+	}
 	return nil
+}
+
+// poke wakes this worker's fetch loops of the queues that got jobs.
+func (w *Worker) poke(byQueue map[string]int) {
+	for q, k := range byQueue {
+		if ch := w.pokes[q]; ch != nil && k > 0 {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
 }

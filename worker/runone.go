@@ -74,6 +74,12 @@ func (w *Worker) RunOne(ctx context.Context, q string) (*Ran, error) {
 			w.stats.promoted.Add(int64(k))
 		}
 	}
+	// So must a limited job whose slot is free (see queue.Granter).
+	if g, ok := w.backend.(queue.Granter); ok {
+		if _, err := g.GrantWaiting(ctx, promoteBatch); err != nil {
+			return nil, fmt.Errorf("jobfence: worker: run one: %w", err)
+		}
+	}
 	claimStart := time.Now()
 	jobs, err := w.backend.Claim(ctx, queue.ClaimParams{Queue: q, Limit: 1, Lease: w.cfg.Lease, WorkerID: w.cfg.ID})
 	if err != nil {

@@ -189,7 +189,13 @@ func uniqueHeld(err error) bool {
 
 // retrySet makes a job ready now, with one more attempt if it had none
 // left: what Retry and RetryMatching do to each job.
-const retrySet = `state = 'available', scheduled_at = now(), finalized_at = NULL,
+//
+// A job a limit governs waits for a slot again (limited), its old one
+// given back: the workers' next grant pass (GrantWaiting) hands it one,
+// oldest job first, so a retried job of a sequence goes before the
+// later ones.
+const retrySet = `state = CASE WHEN limit_name IS NULL THEN 'available' ELSE 'limited' END, limit_slot = NULL,
+    scheduled_at = now(), finalized_at = NULL,
     max_attempts = greatest(max_attempts, attempt + 1)`
 
 // retrySQL makes job $1 ready now unless it is running, or completed and $2

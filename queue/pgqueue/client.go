@@ -3,6 +3,7 @@ package pgqueue
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -97,6 +98,11 @@ type Client struct {
 	listener *listener
 	// paces remember, per queue, how long this client's claims take.
 	paces paces
+	// grantCursor is the partition after which GrantWaiting goes on.
+	grantCursor struct {
+		sync.Mutex
+		p partition
+	}
 }
 
 // New returns a Client on pool. The pool's search_path decides the schema

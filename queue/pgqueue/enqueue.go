@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,16 +26,39 @@ import (
 // insertKeyedSQL, insertHashedSQL and insertDebouncedSQL. inserted tells
 // a new job from an existing one that a debounce moved: only the new row
 // has the idempotency key drawn for this insert.
+//
+// A job that a limit governs (limitOfSQL, $16 its limit key) is inserted
+// limited, to wait for a slot, unless it waits for a time of its own
+// first; the statement returns its limit's name and partition.
 const insertSQL = `
-WITH ins AS (
+WITH ` + limitOfSQL + `, ins AS (
     INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context,
-                               idempotency_key, deadline, timeout_us, unique_hash, unique_states)
-    VALUES ($1, $2, $3, CASE WHEN $4::timestamptz > now() THEN 'scheduled' ELSE 'available' END,
-            $5, COALESCE($4::timestamptz, now()), $6, NULLIF($7, ''), $8, $10, $11, $12, $13, $14, $15)
+                               idempotency_key, deadline, timeout_us, unique_hash, unique_states, limit_name, limit_part)
+    VALUES ($1, $2, $3, CASE WHEN $4::timestamptz > now() THEN 'scheduled' WHEN EXISTS (SELECT FROM lim) THEN 'limited' ELSE 'available' END,
+            $5, COALESCE($4::timestamptz, now()), $6, NULLIF($7, ''), $8, $10, $11, $12, $13, $14, $15,
+            (SELECT name FROM lim), (SELECT part FROM lim))
     %s
-    RETURNING id, queue, state, state = 'available' AS ready, idempotency_key = $11 AS inserted
+    RETURNING id, queue, state, state = 'available' AS ready, idempotency_key = $11 AS inserted, limit_name, limit_part
 )
-SELECT id, ready, state, inserted, CASE WHEN ready AND $9 <> '' THEN pg_notify($9, queue)::text END FROM ins`
+SELECT id, ready, state, inserted, CASE WHEN ready AND $9 <> '' THEN pg_notify($9, queue)::text END, limit_name, limit_part FROM ins`
+
+// limitOfSQL finds the limit (lim: its name and the job's partition part)
+// that governs a job of queue $1 and kind $2 with args $3 and limit key
+// $16: its kind's, else its queue's. The partition is the limit key, or
+// the JSON array of the args' PartitionBy fields, or ” (one partition).
+// A probe of the limits' (queue, kind) index: an insert of a queue with no
+// limit pays that alone.
+const limitOfSQL = `lim AS (
+    SELECT m.name,
+        CASE WHEN $16::text <> '' THEN $16::text
+             WHEN cardinality(m.partition_by) = 0 THEN ''
+             ELSE (SELECT jsonb_agg(coalesce($3::jsonb -> f, 'null'::jsonb) ORDER BY o)::text
+                   FROM unnest(m.partition_by) WITH ORDINALITY AS pb(f, o)) END AS part
+    FROM jobfence_limits m
+    WHERE m.queue = $1 AND m.kind IN ($2, '')
+    ORDER BY m.kind DESC
+    LIMIT 1
+)`
 
 // uniqueHashArbiter is the predicate of jobfence_jobs_unique_hash
 // (migration 00012): naming it in ON CONFLICT is how PostgreSQL picks
@@ -75,11 +99,16 @@ func (c *Client) Enqueue(ctx context.Context, p queue.EnqueueParams) (queue.Enqu
 	_, err := queue.Observe(ctx, c.cfg.InsertHook, []queue.EnqueueParams{p}, func(ctx context.Context, meta map[string]string) (int64, error) {
 		var ready bool
 		var err error
-		if res, ready, err = enqueue(ctx, c.pool, p, meta, ""); err != nil {
+		var lim *partition
+		if res, ready, lim, err = enqueue(ctx, c.pool, p, meta, ""); err != nil {
 			return 0, err
 		}
 		if ready {
 			c.wakeAfterCommit(ctx, []string{p.WithDefaults().Queue})
+		}
+		if lim != nil {
+			// Committed (one statement): a free slot is the job's now.
+			c.grantAfter(ctx, []partition{*lim})
 		}
 		return inserted(res), nil
 	})
@@ -112,7 +141,9 @@ func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, p queue.EnqueueParams
 	var res queue.EnqueueResult
 	_, err := queue.Observe(ctx, c.cfg.InsertHook, []queue.EnqueueParams{p}, func(ctx context.Context, meta map[string]string) (int64, error) {
 		var err error
-		res, _, err = enqueue(ctx, tx, p, meta, insertChannel)
+		// A limited job waits for the workers' next grant pass: a grant
+		// here would hold its slots' rows for as long as tx stays open.
+		res, _, _, err = enqueue(ctx, tx, p, meta, insertChannel)
 		return inserted(res), err
 	})
 	return res, err
@@ -145,16 +176,17 @@ func (c *Client) InsertTx(ctx context.Context, tx pgx.Tx, args queue.Args, opts 
 	return c.EnqueueTx(ctx, tx, p)
 }
 
-// enqueue inserts p through db and reports whether the job is ready now.
-// With a channel, the insert notifies it (when db's transaction commits).
-func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]string, channel string) (queue.EnqueueResult, bool, error) {
+// enqueue inserts p through db and reports whether the job is ready now,
+// and its limit's partition when it waits for a slot. With a channel, the
+// insert notifies it (when db's transaction commits).
+func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]string, channel string) (queue.EnqueueResult, bool, *partition, error) {
 	p = p.WithDefaults()
 	if err := p.Validate(); err != nil {
-		return queue.EnqueueResult{}, false, err
+		return queue.EnqueueResult{}, false, nil, err
 	}
 	md, tc, err := encodeMetadata(p.Metadata, meta)
 	if err != nil {
-		return queue.EnqueueResult{}, false, fmt.Errorf("pgqueue: enqueue %s: %w", p.Kind, err)
+		return queue.EnqueueResult{}, false, nil, fmt.Errorf("pgqueue: enqueue %s: %w", p.Kind, err)
 	}
 	var at *time.Time
 	if !p.ScheduledAt.IsZero() {
@@ -162,7 +194,7 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]
 	}
 	u, err := uniqueOf(p)
 	if err != nil {
-		return queue.EnqueueResult{}, false, fmt.Errorf("pgqueue: enqueue %s: %w", p.Kind, err)
+		return queue.EnqueueResult{}, false, nil, fmt.Errorf("pgqueue: enqueue %s: %w", p.Kind, err)
 	}
 	// The conflicting job can be pruned, or leave the states in which it
 	// refuses duplicates, between the insert and the look-up; then the
@@ -171,24 +203,29 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]
 		var id int64
 		var ready, ins bool
 		var state queue.State
+		var limName, limPart *string
 		key := newJobKey()
 		err := db.QueryRow(ctx, u.insert, p.Queue, p.Kind, p.Args, at, p.Priority, p.MaxAttempts, p.UniqueKey, md, channel, tc,
-			key, deadlineParam(p.Deadline), timeoutParam(p.Timeout), u.hash, u.states).Scan(&id, &ready, &state, &ins, nil)
+			key, deadlineParam(p.Deadline), timeoutParam(p.Timeout), u.hash, u.states, p.LimitKey).Scan(&id, &ready, &state, &ins, nil, &limName, &limPart)
 		if err == nil {
-			return queue.EnqueueResult{ID: id, Inserted: ins, State: state, Debounced: !ins}, ready, nil
+			var lim *partition
+			if state == queue.StateLimited && limName != nil && limPart != nil {
+				lim = &partition{*limName, *limPart}
+			}
+			return queue.EnqueueResult{ID: id, Inserted: ins, State: state, Debounced: !ins}, ready, lim, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return queue.EnqueueResult{}, false, fmt.Errorf("pgqueue: enqueue %s: %w", p.Kind, err)
+			return queue.EnqueueResult{}, false, nil, fmt.Errorf("pgqueue: enqueue %s: %w", p.Kind, err)
 		}
 		err = db.QueryRow(ctx, u.existing, u.key).Scan(&id, &state)
 		if err == nil {
-			return queue.EnqueueResult{ID: id, Inserted: false, State: state}, false, nil
+			return queue.EnqueueResult{ID: id, Inserted: false, State: state}, false, nil, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return queue.EnqueueResult{}, false, fmt.Errorf("pgqueue: enqueue %s: look up unique key: %w", p.Kind, err)
+			return queue.EnqueueResult{}, false, nil, fmt.Errorf("pgqueue: enqueue %s: look up unique key: %w", p.Kind, err)
 		}
 	}
-	return queue.EnqueueResult{}, false, fmt.Errorf("pgqueue: enqueue %s: unique key %s kept changing hands", p.Kind, u)
+	return queue.EnqueueResult{}, false, nil, fmt.Errorf("pgqueue: enqueue %s: unique key %s kept changing hands", p.Kind, u)
 }
 
 // uniqueness is how one insert is made unique: the statement that
@@ -237,19 +274,41 @@ var copyColumns = []string{"queue", "kind", "args", "priority", "max_attempts", 
 // the UniqueKey index) and those with UniqueOpts (%[1]s: their hashes and
 // states; the clause names the computed key's index). DO NOTHING also
 // skips a job whose key an earlier job of the same batch took.
+//
+// Each job's limit is found as limitOfSQL finds it ($13 the limit keys):
+// a job a limit governs is inserted limited, and the statement returns the
+// limits' partitions of the limited jobs it inserted.
 const insertManySQL = `
 INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context,
-                           idempotency_key, deadline, timeout_us%[1]s)
-SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' ELSE 'available' END, p, COALESCE(s, now()), m, NULLIF(u, ''), md, tc, ik, dl, tm%[2]s
+                           idempotency_key, deadline, timeout_us, limit_name, limit_part%[1]s)
+SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' WHEN lim.name IS NOT NULL THEN 'limited' ELSE 'available' END,
+    p, COALESCE(s, now()), m, NULLIF(u, ''), md, tc, ik, dl, tm, lim.name, lim.part%[2]s
 FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[], $8::jsonb[], $9::bytea[],
-            $10::uuid[], $11::timestamptz[], $12::bigint[]%[3]s)
-     AS t(q, k, a, p, s, m, u, md, tc, ik, dl, tm%[2]s)
-ON CONFLICT %[4]s DO NOTHING`
+            $10::uuid[], $11::timestamptz[], $12::bigint[], $13::text[]%[3]s)
+     AS t(q, k, a, p, s, m, u, md, tc, ik, dl, tm, lk%[2]s)
+LEFT JOIN LATERAL (
+    SELECT l.name,
+        CASE WHEN lk <> '' THEN lk
+             WHEN cardinality(l.partition_by) = 0 THEN ''
+             ELSE (SELECT jsonb_agg(coalesce(a -> f, 'null'::jsonb) ORDER BY o)::text
+                   FROM unnest(l.partition_by) WITH ORDINALITY AS pb(f, o)) END AS part
+    FROM jobfence_limits l
+    WHERE l.queue = q AND l.kind IN (k, '')
+    ORDER BY l.kind DESC
+    LIMIT 1
+) lim ON true
+ON CONFLICT %[4]s DO NOTHING
+RETURNING state = 'limited', limit_name, limit_part`
 
 var (
 	insertManyKeyedSQL  = fmt.Sprintf(insertManySQL, "", "", "", `(unique_key) WHERE unique_key IS NOT NULL`)
-	insertManyHashedSQL = fmt.Sprintf(insertManySQL, ", unique_hash, unique_states", ", uh, us", ", $13::bytea[], $14::smallint[]", uniqueHashArbiter)
+	insertManyHashedSQL = fmt.Sprintf(insertManySQL, ", unique_hash, unique_states", ", uh, us", ", $14::bytea[], $15::smallint[]", uniqueHashArbiter)
 )
+
+// limitedQueuesSQL says whether a limit governs any of the queues $1: the
+// jobs of a batch then go through insertManySQL, which finds their
+// limits, rather than COPY, which cannot.
+const limitedQueuesSQL = `SELECT EXISTS (SELECT FROM jobfence_limits WHERE queue = ANY($1))`
 
 // boundedBegin begins a transaction of statements that jobfence sends back
 // to back, such as EnqueueMany's COPY and insert of the jobs with unique
@@ -273,7 +332,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ps []queue.EnqueueParams) (int
 			return 0, fmt.Errorf("pgqueue: enqueue many: %w", err)
 		}
 		defer tx.Rollback(ctx)
-		n, queues, err := enqueueMany(ctx, tx, ps, meta, false)
+		n, queues, lims, err := enqueueMany(ctx, tx, ps, meta, false)
 		if err != nil {
 			return 0, err
 		}
@@ -283,6 +342,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ps []queue.EnqueueParams) (int
 		if len(queues) > 0 {
 			c.wakeAfterCommit(ctx, queues)
 		}
+		c.grantAfter(ctx, lims)
 		return n, nil
 	})
 }
@@ -290,22 +350,26 @@ func (c *Client) EnqueueMany(ctx context.Context, ps []queue.EnqueueParams) (int
 // EnqueueManyTx is EnqueueMany inside the caller's transaction.
 func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams) (int64, error) {
 	return queue.Observe(ctx, c.cfg.InsertHook, ps, func(ctx context.Context, meta map[string]string) (int64, error) {
-		n, _, err := enqueueMany(ctx, tx, ps, meta, true)
+		// Limited jobs wait for the workers' next grant pass (see
+		// EnqueueTx).
+		n, _, _, err := enqueueMany(ctx, tx, ps, meta, true)
 		return n, err
 	})
 }
 
-// enqueueMany inserts ps in tx and returns how many it inserted and the
+// enqueueMany inserts ps in tx and returns how many it inserted, the
 // queues that got jobs ready now, which it notifies in tx when notify is
-// set.
-func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta map[string]string, notify bool) (int64, []string, error) {
+// set, and the limits' partitions that got limited jobs.
+func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta map[string]string, notify bool) (int64, []string, []partition, error) {
 	// Jobs without metadata of their own share the hook's, encoded once.
 	shared, sharedTC, err := encodeMetadata(nil, meta)
 	if err != nil {
-		return 0, nil, fmt.Errorf("pgqueue: enqueue many: %w", err)
+		return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: %w", err)
 	}
 	now := time.Now()
-	var plain [][]any
+	var plain []queue.EnqueueParams
+	var plainKeys []pgtype.UUID
+	var plainMD, plainTC [][]byte
 	var debounced []int
 	keyed, hashed := &manyRows{}, &manyRows{hashed: true}
 	queues := map[string]bool{}
@@ -313,7 +377,7 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 	for i, p := range ps {
 		p = p.WithDefaults()
 		if err := p.Validate(); err != nil {
-			return 0, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
+			return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
 		}
 		if p.Unique != nil && p.Unique.Debounce {
 			debounced = append(debounced, i)
@@ -322,7 +386,7 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		md, tc := shared, sharedTC
 		if len(p.Metadata) > 0 {
 			if md, tc, err = encodeMetadata(p.Metadata, meta); err != nil {
-				return 0, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
+				return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
 			}
 		}
 		// A wake-up is only a hint (workers poll too), so the host's clock
@@ -330,9 +394,9 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		if !p.ScheduledAt.After(now) {
 			queues[p.Queue] = true
 		}
-		if p.UniqueKey == "" && p.Unique == nil && p.ScheduledAt.IsZero() {
-			plain = append(plain, []any{p.Queue, p.Kind, p.Args, int16(p.Priority), int32(p.MaxAttempts), md, tc,
-				keys[i], deadlineParam(p.Deadline), timeoutParam(p.Timeout)})
+		if p.UniqueKey == "" && p.Unique == nil && p.ScheduledAt.IsZero() && p.LimitKey == "" {
+			plain, plainKeys = append(plain, p), append(plainKeys, keys[i])
+			plainMD, plainTC = append(plainMD, md), append(plainTC, tc)
 			continue
 		}
 		rows := keyed
@@ -340,7 +404,7 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 			rows = hashed
 			h, err := p.UniqueHash(now)
 			if err != nil {
-				return 0, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
+				return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
 			}
 			rows.uh = append(rows.uh, h)
 			rows.us = append(rows.us, queue.StateBitmask(p.Unique.States()))
@@ -349,26 +413,53 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 	}
 	var n int64
 	if len(plain) > 0 {
-		copied, err := tx.CopyFrom(ctx, pgx.Identifier{"jobfence_jobs"}, copyColumns, pgx.CopyFromRows(plain))
-		if err != nil {
-			return 0, nil, fmt.Errorf("pgqueue: enqueue many: copy: %w", err)
+		// COPY cannot find a job's limit: a batch with a queue that has
+		// one goes through insertManySQL whole.
+		var limited bool
+		names := make([]string, 0, len(plain))
+		for _, p := range plain {
+			names = append(names, p.Queue)
 		}
-		n += copied
+		if err := tx.QueryRow(ctx, limitedQueuesSQL, names).Scan(&limited); err != nil {
+			return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: look up limits: %w", err)
+		}
+		if limited {
+			for i, p := range plain {
+				keyed.add(p, plainMD[i], plainTC[i], plainKeys[i])
+			}
+		} else {
+			rows := make([][]any, len(plain))
+			for i, p := range plain {
+				rows[i] = []any{p.Queue, p.Kind, p.Args, int16(p.Priority), int32(p.MaxAttempts), plainMD[i], plainTC[i],
+					plainKeys[i], deadlineParam(p.Deadline), timeoutParam(p.Timeout)}
+			}
+			copied, err := tx.CopyFrom(ctx, pgx.Identifier{"jobfence_jobs"}, copyColumns, pgx.CopyFromRows(rows))
+			if err != nil {
+				return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: copy: %w", err)
+			}
+			n += copied
+		}
+	}
+	var lims []partition
+	addLim := func(l *partition) {
+		if l != nil && !slices.Contains(lims, *l) {
+			lims = append(lims, *l)
+		}
 	}
 	for _, rows := range []*manyRows{keyed, hashed} {
 		if len(rows.q) == 0 {
 			continue
 		}
-		inserted, err := rows.insert(ctx, tx)
+		inserted, err := rows.insert(ctx, tx, addLim)
 		if err != nil {
-			return 0, nil, fmt.Errorf("pgqueue: enqueue many: insert: %w", err)
+			return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: insert: %w", err)
 		}
 		n += inserted
 	}
 	for _, i := range debounced {
-		res, ready, err := enqueue(ctx, tx, ps[i], meta, "")
+		res, ready, lim, err := enqueue(ctx, tx, ps[i], meta, "")
 		if err != nil {
-			return 0, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
+			return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
 		}
 		if res.Inserted {
 			n++
@@ -376,6 +467,7 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		if ready {
 			queues[ps[i].WithDefaults().Queue] = true
 		}
+		addLim(lim)
 	}
 	names := make([]string, 0, len(queues))
 	for q := range queues {
@@ -383,10 +475,10 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 	}
 	if notify && len(names) > 0 {
 		if _, err := tx.Exec(ctx, notifySQL, insertChannel, names); err != nil {
-			return 0, nil, fmt.Errorf("pgqueue: enqueue many: notify: %w", err)
+			return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: notify: %w", err)
 		}
 	}
-	return n, names, nil
+	return n, names, lims, nil
 }
 
 // manyRows are the columns of the jobs of a batch that insertManySQL
@@ -402,6 +494,7 @@ type manyRows struct {
 	ik      []pgtype.UUID
 	dl      []*time.Time
 	tm      []*int64
+	lk      []string
 	uh      [][]byte
 	us      []int16
 }
@@ -426,20 +519,34 @@ func (r *manyRows) add(p queue.EnqueueParams, md, tc []byte, key pgtype.UUID) {
 	r.ik = append(r.ik, key)
 	r.dl = append(r.dl, deadlineParam(p.Deadline))
 	r.tm = append(r.tm, timeoutParam(p.Timeout))
+	r.lk = append(r.lk, p.LimitKey)
 }
 
 // insert inserts the rows in one statement and returns how many it
-// inserted.
-func (r *manyRows) insert(ctx context.Context, tx pgx.Tx) (int64, error) {
-	args := []any{r.q, r.k, r.a, r.p, r.s, r.m, r.u, r.md, r.tc, r.ik, r.dl, r.tm}
+// inserted, calling limited with the partition of each limited job.
+func (r *manyRows) insert(ctx context.Context, tx pgx.Tx, limited func(*partition)) (int64, error) {
+	args := []any{r.q, r.k, r.a, r.p, r.s, r.m, r.u, r.md, r.tc, r.ik, r.dl, r.tm, r.lk}
 	q := insertManyKeyedSQL
 	if r.hashed {
 		q = insertManyHashedSQL
 		args = append(args, r.uh, r.us)
 	}
-	tag, err := tx.Exec(ctx, q, args...)
+	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {
 		return 0, err
 	}
-	return tag.RowsAffected(), nil
+	defer rows.Close()
+	var n int64
+	for rows.Next() {
+		var isLimited bool
+		var name, part *string
+		if err := rows.Scan(&isLimited, &name, &part); err != nil {
+			return 0, err
+		}
+		n++
+		if isLimited && name != nil && part != nil {
+			limited(&partition{*name, *part})
+		}
+	}
+	return n, rows.Err()
 }

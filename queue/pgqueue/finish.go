@@ -32,7 +32,7 @@ UPDATE jobfence_jobs j
 SET state = 'completed', finalized_at = now(), lease_expires_at = NULL
 FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[])) AS f(id, fence)
 WHERE j.id = f.id AND j.fence = f.fence AND j.state = 'running'
-RETURNING j.id, j.fence`
+RETURNING j.id, j.fence, j.limit_name, j.limit_part`
 
 // finishSQL applies any mix of outcomes (1 complete, 2 retry, 3 discard,
 // 4 snooze, 5 cancel), each only under its fence. A retry out of attempts
@@ -79,7 +79,7 @@ SET state = n.state,
     lease_expires_at = NULL
 FROM n
 WHERE j.id = n.id AND j.state = 'running'
-RETURNING j.id, j.fence`
+RETURNING j.id, j.fence, j.limit_name, j.limit_part`
 
 // finishLate says, in finishSQL, that an outcome would make its job ready
 // again after its deadline.
@@ -88,7 +88,10 @@ const finishLate = `coalesce((f.outcome = 4 OR f.outcome = 2 AND j.attempt < j.m
 
 // Finish implements queue.Backend in one statement: completeSQL when every
 // outcome is a completion (the hot path), finishSQL otherwise. A job absent
-// from the update was fenced out and its lease is returned as stale.
+// from the update was fenced out and its lease is returned as stale. The
+// slots that the applied outcomes of limited jobs freed go to the next
+// waiting jobs of their partitions at once, in a statement of its own
+// (grant): a failure there leaves them to the workers' next grant pass.
 func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, error) {
 	if len(fs) == 0 {
 		return nil, nil
@@ -132,17 +135,25 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 		return nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)
 	}
 	applied := make(map[queue.Lease]bool, len(fs))
+	var lims []partition
 	for rows.Next() {
 		var l queue.Lease
-		if err := rows.Scan(&l.ID, &l.Fence); err != nil {
+		var limName, limPart *string
+		if err := rows.Scan(&l.ID, &l.Fence, &limName, &limPart); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("pgqueue: finish: %w", err)
 		}
 		applied[l] = true
+		if limName != nil && limPart != nil && !slices.Contains(lims, partition{*limName, *limPart}) {
+			lims = append(lims, partition{*limName, *limPart})
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)
 	}
+	// Only an outcome that applied can have freed a slot: a stale one
+	// (a zombie's) changed nothing, so it frees nothing either.
+	c.grantAfter(ctx, lims)
 	var stale []queue.Lease
 	for _, f := range fs {
 		if !applied[f.Lease] {

@@ -3,6 +3,7 @@ package pgqueue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -92,7 +93,8 @@ SET state = CASE WHEN r.late OR NOT r.give_back AND j.attempt >= j.max_attempts 
     finalized_at = CASE WHEN r.late OR NOT r.give_back AND j.attempt >= j.max_attempts THEN now() END,
     lease_expires_at = NULL
 FROM r
-WHERE j.id = r.id AND j.state = 'running'`
+WHERE j.id = r.id AND j.state = 'running'
+RETURNING j.limit_name, j.limit_part`
 
 // Rescue implements queue.Maintainer. Every instance may run it; SKIP LOCKED
 // keeps two rescuers off the same rows. A job whose attempt is spent waits
@@ -134,11 +136,30 @@ func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) 
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	tag, err := c.pool.Exec(ctx, rescueSQL, ids, fences, delays, giveBack, putBacks, queue.PutBackLimit)
+	moved, err := c.pool.Query(ctx, rescueSQL, ids, fences, delays, giveBack, putBacks, queue.PutBackLimit)
 	if err != nil {
 		return 0, fmt.Errorf("pgqueue: rescue: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	n := 0
+	var lims []partition
+	for moved.Next() {
+		var limName, limPart *string
+		if err := moved.Scan(&limName, &limPart); err != nil {
+			moved.Close()
+			return 0, fmt.Errorf("pgqueue: rescue: %w", err)
+		}
+		n++
+		if limName != nil && limPart != nil && !slices.Contains(lims, partition{*limName, *limPart}) {
+			lims = append(lims, partition{*limName, *limPart})
+		}
+	}
+	if err := moved.Err(); err != nil {
+		return 0, fmt.Errorf("pgqueue: rescue: %w", err)
+	}
+	// A rescued job's slot is free (unless its limit holds it through a
+	// retry): the next waiting job of its partition gets it now.
+	c.grantAfter(ctx, lims)
+	return n, nil
 }
 
 // scanWith scans a row of jobColumns followed by extra columns.

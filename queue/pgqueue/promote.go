@@ -29,6 +29,10 @@ import (
 // claim, by the database's clock, is past the deadline), and a retry or
 // snooze past the deadline discards its job (finishSQL, rescueSQL). A due
 // job whose deadline has passed is left to the discard, never promoted.
+//
+// A due job that a limit governs becomes limited, to wait for a slot
+// (GrantWaiting), unless it is a retry that kept its slot through its
+// backoff (FailureHold): it is then available with that slot.
 const promoteSQL = `
 WITH due AS (
     SELECT id FROM jobfence_jobs
@@ -37,11 +41,19 @@ WITH due AS (
     ORDER BY scheduled_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
+), keep AS MATERIALIZED (
+    SELECT due.id, j.limit_name IS NULL OR j.state = 'retryable' AND EXISTS (
+        SELECT FROM jobfence_limit_slots s JOIN jobfence_limits l ON l.name = s.name
+        WHERE s.name = j.limit_name AND s.part = j.limit_part AND s.kind = 0 AND s.slot = j.limit_slot
+          AND s.job_id = j.id AND l.hold_retrying) AS ready
+    FROM due JOIN jobfence_jobs j ON j.id = due.id
 ), moved AS (
-    UPDATE jobfence_jobs j SET state = 'available'
-    FROM due
-    WHERE j.id = due.id
-    RETURNING j.queue
+    UPDATE jobfence_jobs j
+    SET state = CASE WHEN keep.ready THEN 'available' ELSE 'limited' END,
+        limit_slot = CASE WHEN keep.ready THEN j.limit_slot END
+    FROM keep
+    WHERE j.id = keep.id
+    RETURNING j.queue, j.state
 ), late AS (
     SELECT id FROM jobfence_jobs
     WHERE deadline < now() AND deadline IS NOT NULL AND state IN ('available', 'scheduled', 'retryable')
@@ -58,6 +70,7 @@ WITH due AS (
 )
 SELECT queue, count(*), pg_notify($2, queue)
 FROM moved
+WHERE state = 'available'
 GROUP BY queue`
 
 // Promote implements queue.Promoter: it makes up to limit scheduled and

@@ -1,0 +1,534 @@
+package pgqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Limit is flow control for the jobs of a queue, or of one kind in it,
+// across every instance of a fleet: at most Concurrency of them hold a
+// slot at once, at most Rate start per Period, per partition. It is
+// stored in the database (SetLimit), so every instance obeys it, and a
+// change, from code, `jobfence limits set` or the dashboard, applies at
+// the next grant: at once for jobs that wait, within a worker's
+// PromoteInterval for slots a change frees.
+//
+// A job governed by a limit is inserted limited (queue.StateLimited) and
+// becomes available only with a slot, handed out oldest job first; claims
+// read only available jobs, so a limit costs a claim nothing. A slot is
+// held by a job while it is available or running; a job that is retried
+// gives it back (River and Oban count running jobs too) unless
+// OnFailure says to hold it. A holder whose worker froze or died keeps
+// its slot until its lease expires and a rescuer moves the job on; its
+// late outcome is refused by the fence, so it can neither finish the job
+// nor free a slot that is no longer its own. The limit therefore counts
+// every running job, live lease or expired one not yet rescued: never
+// more than Concurrency run at once.
+type Limit struct {
+	// Name names the limit; required.
+	Name string
+	// Queue is the queue whose jobs it governs; required.
+	Queue string
+	// Kind, when set, narrows the limit to the jobs of that kind; a kind's
+	// limit takes precedence over its queue's. A job is governed by one
+	// limit at most.
+	Kind string
+	// PartitionBy names top-level fields of the jobs' JSON args whose
+	// values make a job's partition: each partition has the limit to
+	// itself (at most Concurrency per customer_id). Empty: one partition.
+	// A job inserted with queue.EnqueueParams.LimitKey takes that key as
+	// its partition instead.
+	PartitionBy []string
+	// Concurrency caps the jobs of a partition that hold a slot at once;
+	// zero means no cap (Rate alone).
+	Concurrency int
+	// Rate caps the jobs of a partition that start within any Period;
+	// zero means no cap. A rate slot is free again a Period after the
+	// start of the job it was last granted to.
+	Rate int
+	// Period is Rate's window; required with Rate.
+	Period time.Duration
+	// Sequence runs the jobs of a partition one at a time in insert
+	// order (Concurrency 1, a failed job holding its sequence: OnFailure
+	// defaults to FailureHold).
+	Sequence bool
+	// OnFailure says what a failed job does with its slot; the default is
+	// FailureRelease, or FailureHold for a Sequence.
+	OnFailure FailurePolicy
+}
+
+// FailurePolicy says whether a failed job keeps its concurrency slot.
+type FailurePolicy string
+
+// The failure policies of a limit.
+const (
+	// FailureRelease: a job waiting to be retried holds no slot; it waits
+	// for one again when its backoff ends. A discarded job holds none.
+	FailureRelease FailurePolicy = "release"
+	// FailureHold: a job waiting to be retried keeps its slot through its
+	// backoff, so no later job of its partition overtakes it; discarded or
+	// cancelled, it lets the next one go.
+	FailureHold FailurePolicy = "hold"
+	// FailureHalt: as FailureHold, and a discarded job keeps its slot too,
+	// halting its partition until it is retried (and gets a slot again,
+	// first) or cancelled, or pruned.
+	FailureHalt FailurePolicy = "halt"
+)
+
+// InvalidLimitError reports a Limit that SetLimit refuses.
+type InvalidLimitError struct {
+	Field, Reason string
+}
+
+func (e *InvalidLimitError) Error() string {
+	return fmt.Sprintf("pgqueue: invalid limit: %s %s", e.Field, e.Reason)
+}
+
+// ErrLimitNotFound reports a limit name that no stored limit has.
+var ErrLimitNotFound = errors.New("pgqueue: no such limit")
+
+var fieldRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_\-]*$`)
+
+// normalize checks l and fills in what Sequence and OnFailure imply.
+func (l Limit) normalize() (Limit, error) {
+	bad := func(field, reason string) (Limit, error) {
+		return Limit{}, &InvalidLimitError{Field: field, Reason: reason}
+	}
+	switch {
+	case l.Name == "":
+		return bad("Name", "is empty")
+	case l.Queue == "":
+		return bad("Queue", "is empty")
+	case l.Concurrency < 0:
+		return bad("Concurrency", "is negative")
+	case l.Rate < 0:
+		return bad("Rate", "is negative")
+	case l.Rate > 0 && l.Period <= 0:
+		return bad("Period", "must be positive with a Rate")
+	case l.Rate == 0 && l.Period != 0:
+		return bad("Period", "is set without a Rate")
+	case l.Sequence && l.Concurrency > 1:
+		return bad("Concurrency", "must be 0 or 1 in a Sequence")
+	}
+	for _, f := range l.PartitionBy {
+		if !fieldRE.MatchString(f) {
+			return bad("PartitionBy", fmt.Sprintf("field %q is not a top-level JSON field name", f))
+		}
+	}
+	if l.Sequence {
+		l.Concurrency = 1
+	}
+	if l.Concurrency == 0 && l.Rate == 0 {
+		return bad("Concurrency", "and Rate are both zero: the limit would limit nothing")
+	}
+	switch l.OnFailure {
+	case "":
+		l.OnFailure = FailureRelease
+		if l.Sequence {
+			l.OnFailure = FailureHold
+		}
+	case FailureRelease, FailureHold, FailureHalt:
+	default:
+		return bad("OnFailure", fmt.Sprintf("%q is not release, hold or halt", l.OnFailure))
+	}
+	if l.PartitionBy == nil {
+		l.PartitionBy = []string{}
+	}
+	return l, nil
+}
+
+const setLimitSQL = `
+INSERT INTO jobfence_limits (name, queue, kind, partition_by, concurrency, rate, period_us, hold_retrying, hold_discarded, updated_at)
+VALUES ($1, $2, $3, $4, NULLIF($5, 0), NULLIF($6, 0), NULLIF($7, 0), $8, $9, now())
+ON CONFLICT (name) DO UPDATE SET queue = EXCLUDED.queue, kind = EXCLUDED.kind, partition_by = EXCLUDED.partition_by,
+    concurrency = EXCLUDED.concurrency, rate = EXCLUDED.rate, period_us = EXCLUDED.period_us,
+    hold_retrying = EXCLUDED.hold_retrying, hold_discarded = EXCLUDED.hold_discarded, updated_at = now()`
+
+// SetLimit stores l, replacing the limit of the same name. It applies to
+// the jobs inserted from then on; a changed Concurrency, Rate or
+// OnFailure applies at once to the jobs it governs already (every grant
+// reads it). Changing a limit's Queue, Kind or PartitionBy leaves the
+// jobs inserted before under the partition they were given. Another limit
+// of the same queue and kind is refused (a job has one limit).
+func (c *Client) SetLimit(ctx context.Context, l Limit) error {
+	l, err := l.normalize()
+	if err != nil {
+		return err
+	}
+	_, err = c.pool.Exec(ctx, setLimitSQL, l.Name, l.Queue, l.Kind, l.PartitionBy, l.Concurrency, l.Rate,
+		l.Period.Microseconds(), l.OnFailure != FailureRelease, l.OnFailure == FailureHalt)
+	if err != nil {
+		return fmt.Errorf("pgqueue: set limit %q: %w", l.Name, err)
+	}
+	// Slots it frees (a raised limit) go to waiting jobs now rather than
+	// at the next maintenance pass.
+	if _, err := c.GrantWaiting(ctx, grantBatch); err != nil {
+		c.cfg.Logger.Warn("pgqueue: limit set, but granting its free slots failed; the workers' next pass grants them",
+			"limit", l.Name, "err", err)
+	}
+	return nil
+}
+
+const limitsSQL = `SELECT name, queue, kind, partition_by, coalesce(concurrency, 0), coalesce(rate, 0), coalesce(period_us, 0),
+    hold_retrying, hold_discarded FROM jobfence_limits ORDER BY name`
+
+// Limits returns the stored limits, by name.
+func (c *Client) Limits(ctx context.Context) ([]Limit, error) {
+	rows, err := c.pool.Query(ctx, limitsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: limits: %w", err)
+	}
+	defer rows.Close()
+	var out []Limit
+	for rows.Next() {
+		var l Limit
+		var period int64
+		var hold, halt bool
+		if err := rows.Scan(&l.Name, &l.Queue, &l.Kind, &l.PartitionBy, &l.Concurrency, &l.Rate, &period, &hold, &halt); err != nil {
+			return nil, fmt.Errorf("pgqueue: limits: %w", err)
+		}
+		l.Period = time.Duration(period) * time.Microsecond
+		l.OnFailure = FailureRelease
+		if halt {
+			l.OnFailure = FailureHalt
+		} else if hold {
+			l.OnFailure = FailureHold
+		}
+		l.Sequence = l.Concurrency == 1 && hold
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgqueue: limits: %w", err)
+	}
+	return out, nil
+}
+
+// deleteLimitSQL deletes a limit and makes its waiting jobs available,
+// 10,000 at most: more are released by the next deletes' passes, as the
+// workers' GrantWaiting finds jobs of a limit that no longer exists.
+const deleteLimitSQL = `
+WITH d AS (
+    DELETE FROM jobfence_limits WHERE name = $1 RETURNING name
+), s AS (
+    DELETE FROM jobfence_limit_slots WHERE name IN (SELECT name FROM d)
+)
+SELECT count(*) FROM d`
+
+// DeleteLimit removes the limit named name: its waiting jobs become
+// available (the workers' next pass releases them, see GrantWaiting), and
+// jobs inserted from then on are not limited. An unknown name wraps
+// ErrLimitNotFound.
+func (c *Client) DeleteLimit(ctx context.Context, name string) error {
+	var n int
+	if err := c.pool.QueryRow(ctx, deleteLimitSQL, name).Scan(&n); err != nil {
+		return fmt.Errorf("pgqueue: delete limit %q: %w", name, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("pgqueue: delete limit %q: %w", name, ErrLimitNotFound)
+	}
+	if _, err := c.GrantWaiting(ctx, grantBatch); err != nil {
+		c.cfg.Logger.Warn("pgqueue: limit deleted, but releasing its waiting jobs failed; the workers' next pass does",
+			"limit", name, "err", err)
+	}
+	return nil
+}
+
+// partition names one partition of a limit.
+type partition struct{ name, part string }
+
+// grantBatch bounds the partitions one GrantWaiting call serves, and the
+// jobs one grant makes available in a partition.
+const grantBatch = 1000
+
+// holdsSQL says, in a statement that names the job j, its limit's row l
+// and a slot s, that j holds s: it was granted s and is available or
+// running, or retrying or discarded where the limit's policy keeps the
+// slot through those.
+const holdsSQL = `j.limit_name = s.name AND j.limit_part = s.part AND j.limit_slot = s.slot
+    AND (j.state IN ('available', 'running') OR j.state = 'retryable' AND l.hold_retrying OR j.state = 'discarded' AND l.hold_discarded)`
+
+// ensureSlotsSQL makes the slot rows of partitions ($1 names, $2 parts)
+// that their limits' sizes call for and that do not exist yet. A slot is a
+// row so that a grant can take it alone (compare-and-set on gen), never
+// waiting for the grants of other slots. Only grants insert slots, each in
+// a statement of its own transaction, so a conflicting insert waits at most
+// for another grant's statement.
+const ensureSlotsSQL = `
+INSERT INTO jobfence_limit_slots (name, part, kind, slot)
+SELECT l.name, p.pt, k.kind, g.g
+FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
+JOIN jobfence_limits l ON l.name = p.n
+CROSS JOIN LATERAL (VALUES (0::smallint, l.concurrency), (1::smallint, l.rate)) AS k(kind, size)
+CROSS JOIN LATERAL generate_series(0, k.size - 1) AS g(g)
+WHERE k.size IS NOT NULL
+  AND (SELECT count(*) FROM jobfence_limit_slots s WHERE s.name = l.name AND s.part = p.pt AND s.kind = k.kind) < k.size
+ON CONFLICT DO NOTHING`
+
+// grantSQL hands the free slots of partitions ($1 names, $2 parts) to
+// their oldest limited jobs, up to $3 a partition, and makes those jobs
+// available, waking their queues (channel $4). Jobs of a partition whose
+// limit no longer exists are made available without a slot.
+//
+// The free slots are read, without locks, from the statement's snapshot:
+// a concurrency slot is free when its job no longer holds it (holdsSQL), a
+// rate slot when a Period has passed since it was granted and since its
+// job's last start, and that job is not waiting to start. Each slot is
+// then taken by compare-and-set on its generation, which every grant
+// bumps: if another grant took it since the snapshot (or is taking it:
+// the update waits for that one statement), the slot's gen differs and
+// this grant does not take it. A job becomes available only if each slot
+// its limit calls for was taken for it; a slot taken for a job that then
+// was not granted is held by no one (its job is not available), so it is
+// free again for the next grant (a rate slot after its Period). No job
+// can start holding a slot except through this statement, so a slot read
+// as free stays free until a grant takes it.
+//
+// A lowered limit leaves jobs holding slots at or above it: each such
+// holder (a rate slot granted within the Period) counts against the free
+// slots below it, so no grant goes past the new value.
+//
+// The waiting jobs are locked in ID order, as every grant locks them, and
+// waited for (the limited job with the lowest ID goes first: a sequence's
+// order), each wait for one statement of another grant or an admin
+// command; the wait is bounded by the batch's lock_timeout (grantWait).
+const grantSQL = `
+WITH l AS MATERIALIZED (
+    SELECT p.n, p.pt, m.concurrency, m.rate, m.period_us, m.hold_retrying, m.hold_discarded
+    FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
+    JOIN jobfence_limits m ON m.name = p.n
+), cs AS MATERIALIZED (
+    SELECT s.name, s.part, s.slot, s.gen, row_number() OVER (PARTITION BY s.name, s.part ORDER BY s.slot) AS rn
+    FROM jobfence_limit_slots s JOIN l ON s.name = l.n AND s.part = l.pt
+    WHERE s.kind = 0 AND s.slot < l.concurrency
+      AND NOT EXISTS (SELECT FROM jobfence_jobs j WHERE j.id = s.job_id AND ` + holdsSQL + `)
+), rs AS MATERIALIZED (
+    SELECT s.name, s.part, s.slot, s.gen, row_number() OVER (PARTITION BY s.name, s.part ORDER BY s.slot) AS rn
+    FROM jobfence_limit_slots s JOIN l ON s.name = l.n AND s.part = l.pt
+    WHERE s.kind = 1 AND s.slot < l.rate
+      AND coalesce(s.granted_at < now() - l.period_us * interval '1 microsecond', true)
+      AND NOT EXISTS (SELECT FROM jobfence_jobs j WHERE j.id = s.job_id
+          AND (j.state = 'available' OR j.attempted_at >= now() - l.period_us * interval '1 microsecond'))
+), k AS MATERIALIZED (
+    SELECT l.n, l.pt, l.concurrency, l.rate, greatest(0, least($3::int,
+        CASE WHEN l.concurrency IS NULL THEN $3 ELSE (SELECT count(*) FROM cs WHERE cs.name = l.n AND cs.part = l.pt)
+            - (SELECT count(*) FROM jobfence_limit_slots s
+               WHERE s.name = l.n AND s.part = l.pt AND s.kind = 0 AND s.slot >= l.concurrency
+                 AND EXISTS (SELECT FROM jobfence_jobs j WHERE j.id = s.job_id AND ` + holdsSQL + `)) END,
+        CASE WHEN l.rate IS NULL THEN $3 ELSE (SELECT count(*) FROM rs WHERE rs.name = l.n AND rs.part = l.pt)
+            - (SELECT count(*) FROM jobfence_limit_slots s
+               WHERE s.name = l.n AND s.part = l.pt AND s.kind = 1 AND s.slot >= l.rate
+                 AND s.granted_at >= now() - l.period_us * interval '1 microsecond') END)) AS k
+    FROM l
+), w AS MATERIALIZED (
+    SELECT x.id, k.n, k.pt, k.concurrency, k.rate, row_number() OVER (PARTITION BY k.n, k.pt ORDER BY x.id) AS rn
+    FROM k CROSS JOIN LATERAL (
+        SELECT id FROM jobfence_jobs
+        WHERE state = 'limited' AND limit_name = k.n AND limit_part = k.pt
+        ORDER BY id
+        LIMIT k.k
+        FOR UPDATE
+    ) x
+    WHERE k.k > 0
+), pair AS MATERIALIZED (
+    SELECT w.id, w.n, w.pt, w.concurrency, w.rate, c.slot AS cslot, c.gen AS cgen, r.slot AS rslot, r.gen AS rgen
+    FROM w
+    LEFT JOIN cs c ON c.name = w.n AND c.part = w.pt AND c.rn = w.rn
+    LEFT JOIN rs r ON r.name = w.n AND r.part = w.pt AND r.rn = w.rn
+), uc AS (
+    UPDATE jobfence_limit_slots s SET job_id = p.id, gen = s.gen + 1, granted_at = now()
+    FROM pair p
+    WHERE s.name = p.n AND s.part = p.pt AND s.kind = 0 AND s.slot = p.cslot AND s.gen = p.cgen
+    RETURNING p.id
+), ur AS (
+    UPDATE jobfence_limit_slots s SET job_id = p.id, gen = s.gen + 1, granted_at = now()
+    FROM pair p
+    WHERE s.name = p.n AND s.part = p.pt AND s.kind = 1 AND s.slot = p.rslot AND s.gen = p.rgen
+    RETURNING p.id
+), orphans AS MATERIALIZED (
+    SELECT x.id FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
+    CROSS JOIN LATERAL (
+        SELECT id FROM jobfence_jobs
+        WHERE state = 'limited' AND limit_name = p.n AND limit_part = p.pt
+        ORDER BY id
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED
+    ) x
+    WHERE NOT EXISTS (SELECT FROM jobfence_limits m WHERE m.name = p.n)
+), g AS (
+    UPDATE jobfence_jobs j
+    SET state = 'available', limit_slot = p.cslot, scheduled_at = now()
+    FROM pair p
+    WHERE j.id = p.id AND j.state = 'limited'
+      AND (p.concurrency IS NULL OR p.id IN (SELECT id FROM uc))
+      AND (p.rate IS NULL OR p.id IN (SELECT id FROM ur))
+    RETURNING j.queue
+), o AS (
+    UPDATE jobfence_jobs j
+    SET state = 'available', limit_slot = NULL, scheduled_at = now()
+    FROM orphans
+    WHERE j.id = orphans.id AND j.state = 'limited'
+    RETURNING j.queue
+)
+SELECT q.queue, count(*), pg_notify($4, q.queue)
+FROM (SELECT queue FROM g UNION ALL SELECT queue FROM o) q
+GROUP BY q.queue`
+
+// grantWait bounds a grant's wait for a row another grant holds: its
+// statement's, never a client's (no grant runs in a caller's transaction).
+const grantWait = time.Second
+
+// grant serves the partitions ps: it creates their slots, then hands free
+// slots to waiting jobs (grantSQL), in one transaction of two statements
+// sent together. It returns how many jobs it made available per queue.
+func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	names := make([]string, len(ps))
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		names[i], parts[i] = p.name, p.part
+	}
+	var b pgx.Batch
+	b.Queue(`SELECT set_config('lock_timeout', $1::bigint::text, true)`, grantWait.Milliseconds())
+	b.Queue(ensureSlotsSQL, names, parts)
+	b.Queue(grantSQL, names, parts, grantBatch, insertChannel)
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: grant limit slots: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	br := tx.SendBatch(ctx, &b)
+	out := map[string]int{}
+	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		var rows pgx.Rows
+		rows, err = br.Query()
+		if err == nil {
+			for rows.Next() {
+				var q string
+				var n int
+				if err = rows.Scan(&q, &n, nil); err != nil {
+					break
+				}
+				out[q] += n
+			}
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: grant limit slots: %w", err)
+	}
+	return out, nil
+}
+
+// waitingPartitionsSQL lists up to $3 partitions that have limited jobs,
+// from the first after ($1, $2), reading one entry of jobfence_jobs_limited
+// per partition (a loose index scan): its cost is the number of
+// partitions, not of waiting jobs.
+const waitingPartitionsSQL = `
+WITH RECURSIVE p(n, pt, i) AS (
+    (SELECT limit_name, limit_part, 1 FROM jobfence_jobs
+     WHERE state = 'limited' AND limit_name IS NOT NULL AND (limit_name, limit_part) > ($1, $2)
+     ORDER BY limit_name, limit_part LIMIT 1)
+    UNION ALL
+    SELECT x.limit_name, x.limit_part, p.i + 1 FROM p CROSS JOIN LATERAL (
+        SELECT limit_name, limit_part FROM jobfence_jobs
+        WHERE state = 'limited' AND limit_name IS NOT NULL AND (limit_name, limit_part) > (p.n, p.pt)
+        ORDER BY limit_name, limit_part LIMIT 1) x
+    WHERE p.i < $3
+)
+SELECT n, pt FROM p`
+
+// GrantWaiting hands free limit slots to waiting jobs in up to limit
+// partitions that have some, and returns how many jobs it made available
+// per queue. Completions, failures and inserts grant in their own
+// partitions at once; this pass catches the slots that free otherwise: a
+// rescued job's, a raised limit's, a rate's period passing, a grant that
+// failed. Every worker runs it with its promoter (worker.Config.
+// PromoteInterval); any number of instances may run it at once. A call
+// goes on from where this client's last call stopped, so that more than
+// limit partitions are all served in turn.
+func (c *Client) GrantWaiting(ctx context.Context, limit int) (map[string]int, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	c.grantCursor.Lock()
+	from := c.grantCursor.p
+	c.grantCursor.Unlock()
+	ps, err := c.waitingPartitions(ctx, from, limit)
+	if err != nil {
+		return nil, err
+	}
+	if len(ps) < limit && from != (partition{}) {
+		// Wrap around to the partitions before the cursor.
+		more, err := c.waitingPartitions(ctx, partition{}, limit-len(ps))
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, more...)
+	}
+	next := partition{}
+	if len(ps) == limit {
+		next = ps[len(ps)-1]
+	}
+	c.grantCursor.Lock()
+	c.grantCursor.p = next
+	c.grantCursor.Unlock()
+	return c.grant(ctx, ps)
+}
+
+func (c *Client) waitingPartitions(ctx context.Context, from partition, limit int) ([]partition, error) {
+	rows, err := c.pool.Query(ctx, waitingPartitionsSQL, from.name, from.part, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: grant limit slots: find waiting jobs: %w", err)
+	}
+	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (partition, error) {
+		var p partition
+		err := r.Scan(&p.name, &p.part)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: grant limit slots: find waiting jobs: %w", err)
+	}
+	seen := map[partition]bool{}
+	out := ps[:0]
+	for _, p := range ps {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// grantAfter grants in the partitions of jobs that just changed (an
+// insert, an outcome); a failure is logged, not returned: the change is
+// committed, and the workers' next GrantWaiting pass grants instead.
+func (c *Client) grantAfter(ctx context.Context, ps []partition) map[string]int {
+	if len(ps) == 0 {
+		return nil
+	}
+	byQueue, err := c.grant(ctx, ps)
+	if err != nil {
+		c.cfg.Logger.Warn("pgqueue: granting limit slots failed; the workers' next pass grants them", "err", err)
+	}
+	return byQueue
+}

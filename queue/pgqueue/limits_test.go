@@ -1,0 +1,414 @@
+package pgqueue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+)
+
+func setLimit(t *testing.T, c *pgqueue.Client, l pgqueue.Limit) {
+	t.Helper()
+	if err := c.SetLimit(context.Background(), l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func enqueueN(t *testing.T, c *pgqueue.Client, p queue.EnqueueParams, n int) []int64 {
+	t.Helper()
+	var ids []int64
+	for range n {
+		res, err := c.Enqueue(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.ID)
+	}
+	return ids
+}
+
+func complete(t *testing.T, c *pgqueue.Client, jobs ...*queue.Job) {
+	t.Helper()
+	for _, j := range jobs {
+		if err := c.Complete(context.Background(), j.Lease()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func stateOf(t *testing.T, c *pgqueue.Client, id int64) queue.State {
+	t.Helper()
+	j, err := c.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j.State
+}
+
+func TestSetLimitRefusesBadLimits(t *testing.T) {
+	c, _ := newClient(t)
+	tests := []struct {
+		l    pgqueue.Limit
+		want string
+	}{
+		{pgqueue.Limit{Queue: "q", Concurrency: 1}, "pgqueue: invalid limit: Name is empty"},
+		{pgqueue.Limit{Name: "n", Concurrency: 1}, "pgqueue: invalid limit: Queue is empty"},
+		{pgqueue.Limit{Name: "n", Queue: "q"}, "pgqueue: invalid limit: Concurrency and Rate are both zero: the limit would limit nothing"},
+		{pgqueue.Limit{Name: "n", Queue: "q", Rate: 5}, "pgqueue: invalid limit: Period must be positive with a Rate"},
+		{pgqueue.Limit{Name: "n", Queue: "q", Concurrency: 1, Period: time.Second}, "pgqueue: invalid limit: Period is set without a Rate"},
+		{pgqueue.Limit{Name: "n", Queue: "q", Concurrency: -1}, "pgqueue: invalid limit: Concurrency is negative"},
+		{pgqueue.Limit{Name: "n", Queue: "q", Sequence: true, Concurrency: 2}, "pgqueue: invalid limit: Concurrency must be 0 or 1 in a Sequence"},
+		{pgqueue.Limit{Name: "n", Queue: "q", Concurrency: 1, PartitionBy: []string{"a.b"}}, `pgqueue: invalid limit: PartitionBy field "a.b" is not a top-level JSON field name`},
+		{pgqueue.Limit{Name: "n", Queue: "q", Concurrency: 1, OnFailure: "wait"}, `pgqueue: invalid limit: OnFailure "wait" is not release, hold or halt`},
+	}
+	for _, tt := range tests {
+		err := c.SetLimit(context.Background(), tt.l)
+		var ile *pgqueue.InvalidLimitError
+		if err == nil || err.Error() != tt.want || !errors.As(err, &ile) {
+			t.Errorf("SetLimit(%+v) = %v, want %q", tt.l, err, tt.want)
+		}
+	}
+	if err := c.DeleteLimit(context.Background(), "nope"); !errors.Is(err, pgqueue.ErrLimitNotFound) {
+		t.Errorf("DeleteLimit(unknown) = %v, want ErrLimitNotFound", err)
+	}
+}
+
+// TestConcurrencyLimit: a global limit of 2 lets 2 jobs be claimed however
+// many are asked for; a completion hands its slot to the oldest waiting
+// job at once, and the limit read back is the one set.
+func TestConcurrencyLimit(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	setLimit(t, c, pgqueue.Limit{Name: "provider", Queue: "calls", Concurrency: 2})
+	ids := enqueueN(t, c, queue.EnqueueParams{Kind: "call", Queue: "calls"}, 5)
+	// An unlimited queue is untouched.
+	free := enqueueN(t, c, queue.EnqueueParams{Kind: "call", Queue: "other"}, 3)
+	if got := claim(t, c, "other", 10, time.Minute); len(got) != len(free) {
+		t.Fatalf("claimed %d of an unlimited queue's %d jobs", len(got), len(free))
+	}
+	got := claim(t, c, "calls", 10, time.Minute)
+	if len(got) != 2 || got[0].ID != ids[0] || got[1].ID != ids[1] {
+		t.Fatalf("claimed %v, want the first 2 jobs", got)
+	}
+	for _, id := range ids[2:] {
+		if st := stateOf(t, c, id); st != queue.StateLimited {
+			t.Fatalf("job %d is %s, want limited", id, st)
+		}
+	}
+	if more := claim(t, c, "calls", 10, time.Minute); len(more) != 0 {
+		t.Fatalf("claimed %d more past the limit", len(more))
+	}
+	complete(t, c, got[0])
+	next := claim(t, c, "calls", 10, time.Minute)
+	if len(next) != 1 || next[0].ID != ids[2] {
+		t.Fatalf("after a completion claimed %v, want job %d alone", next, ids[2])
+	}
+	ls, err := c.Limits(ctx)
+	if err != nil || len(ls) != 1 || ls[0].Name != "provider" || ls[0].Concurrency != 2 || ls[0].OnFailure != pgqueue.FailureRelease {
+		t.Fatalf("Limits = %+v, %v", ls, err)
+	}
+}
+
+// TestPartitionedLimit: a limit of 1 per customer runs one job of each
+// customer at once, partitioned by an args field or by the limit key
+// given at insert; a kind's limit overrides its queue's.
+func TestPartitionedLimit(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	setLimit(t, c, pgqueue.Limit{Name: "per-customer", Queue: "q", PartitionBy: []string{"customer_id"}, Concurrency: 1})
+	setLimit(t, c, pgqueue.Limit{Name: "exports", Queue: "q", Kind: "export", Concurrency: 2})
+	for i := range 9 {
+		args := fmt.Sprintf(`{"customer_id": %d, "n": %d}`, i%3, i)
+		if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "sync", Queue: "q", Args: []byte(args)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The limit key wins over the args.
+	for range 2 {
+		if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "sync", Queue: "q", Args: []byte(`{"customer_id": 0}`), LimitKey: "vip"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueueN(t, c, queue.EnqueueParams{Kind: "export", Queue: "q"}, 3)
+	got := claim(t, c, "q", 100, time.Minute)
+	byKind := map[string]int{}
+	customers := map[string]int{}
+	for _, j := range got {
+		byKind[j.Kind]++
+		if j.Kind == "sync" {
+			customers[string(j.EncodedArgs)[:17]]++
+		}
+	}
+	// 3 customers and the vip key: 4 syncs; 2 exports.
+	if byKind["sync"] != 4 || byKind["export"] != 2 {
+		t.Fatalf("claimed %v, want 4 syncs (one per partition) and 2 exports", byKind)
+	}
+}
+
+// TestZombieCannotFreeASlot: a holder whose lease expired is rescued and
+// its slot goes to the next job; its late completion is refused by the
+// fence and frees nothing, so the slot's new holder keeps it.
+func TestZombieCannotFreeASlot(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	setLimit(t, c, pgqueue.Limit{Name: "one", Queue: "z", Concurrency: 1})
+	ids := enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: "z"}, 3)
+	zombie := claim(t, c, "z", 10, time.Millisecond)
+	if len(zombie) != 1 {
+		t.Fatalf("claimed %d, want 1", len(zombie))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := c.Rescue(ctx, queue.RescueParams{Limit: 10, Backoff: func(*queue.Job) time.Duration { return time.Hour }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the expired holder was never rescued")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	live := claim(t, c, "z", 10, time.Minute)
+	if len(live) != 1 || live[0].ID != ids[1] {
+		t.Fatalf("after the rescue claimed %v, want job %d", live, ids[1])
+	}
+	if err := c.Complete(ctx, zombie[0].Lease()); !errors.Is(err, queue.ErrStaleFence) {
+		t.Fatalf("zombie's completion = %v, want ErrStaleFence", err)
+	}
+	if _, err := c.GrantWaiting(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	if st := stateOf(t, c, ids[2]); st != queue.StateLimited {
+		t.Fatalf("after the zombie's completion job %d is %s, want limited: the zombie freed the live holder's slot", ids[2], st)
+	}
+	complete(t, c, live[0])
+	if got := claim(t, c, "z", 10, time.Minute); len(got) != 1 || got[0].ID != ids[2] {
+		t.Fatalf("after the live holder completed claimed %v, want job %d", got, ids[2])
+	}
+}
+
+// TestSequence: the jobs of a sequence key run one at a time in insert
+// order; a failed job holds its sequence through its retry, and its
+// discard lets the next go.
+func TestSequence(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	setLimit(t, c, pgqueue.Limit{Name: "orders", Queue: "s", Sequence: true})
+	var a, b []int64
+	for i := range 3 {
+		for _, key := range []string{"A", "B"} {
+			res, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "step", Queue: "s", Args: []byte(fmt.Sprintf(`{"i": %d}`, i)), LimitKey: key, MaxAttempts: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if key == "A" {
+				a = append(a, res.ID)
+			} else {
+				b = append(b, res.ID)
+			}
+		}
+	}
+	got := claim(t, c, "s", 10, time.Minute)
+	if len(got) != 2 || got[0].ID != a[0] || got[1].ID != b[0] {
+		t.Fatalf("claimed %v, want the first job of each sequence", got)
+	}
+	// A's first job fails: it holds A through its retry.
+	failA := queue.Finish{Lease: got[0].Lease(), Outcome: queue.OutcomeRetry, Error: &queue.AttemptError{Error: "boom"}}
+	if stale, err := c.Finish(ctx, []queue.Finish{failA}); err != nil || len(stale) != 0 {
+		t.Fatalf("fail: %v %v", stale, err)
+	}
+	complete(t, c, got[1])
+	if _, err := c.GrantWaiting(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	if st := stateOf(t, c, a[1]); st != queue.StateLimited {
+		t.Fatalf("while A's first job retries, A's second is %s, want limited", st)
+	}
+	if p, err := c.Promote(ctx, 10); err != nil || p["s"] != 1 {
+		t.Fatalf("Promote = %v, %v; want A's retry available with its slot", p, err)
+	}
+	got = claim(t, c, "s", 10, time.Minute)
+	if len(got) != 2 || got[0].ID != a[0] || got[1].ID != b[1] {
+		t.Fatalf("claimed %v, want A's retry and B's second", got)
+	}
+	// Out of attempts, A's first job is discarded and A goes on.
+	failA = queue.Finish{Lease: got[0].Lease(), Outcome: queue.OutcomeRetry, Error: &queue.AttemptError{Error: "boom"}}
+	if stale, err := c.Finish(ctx, []queue.Finish{failA}); err != nil || len(stale) != 0 {
+		t.Fatalf("fail: %v %v", stale, err)
+	}
+	if st := stateOf(t, c, a[0]); st != queue.StateDiscarded {
+		t.Fatalf("A's first job is %s, want discarded", st)
+	}
+	complete(t, c, got[1])
+	got = claim(t, c, "s", 10, time.Minute)
+	if len(got) != 2 || got[0].ID != a[1] || got[1].ID != b[2] {
+		t.Fatalf("claimed %v, want A's second and B's third", got)
+	}
+}
+
+// TestSequenceHaltsOnDiscard: with FailureHalt a discarded job halts its
+// sequence until it is retried, and then it runs first.
+func TestSequenceHaltsOnDiscard(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	setLimit(t, c, pgqueue.Limit{Name: "ledger", Queue: "h", Sequence: true, OnFailure: pgqueue.FailureHalt})
+	ids := enqueueN(t, c, queue.EnqueueParams{Kind: "post", Queue: "h", LimitKey: "acct-1"}, 2)
+	got := claim(t, c, "h", 10, time.Minute)
+	if len(got) != 1 || got[0].ID != ids[0] {
+		t.Fatalf("claimed %v", got)
+	}
+	if stale, err := c.Finish(ctx, []queue.Finish{{Lease: got[0].Lease(), Outcome: queue.OutcomeDiscard}}); err != nil || len(stale) != 0 {
+		t.Fatalf("discard: %v %v", stale, err)
+	}
+	if _, err := c.GrantWaiting(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	if st := stateOf(t, c, ids[1]); st != queue.StateLimited {
+		t.Fatalf("behind a discarded job of a halting sequence, job %d is %s, want limited", ids[1], st)
+	}
+	if err := c.Retry(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GrantWaiting(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	got = claim(t, c, "h", 10, time.Minute)
+	if len(got) != 1 || got[0].ID != ids[0] {
+		t.Fatalf("after the retry claimed %v, want the retried job %d first", got, ids[0])
+	}
+	complete(t, c, got[0])
+	if got = claim(t, c, "h", 10, time.Minute); len(got) != 1 || got[0].ID != ids[1] {
+		t.Fatalf("claimed %v, want job %d", got, ids[1])
+	}
+}
+
+// TestLimitChangesAtRunTime: raising a limit hands out its new slots at
+// once, lowering it holds new jobs back until the running ones are under
+// it, and deleting it releases every waiting job.
+func TestLimitChangesAtRunTime(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	setLimit(t, c, pgqueue.Limit{Name: "l", Queue: "rt", Concurrency: 1})
+	ids := enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: "rt"}, 8)
+	first := claim(t, c, "rt", 10, time.Minute)
+	if len(first) != 1 {
+		t.Fatalf("claimed %d, want 1", len(first))
+	}
+	setLimit(t, c, pgqueue.Limit{Name: "l", Queue: "rt", Concurrency: 3})
+	second := claim(t, c, "rt", 10, time.Minute)
+	if len(second) != 2 {
+		t.Fatalf("after raising the limit to 3 claimed %d more, want 2", len(second))
+	}
+	setLimit(t, c, pgqueue.Limit{Name: "l", Queue: "rt", Concurrency: 2})
+	complete(t, c, first[0])
+	if got := claim(t, c, "rt", 10, time.Minute); len(got) != 0 {
+		t.Fatalf("with 2 running under a limit lowered to 2, claimed %d more", len(got))
+	}
+	complete(t, c, second[0])
+	if got := claim(t, c, "rt", 10, time.Minute); len(got) != 1 {
+		t.Fatalf("with 1 running under a limit of 2, claimed %d, want 1", len(got))
+	}
+	if err := c.DeleteLimit(ctx, "l"); err != nil {
+		t.Fatal(err)
+	}
+	if got := claim(t, c, "rt", 10, time.Minute); len(got) != len(ids)-4 {
+		t.Fatalf("after deleting the limit claimed %d, want the %d waiting", len(got), len(ids)-4)
+	}
+	if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", Queue: "rt"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := claim(t, c, "rt", 10, time.Minute); len(got) != 1 {
+		t.Fatalf("a job inserted after the delete: claimed %d, want 1", len(got))
+	}
+}
+
+// TestRateLimit: at most Rate jobs of a partition start in any Period:
+// each start is at least a Period after the start of the job that last
+// held its rate slot, by the database's clock.
+func TestRateLimit(t *testing.T) {
+	c, db := newClient(t)
+	ctx := context.Background()
+	const period = 300 * time.Millisecond
+	setLimit(t, c, pgqueue.Limit{Name: "r", Queue: "rate", Rate: 2, Period: period})
+	ids := enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: "rate"}, 6)
+	if got := claim(t, c, "rate", 10, time.Minute); len(got) != 2 {
+		t.Fatalf("claimed %d at once, want the rate's 2", len(got))
+	} else {
+		complete(t, c, got...)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	done := 2
+	for done < len(ids) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d jobs started", done, len(ids))
+		}
+		if _, err := c.GrantWaiting(ctx, 100); err != nil {
+			t.Fatal(err)
+		}
+		got := claim(t, c, "rate", 10, time.Minute)
+		complete(t, c, got...)
+		done += len(got)
+		time.Sleep(10 * time.Millisecond)
+	}
+	rows, err := db.Pool.Query(ctx, `SELECT attempted_at FROM jobfence_jobs WHERE queue = 'rate' ORDER BY attempted_at`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var starts []time.Time
+	for rows.Next() {
+		var at time.Time
+		if err := rows.Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		starts = append(starts, at)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Any 3 consecutive starts span at least a period.
+	for i := 2; i < len(starts); i++ {
+		if d := starts[i].Sub(starts[i-2]); d < period {
+			t.Fatalf("starts %d and %d are %v apart: 3 starts within a period of %v (%v)", i-2, i, d, period, starts)
+		}
+	}
+}
+
+// TestEnqueueManyHonoursLimits: a batch goes through the limits too (not
+// COPY, which cannot find them), and its free slots are granted at once.
+func TestEnqueueManyHonoursLimits(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	setLimit(t, c, pgqueue.Limit{Name: "b", Queue: "bulk", PartitionBy: []string{"tenant"}, Concurrency: 2})
+	var ps []queue.EnqueueParams
+	for i := range 10 {
+		ps = append(ps, queue.EnqueueParams{Kind: "k", Queue: "bulk", Args: []byte(fmt.Sprintf(`{"tenant": "t%d"}`, i%2))})
+	}
+	if n, err := c.EnqueueMany(ctx, ps); err != nil || n != 10 {
+		t.Fatalf("EnqueueMany = %d, %v", n, err)
+	}
+	got := claim(t, c, "bulk", 100, time.Minute)
+	tenants := map[string]int{}
+	for _, j := range got {
+		tenants[strings.TrimSpace(string(j.EncodedArgs))]++
+	}
+	if len(got) != 4 || slices.ContainsFunc(mapValues(tenants), func(n int) bool { return n != 2 }) {
+		t.Fatalf("claimed %d jobs by tenant %v, want 2 of each", len(got), tenants)
+	}
+}
+
+func mapValues(m map[string]int) []int {
+	var out []int
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
