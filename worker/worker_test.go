@@ -32,6 +32,10 @@ func TestMain(m *testing.M) {
 		// Re-executed by TestWorkerRegistry as the worker it kills.
 		os.Exit(registryChild())
 	}
+	if os.Getenv(limitsChildEnv) != "" {
+		// Re-executed by TestLimitsUnderFaults as a member of its fleet.
+		os.Exit(limitsChild())
+	}
 	pgtest.Main(m)
 }
 

@@ -85,6 +85,11 @@ import (
 // the row is left unclaimed, its lock released at commit: a claim of
 // fewer rows, never a wrong one.)
 //
+// A job's attempted_at is the claim statement's start, not its
+// transaction's (which began before the wait for the turn): a rate limit
+// counts starts by it (see grantSQL), and a start recorded up to a turn's
+// wait early would free a rate slot that much early.
+//
 // The position moves on to the claim's last job. It moves back only when
 // the claim started before it (from the queue's start, or in a higher
 // band) and took its whole limit: jobs before the position may remain,
@@ -128,7 +133,7 @@ WITH b AS MATERIALIZED (
     UPDATE jobfence_jobs j
     SET state = 'running', attempt = j.attempt + 1, fence = f.fence,
         lease_expires_at = now() + $3::bigint * interval '1 microsecond',
-        attempted_at = now(), attempted_by = j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $4::text
+        attempted_at = statement_timestamp(), attempted_by = j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $4::text
     FROM f
     WHERE j.ctid = ANY (ARRAY(SELECT ctid FROM next))
     RETURNING j.id, j.ctid, j.priority, j.scheduled_at
