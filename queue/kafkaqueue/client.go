@@ -19,6 +19,13 @@ import (
 // handler idempotent with Job.IdempotencyKey instead, or use pgqueue.
 var ErrUniqueKeyUnsupported = errors.New("kafkaqueue: EnqueueParams.UniqueKey and Unique are not supported: Kafka cannot refuse a duplicate message; make the handler idempotent on Job.IdempotencyKey()")
 
+// ErrLimitsUnsupported reports an enqueue with EnqueueParams.LimitKey set:
+// the Kafka backend has no concurrency limits, rate limits or sequences
+// (pgqueue's Limit), so the job is not written rather than run unlimited.
+// Per-key order is the partition's: give the jobs of a sequence the same
+// EnqueueOptions.PartitionKey, and one member works them one at a time, in order.
+var ErrLimitsUnsupported = errors.New("kafkaqueue: EnqueueParams.LimitKey is not supported: the Kafka backend has no limits; for jobs in order per key, give them the same EnqueueOptions.PartitionKey, whose partition one member works in order")
+
 // EnqueueOptions are the Kafka-specific parts of an enqueue.
 type EnqueueOptions struct {
 	// PartitionKey becomes the message key: jobs with the same key go to
@@ -133,6 +140,9 @@ func newMessage(j EnqueueJob, meta map[string]string, now time.Time) (kafka.Mess
 	}
 	if p.UniqueKey != "" || p.Unique != nil {
 		return kafka.Message{}, ErrUniqueKeyUnsupported
+	}
+	if p.LimitKey != "" {
+		return kafka.Message{}, ErrLimitsUnsupported
 	}
 	if !json.Valid(p.Args) {
 		return kafka.Message{}, &queue.InvalidParamsError{Field: "Args", Reason: "is not valid JSON"}

@@ -82,6 +82,7 @@ func TestEnqueueErrors(t *testing.T) {
 		{"bad args", queue.EnqueueParams{Queue: topic, Kind: "k", Args: []byte("{nope")}, "jobfence: invalid enqueue params: Args is not valid JSON", nil},
 		{"unique key", queue.EnqueueParams{Queue: topic, Kind: "k", UniqueKey: "u"}, ErrUniqueKeyUnsupported.Error(), ErrUniqueKeyUnsupported},
 		{"unique opts", queue.EnqueueParams{Queue: topic, Kind: "k", Unique: &queue.UniqueOpts{ByArgs: true}}, ErrUniqueKeyUnsupported.Error(), ErrUniqueKeyUnsupported},
+		{"limit key", queue.EnqueueParams{Queue: topic, Kind: "k", LimitKey: "customer-1"}, ErrLimitsUnsupported.Error(), ErrLimitsUnsupported},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -89,6 +89,9 @@
 //
 // Priorities are checked but ignored, and unique keys are refused
 // (ErrUniqueKeyUnsupported): Kafka cannot refuse a duplicate message.
+// Limits (pgqueue's concurrency and rate limits, sequences) are refused
+// (ErrLimitsUnsupported); a partition's order is the one per-key order
+// Kafka gives.
 // Heartbeat does not extend anything: a claim lasts as long as the member
 // stays in its generation.
 //
