@@ -30,10 +30,24 @@
 -- satisfies it, and checking the whole table would take a lock for as long
 -- as the scan), and rows written from then on are checked all the same.
 --
+-- A limited job is an unfinished one to uniqueness (migration 00012): it
+-- refuses a duplicate wherever an available one does (bit 1), or where its
+-- own bit (128, the place of limited in queue.States()) is asked for. The
+-- function changes before any job can be limited, so the unique index's
+-- entries stay what it computes.
+--
 -- jobfence_jobs_limited serves the grants: the limited jobs of a partition
 -- in insert order. Only limited jobs are in it. Built CONCURRENTLY outside
 -- a transaction (NO TRANSACTION above), as in 00007. Every statement may
 -- run again.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION jobfence_state_in_bitmask(bitmask smallint, state text) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT (bitmask & CASE state
+        WHEN 'available' THEN 1 WHEN 'scheduled' THEN 2 WHEN 'running' THEN 4 WHEN 'retryable' THEN 8
+        WHEN 'completed' THEN 16 WHEN 'discarded' THEN 32 WHEN 'cancelled' THEN 64 WHEN 'limited' THEN 129 ELSE 0 END) <> 0
+$$;
+-- +goose StatementEnd
 -- +goose StatementBegin
 DO $$
 BEGIN
@@ -158,4 +172,12 @@ BEGIN
     DROP TABLE IF EXISTS jobfence_limit_slots;
     DROP TABLE IF EXISTS jobfence_limits;
 END $$;
+-- +goose StatementEnd
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION jobfence_state_in_bitmask(bitmask smallint, state text) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT (bitmask & CASE state
+        WHEN 'available' THEN 1 WHEN 'scheduled' THEN 2 WHEN 'running' THEN 4 WHEN 'retryable' THEN 8
+        WHEN 'completed' THEN 16 WHEN 'discarded' THEN 32 WHEN 'cancelled' THEN 64 ELSE 0 END) <> 0
+$$;
 -- +goose StatementEnd

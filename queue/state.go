@@ -33,9 +33,11 @@ func (s State) Final() bool {
 // ErrUnknownState reports a name that is not one of the states.
 var ErrUnknownState = errors.New("jobfence: unknown job state")
 
-// States returns every state, in the order a job passes through them.
+// States returns every state, in the order a job passes through them,
+// but for limited, which came later and is last: StateBitmask numbers the
+// states by their place here, and a stored bitmask must keep its meaning.
 func States() []State {
-	return []State{StateAvailable, StateScheduled, StateLimited, StateRunning, StateRetryable, StateCompleted, StateDiscarded, StateCancelled}
+	return []State{StateAvailable, StateScheduled, StateRunning, StateRetryable, StateCompleted, StateDiscarded, StateCancelled, StateLimited}
 }
 
 // ParseState returns the state named s, or an error wrapping

@@ -45,7 +45,8 @@ SELECT id, ready, state, inserted, CASE WHEN ready AND $9 <> '' THEN pg_notify($
 // limitOfSQL finds the limit (lim: its name and the job's partition part)
 // that governs a job of queue $1 and kind $2 with args $3 and limit key
 // $16: its kind's, else its queue's. The partition is the limit key, or
-// the JSON array of the args' PartitionBy fields, or ” (one partition).
+// the JSON array of the args' PartitionBy fields, or empty (one
+// partition).
 // A probe of the limits' (queue, kind) index: an insert of a queue with no
 // limit pays that alone.
 const limitOfSQL = `lim AS (

@@ -412,3 +412,22 @@ func mapValues(m map[string]int) []int {
 	}
 	return out
 }
+
+// TestLimitedJobIsUnfinishedToUniqueness: a unique job that waits for a
+// slot refuses a duplicate as an available one does (migration 00013
+// counts limited with available in jobfence_state_in_bitmask).
+func TestLimitedJobIsUnfinishedToUniqueness(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	setLimit(t, c, pgqueue.Limit{Name: "u", Queue: "uq", Concurrency: 1})
+	enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: "uq"}, 1)
+	p := queue.EnqueueParams{Kind: "k", Queue: "uq", Args: []byte(`{"x": 1}`), Unique: &queue.UniqueOpts{ByArgs: true}}
+	first, err := c.Enqueue(ctx, p)
+	if err != nil || !first.Inserted || stateOf(t, c, first.ID) != queue.StateLimited {
+		t.Fatalf("first unique insert = %+v, %v; want it inserted, limited", first, err)
+	}
+	second, err := c.Enqueue(ctx, p)
+	if err != nil || second.Inserted || second.ID != first.ID {
+		t.Fatalf("duplicate of a limited job = %+v, %v; want refused, naming job %d", second, err, first.ID)
+	}
+}
