@@ -30,11 +30,11 @@
 -- satisfies it, and checking the whole table would take a lock for as long
 -- as the scan), and rows written from then on are checked all the same.
 --
--- A limited job is an unfinished one to uniqueness (migration 00012): it
--- refuses a duplicate wherever an available one does (bit 1), or where its
--- own bit (128, the place of limited in queue.States()) is asked for. The
--- function changes before any job can be limited, so the unique index's
--- entries stay what it computes.
+-- The state limited gets its bit of a unique job's states (migration
+-- 00012), 128, as queue's stateBit gives it (a unique job that refuses
+-- duplicates while available does while limited too: UniqueOpts.States).
+-- The function changes before any job can be limited, so the unique
+-- index's entries stay what it computes.
 --
 -- jobfence_jobs_limited serves the grants: the limited jobs of a partition
 -- in insert order. Only limited jobs are in it. Built CONCURRENTLY outside
@@ -45,7 +45,7 @@ CREATE OR REPLACE FUNCTION jobfence_state_in_bitmask(bitmask smallint, state tex
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT (bitmask & CASE state
         WHEN 'available' THEN 1 WHEN 'scheduled' THEN 2 WHEN 'running' THEN 4 WHEN 'retryable' THEN 8
-        WHEN 'completed' THEN 16 WHEN 'discarded' THEN 32 WHEN 'cancelled' THEN 64 WHEN 'limited' THEN 129 ELSE 0 END) <> 0
+        WHEN 'completed' THEN 16 WHEN 'discarded' THEN 32 WHEN 'cancelled' THEN 64 WHEN 'limited' THEN 128 ELSE 0 END) <> 0
 $$;
 -- +goose StatementEnd
 -- +goose StatementBegin

@@ -105,17 +105,25 @@ func stateBit(s State) int16 {
 		return 32
 	case StateCancelled:
 		return 64
+	case StateLimited:
+		return 128
 	}
 	return 0
 }
 
 // States returns the states in which a job with u refuses a duplicate:
-// ByState, or UniqueUnfinished when it is empty.
+// ByState, or UniqueUnfinished when it is empty, and limited with
+// available: a job waiting for a slot of its limit (pgqueue's Limit) is
+// as unfinished as one waiting to be claimed.
 func (u *UniqueOpts) States() []State {
-	if len(u.ByState) == 0 {
-		return UniqueUnfinished()
+	states := u.ByState
+	if len(states) == 0 {
+		states = UniqueUnfinished()
 	}
-	return u.ByState
+	if slices.Contains(states, StateAvailable) && !slices.Contains(states, StateLimited) {
+		states = append(slices.Clone(states), StateLimited)
+	}
+	return states
 }
 
 // validate reports what is wrong with u.
