@@ -193,5 +193,8 @@ func flash(r *http.Request) string {
 	case "resumed":
 		return "The queue is resumed."
 	}
+	if s := limitFlash(r.URL.Query().Get("done")); s != "" {
+		return s
+	}
 	return scheduleFlash(r.URL.Query().Get("done"), n)
 }

@@ -107,6 +107,7 @@ func (h *handler) routes() {
 	get("/schedules", h.schedules)
 	get("/workers", h.workers)
 	get("/keys", h.keys)
+	get("/limits", h.limits)
 	h.mux.HandleFunc("GET /metrics", h.metrics)
 	h.mux.Handle("GET /static/", staticHandler())
 
@@ -124,6 +125,8 @@ func (h *handler) routes() {
 	post("/schedules/pause", h.pauseSchedule)
 	post("/schedules/resume", h.resumeSchedule)
 	post("/schedules/trigger", h.triggerSchedule)
+	post("/limits/set", h.setLimit)
+	post("/limits/delete", h.deleteLimit)
 	h.mux.HandleFunc("/", h.notFound)
 }
 

@@ -148,6 +148,8 @@ type jobPage struct {
 	// Attempts are the attempts' errors, newest first.
 	Attempts []queue.AttemptError
 	Timeline []event
+	// Waits says why a limited job waits for its limit (WaitReason).
+	Waits string
 	// CanRetry, CanCancel and CanDelete say which actions its state allows.
 	CanRetry, CanCancel, CanDelete bool
 }
@@ -178,6 +180,11 @@ func (h *handler) job(w http.ResponseWriter, r *http.Request) error {
 	}
 	if finalized != nil {
 		p.FinalizedAt = *finalized
+	}
+	if j.State == queue.StateLimited {
+		if p.Waits, err = h.client.WaitReason(r.Context(), id); err != nil {
+			return err
+		}
 	}
 	slices.Reverse(p.Attempts)
 	p.Timeline = timeline(j, p.FinalizedAt)

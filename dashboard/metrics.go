@@ -20,7 +20,7 @@ import (
 // ones and discarded (the jobs that need a person). Completed and
 // cancelled jobs are counted for the last hour only: they are most of a
 // busy table, and counting them all would read all of it.
-var metricStates = []queue.State{queue.StateAvailable, queue.StateScheduled, queue.StateRunning, queue.StateRetryable, queue.StateDiscarded}
+var metricStates = []queue.State{queue.StateAvailable, queue.StateScheduled, queue.StateLimited, queue.StateRunning, queue.StateRetryable, queue.StateDiscarded}
 
 // queueMetrics is one queue's exact series.
 type queueMetrics struct {
@@ -49,7 +49,8 @@ type queueMetrics struct {
 // running index after). Each row is (queue, what, n, n2, at):
 //
 //	waiting state: count, put back for an unknown kind, the oldest due scheduled_at
-//	running, discarded: count
+//	running, discarded, limited (held back by a limit, served by
+//	jobfence_jobs_limited): count
 //	completed: in the last 5 minutes, in the last hour
 //	paused: -, -, paused_at
 //
@@ -68,6 +69,8 @@ SELECT queue, 'running', count(*), 0, NULL FROM jobfence_jobs
 WHERE state = 'running' AND lease_expires_at IS NOT NULL AND attempted_at IS NOT NULL GROUP BY queue
 UNION ALL
 SELECT queue, 'discarded', count(*), 0, NULL FROM jobfence_jobs WHERE state = 'discarded' GROUP BY queue
+UNION ALL
+SELECT queue, 'limited', count(*), 0, NULL FROM jobfence_jobs WHERE state = 'limited' GROUP BY queue
 UNION ALL
 SELECT queue, 'completed', count(*) FILTER (WHERE finalized_at > now() - interval '5 minutes'), count(*), NULL
 FROM jobfence_jobs WHERE state = 'completed' AND finalized_at > now() - interval '1 hour' GROUP BY queue

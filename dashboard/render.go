@@ -74,7 +74,7 @@ type navItem struct{ Page, Path, Label string }
 func navItems() []navItem {
 	return []navItem{
 		{"overview", "/", "Overview"}, {"jobs", "/jobs", "Jobs"}, {"queues", "/queues", "Queues"},
-		{"schedules", "/schedules", "Schedules"}, {"workers", "/workers", "Workers"}, {"keys", "/keys", "Keys"},
+		{"schedules", "/schedules", "Schedules"}, {"workers", "/workers", "Workers"}, {"limits", "/limits", "Limits"}, {"keys", "/keys", "Keys"},
 	}
 }
 

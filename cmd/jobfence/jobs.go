@@ -99,6 +99,13 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fmt.Fprintf(stdout, "  unique key %s\n", j.UniqueKey)
 		}
 		fmt.Fprintf(stdout, "  args %s\n  attempted by %v\n", j.EncodedArgs, j.AttemptedBy)
+		if j.State == queue.StateLimited {
+			why, err := c.WaitReason(ctx, j.ID)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "  %s\n", why)
+		}
 		for _, e := range j.Errors {
 			putBack := ""
 			if e.PutBack {

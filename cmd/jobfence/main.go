@@ -38,6 +38,7 @@ func commands() map[string]command {
 		"schedules":  {"schedules list|add|pause|resume|delete|trigger: cron schedules, changed while the fleet runs", runSchedules},
 		"ui":         {"ui [--listen ADDR] [--read-only] [--basic-auth USER:PASS]: the web dashboard", runUI},
 		"queues":     {"queues list|pause NAME|resume NAME: queue counts, and pausing queues fleet-wide", runQueues},
+		"limits":     {"limits list|set NAME|delete NAME: concurrency and rate limits and sequences, changed while the fleet runs", runLimits},
 		"workers":    {"workers list: the worker instances running now, from the registry", runWorkers},
 		"dlq":        {"dlq redrive --queue Q: move a Kafka queue's dead letters back to run again", runDLQ},
 		"demo":       {"demo [--only 4,5]: the seven scenarios on a simulated fleet, with a verdict table", runDemo},
