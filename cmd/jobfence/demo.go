@@ -19,6 +19,7 @@ import (
 
 	"github.com/jobfence/jobfence/examples/cron-fleet/fleet"
 	"github.com/jobfence/jobfence/examples/inventory/shop"
+	"github.com/jobfence/jobfence/examples/rate-limited-provider/provider"
 	"github.com/jobfence/jobfence/examples/kafka-rebalance/rebalance"
 	"github.com/jobfence/jobfence/examples/killed-worker/killed"
 	"github.com/jobfence/jobfence/examples/paused-worker/paused"
@@ -34,7 +35,7 @@ import (
 // errDemoFailed is returned by the demo when a scenario's invariant failed.
 var errDemoFailed = errors.New("invariant failed")
 
-// scenario is one of the seven scenarios of the demo: the same code as the
+// scenario is one of the eight scenarios of the demo: the same code as the
 // example program of the same scenario under examples/ (see package
 // examples/scenario for why). The units name what its counts count, for
 // the table.
@@ -44,7 +45,8 @@ type scenario struct {
 	run                       func(ctx context.Context, env *harness.Env) (harness.Result, error)
 }
 
-// scenarios lists the demo's scenarios in the order of DESIGN.md.
+// scenarios lists the demo's scenarios in the order of DESIGN.md, then
+// the rate-limited provider (flow control, issue 29).
 func scenarios() []scenario {
 	return []scenario{
 		{"cron on 20 instances", "enqueues", "jobs", "duplicates", fleet.Run},
@@ -54,6 +56,7 @@ func scenarios() []scenario {
 		{"killed worker (SIGKILL)", "attempts", "shipments", "stale", killed.Run},
 		{"kafka rebalance", "handler runs", "effects", "absorbed", rebalance.Run},
 		{"cold hot key, 1,000 readers", "reads", "computations", "waited", hotkey.Run},
+		{"rate-limited provider, 10 workers", "calls", "completed", "over limit", provider.Run},
 	}
 }
 
@@ -102,7 +105,7 @@ func writeTable(w io.Writer, results []result) error {
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	only := fs.String("only", "", "comma-separated scenario numbers to run (default: all seven)")
+	only := fs.String("only", "", "comma-separated scenario numbers to run (default: all eight)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -31,9 +31,9 @@ func TestDemo(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("jobfence demo exited %d", code)
 	}
-	rows := regexp.MustCompile(`(?m)^([1-7])  .*  PASS$`).FindAllStringSubmatch(out.String(), -1)
-	if len(rows) != 7 {
-		t.Fatalf("%d PASS rows in the table, want 7", len(rows))
+	rows := regexp.MustCompile(`(?m)^([1-8])  .*  PASS$`).FindAllStringSubmatch(out.String(), -1)
+	if len(rows) != 8 {
+		t.Fatalf("%d PASS rows in the table, want 8", len(rows))
 	}
 	for i, r := range rows {
 		if r[1] != string(rune('1'+i)) {
@@ -90,8 +90,8 @@ func TestDemoBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"demo", "--only", "9"}, `jobfence demo: --only "9": "9" is not a scenario number from 1 to 7` + "\n"},
-		{[]string{"demo", "--only", "4,x"}, `jobfence demo: --only "4,x": "x" is not a scenario number from 1 to 7` + "\n"},
+		{[]string{"demo", "--only", "9"}, `jobfence demo: --only "9": "9" is not a scenario number from 1 to 8` + "\n"},
+		{[]string{"demo", "--only", "4,x"}, `jobfence demo: --only "4,x": "x" is not a scenario number from 1 to 8` + "\n"},
 		{[]string{"demo", "now"}, `jobfence demo: unexpected argument "now" (flags: --only)` + "\n"},
 		{[]string{"demo-child", "sleepy"}, "jobfence demo-child: usage: demo-child paused|killed (it is run by jobfence demo, with DATABASE_URL set)\n"},
 	}
