@@ -148,18 +148,29 @@ func TestRestartsGiveAttemptsBack(t *testing.T) {
 		}
 		return nil
 	})
+	// A lease of 3 s with a heartbeat every 250 ms: only the outages, not a
+	// loaded machine's late heartbeat, may cost a job its lease (an expiry
+	// that is not a put-back spends an attempt, and with two attempts the
+	// job would be discarded).
 	w := startWorker(t, c, reg, worker.Config{
-		Lease: time.Second, Queues: map[string]int{"default": n}, PollInterval: 100 * time.Millisecond,
+		Lease: 3 * time.Second, HeartbeatInterval: 250 * time.Millisecond,
+		Queues: map[string]int{"default": n}, PollInterval: 100 * time.Millisecond,
 		RetryPolicy: worker.ExponentialRetry{Max: 100 * time.Millisecond},
 		Logger:      slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)),
 	})
+	defer func() {
+		if t.Failed() {
+			counts, err := c.Counts(ctx, "")
+			t.Logf("at the failure: %d running in handlers, jobs by state %v (%v)", running.Load(), counts, err)
+		}
+	}()
 	for range 3 {
 		testwatch.WaitFor(t, time.Minute, "every job running", func() bool { return running.Load() == n })
 		if err := pg.Halt(); err != nil {
 			t.Fatal(err)
 		}
 		// Down for longer than the lease.
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(3500 * time.Millisecond)
 		if err := pg.Resume(ctx); err != nil {
 			t.Fatal(err)
 		}
