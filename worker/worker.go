@@ -322,7 +322,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 			w.cancelRun(r, ErrWorkerStopping)
 		}
 		w.mu.Unlock()
-		if n := w.waitOrAbandon(done); n > 0 {
+		n := w.waitOrAbandon(done)
+		// The heartbeat may have given up on a cancelled handler first
+		// (both wait StuckGrace from the cancel): count every handler
+		// given up on that still runs, by whichever path.
+		n = max(n, int(w.stats.stuckRunning.Load()))
+		if n > 0 {
 			stopErr = fmt.Errorf("jobfence: worker stop: %w; running jobs were interrupted and put back, "+
 				"except %d whose handlers ignored their context: given up on, they are left to the rescuer", ctx.Err(), n)
 		} else {
