@@ -384,7 +384,7 @@ const grantWait = time.Second
 
 // grant serves the partitions ps: it creates their slots, then hands free
 // slots to waiting jobs (grantSQL), in one transaction of two statements
-// sent together. It returns how many jobs it made available per queue.
+// sent together in one batch. It returns how many jobs it made available per queue.
 func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, error) {
 	if len(ps) == 0 {
 		return nil, nil
@@ -398,14 +398,12 @@ func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, err
 	b.Queue(`SELECT set_config('lock_timeout', $1::bigint::text, true)`, grantWait.Milliseconds())
 	b.Queue(ensureSlotsSQL, names, parts)
 	b.Queue(grantSQL, names, parts, grantBatch, insertChannel)
-	tx, err := c.pool.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("pgqueue: grant limit slots: %w", err)
-	}
-	defer tx.Rollback(ctx)
-	br := tx.SendBatch(ctx, &b)
+	// One batch is one implicit transaction, which the server commits
+	// at the batch's end without waiting for this client: a grant whose
+	// client froze after sending it holds no slot or job row.
+	br := c.pool.SendBatch(ctx, &b)
 	out := map[string]int{}
-	_, err = br.Exec()
+	_, err := br.Exec()
 	if err == nil {
 		_, err = br.Exec()
 	}
@@ -429,9 +427,6 @@ func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, err
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
-	}
-	if err == nil {
-		err = tx.Commit(ctx)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pgqueue: grant limit slots: %w", err)

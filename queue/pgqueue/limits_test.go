@@ -431,3 +431,47 @@ func TestLimitedJobIsUnfinishedToUniqueness(t *testing.T) {
 		t.Fatalf("duplicate of a limited job = %+v, %v; want refused, naming job %d", second, err, first.ID)
 	}
 }
+
+// TestGrantWaitIsBounded: a grant waits for a waiting job's row (the
+// oldest goes first, a sequence's order) only as long as the batch's
+// lock_timeout: a session that holds the row and stays silent, as a frozen
+// client inside a transaction would, makes the grant fail within about a
+// second rather than hang, and the next grant after it lets go hands the
+// slot out.
+func TestGrantWaitIsBounded(t *testing.T) {
+	c, db := newClient(t)
+	ctx := context.Background()
+	setLimit(t, c, pgqueue.Limit{Name: "b", Queue: "bw", Concurrency: 1})
+	ids := enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: "bw"}, 2)
+	got := claim(t, c, "bw", 10, time.Minute)
+	if len(got) != 1 || got[0].ID != ids[0] {
+		t.Fatalf("claimed %v", got)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT FROM jobfence_jobs WHERE id = $1 FOR UPDATE`, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	// The completion applies; its grant gives up on the held row (logged).
+	complete(t, c, got[0])
+	began := time.Now()
+	_, err = c.GrantWaiting(ctx, 100)
+	if err == nil || !strings.Contains(err.Error(), "55P03") {
+		t.Fatalf("grant beside a held row = %v, want a lock timeout (55P03)", err)
+	}
+	if took := time.Since(began); took > 20*time.Second {
+		t.Fatalf("the grant gave up after %v, want about its 1 s lock_timeout", took)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GrantWaiting(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	if got := claim(t, c, "bw", 10, time.Minute); len(got) != 1 || got[0].ID != ids[1] {
+		t.Fatalf("after the holder let go claimed %v, want job %d", got, ids[1])
+	}
+}
