@@ -19,11 +19,11 @@ import (
 
 	"github.com/jobfence/jobfence/examples/cron-fleet/fleet"
 	"github.com/jobfence/jobfence/examples/inventory/shop"
-	"github.com/jobfence/jobfence/examples/rate-limited-provider/provider"
 	"github.com/jobfence/jobfence/examples/kafka-rebalance/rebalance"
 	"github.com/jobfence/jobfence/examples/killed-worker/killed"
 	"github.com/jobfence/jobfence/examples/paused-worker/paused"
 	"github.com/jobfence/jobfence/examples/payment-retry/payments"
+	"github.com/jobfence/jobfence/examples/rate-limited-provider/provider"
 	harness "github.com/jobfence/jobfence/examples/scenario"
 	"github.com/jobfence/jobfence/examples/stampede/hotkey"
 	"github.com/jobfence/jobfence/internal/devenv"
