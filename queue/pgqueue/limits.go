@@ -292,10 +292,12 @@ ON CONFLICT DO NOTHING`
 // holder (a rate slot granted within the Period) counts against the free
 // slots below it, so no grant goes past the new value.
 //
-// The waiting jobs are locked in ID order, as every grant locks them, and
-// waited for (the limited job with the lowest ID goes first: a sequence's
-// order), each wait for one statement of another grant or an admin
-// command; the wait is bounded by the batch's lock_timeout (grantWait).
+// The waiting jobs are locked in ID order, as every grant locks them. A
+// sequence's (ordered: Concurrency 1, holding through retries) are waited
+// for, so that the job with the lowest ID goes first, each wait for one
+// statement of another grant or an admin command, bounded by the batch's
+// lock_timeout (grantWait); other limits' are taken with SKIP LOCKED, the
+// oldest that no one holds, and wait for nothing.
 const grantSQL = `
 WITH l AS MATERIALIZED (
     SELECT p.n, p.pt, m.concurrency, m.rate, m.period_us, m.hold_retrying, m.hold_discarded
@@ -314,7 +316,7 @@ WITH l AS MATERIALIZED (
       AND NOT EXISTS (SELECT FROM jobfence_jobs j WHERE j.id = s.job_id
           AND (j.state = 'available' OR j.attempted_at >= now() - l.period_us * interval '1 microsecond'))
 ), k AS MATERIALIZED (
-    SELECT l.n, l.pt, l.concurrency, l.rate, greatest(0, least($3::int,
+    SELECT l.n, l.pt, l.concurrency, l.rate, coalesce(l.concurrency = 1 AND l.hold_retrying, false) AS ordered, greatest(0, least($3::int,
         CASE WHEN l.concurrency IS NULL THEN $3 ELSE (SELECT count(*) FROM cs WHERE cs.name = l.n AND cs.part = l.pt)
             - (SELECT count(*) FROM jobfence_limit_slots s
                WHERE s.name = l.n AND s.part = l.pt AND s.kind = 0 AND s.slot >= l.concurrency
@@ -324,16 +326,27 @@ WITH l AS MATERIALIZED (
                WHERE s.name = l.n AND s.part = l.pt AND s.kind = 1 AND s.slot >= l.rate
                  AND s.granted_at >= now() - l.period_us * interval '1 microsecond') END)) AS k
     FROM l
-), w AS MATERIALIZED (
-    SELECT x.id, k.n, k.pt, k.concurrency, k.rate, row_number() OVER (PARTITION BY k.n, k.pt ORDER BY x.id) AS rn
-    FROM k CROSS JOIN LATERAL (
+), w0 AS MATERIALIZED (
+    SELECT x.id, k.n, k.pt FROM k CROSS JOIN LATERAL (
         SELECT id FROM jobfence_jobs
         WHERE state = 'limited' AND limit_name = k.n AND limit_part = k.pt
         ORDER BY id
         LIMIT k.k
         FOR UPDATE
     ) x
-    WHERE k.k > 0
+    WHERE k.k > 0 AND k.ordered
+    UNION ALL
+    SELECT x.id, k.n, k.pt FROM k CROSS JOIN LATERAL (
+        SELECT id FROM jobfence_jobs
+        WHERE state = 'limited' AND limit_name = k.n AND limit_part = k.pt
+        ORDER BY id
+        LIMIT k.k
+        FOR UPDATE SKIP LOCKED
+    ) x
+    WHERE k.k > 0 AND NOT k.ordered
+), w AS MATERIALIZED (
+    SELECT w0.id, k.n, k.pt, k.concurrency, k.rate, row_number() OVER (PARTITION BY k.n, k.pt ORDER BY w0.id) AS rn
+    FROM w0 JOIN k ON k.n = w0.n AND k.pt = w0.pt
 ), pair AS MATERIALIZED (
     SELECT w.id, w.n, w.pt, w.concurrency, w.rate, c.slot AS cslot, c.gen AS cgen, r.slot AS rslot, r.gen AS rgen
     FROM w

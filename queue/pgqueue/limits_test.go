@@ -432,16 +432,16 @@ func TestLimitedJobIsUnfinishedToUniqueness(t *testing.T) {
 	}
 }
 
-// TestGrantWaitIsBounded: a grant waits for a waiting job's row (the
-// oldest goes first, a sequence's order) only as long as the batch's
-// lock_timeout: a session that holds the row and stays silent, as a frozen
-// client inside a transaction would, makes the grant fail within about a
-// second rather than hang, and the next grant after it lets go hands the
-// slot out.
+// TestGrantWaitIsBounded: a sequence's grant waits for its oldest waiting
+// job's row (it must go first) only as long as the batch's lock_timeout: a
+// session that holds the row and stays silent, as a frozen client inside
+// a transaction would, makes the grant fail within about a second rather
+// than hang, and the next grant after it lets go hands the slot out.
+// Another limit's grant passes over the held job at once.
 func TestGrantWaitIsBounded(t *testing.T) {
 	c, db := newClient(t)
 	ctx := context.Background()
-	setLimit(t, c, pgqueue.Limit{Name: "b", Queue: "bw", Concurrency: 1})
+	setLimit(t, c, pgqueue.Limit{Name: "b", Queue: "bw", Sequence: true})
 	ids := enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: "bw"}, 2)
 	got := claim(t, c, "bw", 10, time.Minute)
 	if len(got) != 1 || got[0].ID != ids[0] {
@@ -473,5 +473,31 @@ func TestGrantWaitIsBounded(t *testing.T) {
 	}
 	if got := claim(t, c, "bw", 10, time.Minute); len(got) != 1 || got[0].ID != ids[1] {
 		t.Fatalf("after the holder let go claimed %v, want job %d", got, ids[1])
+	}
+}
+
+// TestGrantSkipsAHeldJob: outside a sequence, a grant passes over a
+// waiting job whose row a silent session holds, and hands the slot to the
+// next one at once.
+func TestGrantSkipsAHeldJob(t *testing.T) {
+	c, db := newClient(t)
+	ctx := context.Background()
+	setLimit(t, c, pgqueue.Limit{Name: "s", Queue: "skip", Concurrency: 1})
+	ids := enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: "skip"}, 3)
+	got := claim(t, c, "skip", 10, time.Minute)
+	if len(got) != 1 || got[0].ID != ids[0] {
+		t.Fatalf("claimed %v", got)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT FROM jobfence_jobs WHERE id = $1 FOR UPDATE`, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	complete(t, c, got[0])
+	if got := claim(t, c, "skip", 10, time.Minute); len(got) != 1 || got[0].ID != ids[2] {
+		t.Fatalf("beside a held waiting job claimed %v, want job %d", got, ids[2])
 	}
 }
