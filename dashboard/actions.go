@@ -61,7 +61,7 @@ func actionError(err error) error {
 	var pgErr *pgconn.PgError
 	status := http.StatusConflict
 	switch {
-	case errors.As(err, &he), errors.Is(err, queue.ErrJobNotFound):
+	case errors.As(err, &he), errors.Is(err, queue.ErrJobNotFound), errors.Is(err, queue.ErrWorkflowNotFound):
 		return err
 	case errors.Is(err, queue.ErrUnknownState), errors.Is(err, pgqueue.ErrNoQueueName):
 		status = http.StatusBadRequest

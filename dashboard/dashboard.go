@@ -108,6 +108,8 @@ func (h *handler) routes() {
 	get("/workers", h.workers)
 	get("/keys", h.keys)
 	get("/limits", h.limits)
+	get("/workflows", h.workflows)
+	get("/workflows/{id}", h.workflow)
 	h.mux.HandleFunc("GET /metrics", h.metrics)
 	h.mux.Handle("GET /static/", staticHandler())
 
@@ -127,6 +129,8 @@ func (h *handler) routes() {
 	post("/schedules/trigger", h.triggerSchedule)
 	post("/limits/set", h.setLimit)
 	post("/limits/delete", h.deleteLimit)
+	post("/workflows/{id}/cancel", h.cancelWorkflow)
+	post("/workflows/{id}/retry", h.retryWorkflow)
 	h.mux.HandleFunc("/", h.notFound)
 }
 

@@ -172,7 +172,7 @@ func TestJobsFilterAndPaging(t *testing.T) {
 		t.Errorf("ID filter = %d to %q", code, loc)
 	}
 	for path, want := range map[string]string{
-		"/jobs?state=done":       `jobfence: unknown job state &#34;done&#34;: want one of available, scheduled, running, retryable, completed, discarded, cancelled, limited`,
+		"/jobs?state=done":       `jobfence: unknown job state &#34;done&#34;: want one of available, scheduled, running, retryable, completed, discarded, cancelled, limited, pending`,
 		"/jobs?id=abc":           `job ID &#34;abc&#34; is not a number`,
 		"/jobs?before=x":         `before=&#34;x&#34; is not a job ID`,
 		"/jobs/abc":              `job ID &#34;abc&#34; is not a number`,

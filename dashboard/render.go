@@ -31,13 +31,14 @@ type pages struct {
 // so a parse error is a bug that every test of the package finds.
 func parsePages() *pages {
 	funcs := template.FuncMap{
-		"ts":        formatTime,
-		"ago":       ago,
-		"pretty":    prettyJSON,
-		"states":    queue.States,
-		"lastError": lastError,
-		"short":     short,
-		"navItems":  navItems,
+		"ts":          formatTime,
+		"ago":         ago,
+		"pretty":      prettyJSON,
+		"states":      queue.States,
+		"lastError":   lastError,
+		"short":       short,
+		"navItems":    navItems,
+		"stateCounts": stateCounts,
 	}
 	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
 	names, err := fs.Glob(templateFS, "templates/*.html")
@@ -75,6 +76,7 @@ func navItems() []navItem {
 	return []navItem{
 		{"overview", "/", "Overview"}, {"jobs", "/jobs", "Jobs"}, {"queues", "/queues", "Queues"},
 		{"schedules", "/schedules", "Schedules"}, {"workers", "/workers", "Workers"}, {"limits", "/limits", "Limits"}, {"keys", "/keys", "Keys"},
+		{"workflows", "/workflows", "Workflows"},
 	}
 }
 
@@ -148,7 +150,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.As(err, &he):
 		status = he.status
-	case errors.Is(err, queue.ErrJobNotFound):
+	case errors.Is(err, queue.ErrJobNotFound), errors.Is(err, queue.ErrWorkflowNotFound):
 		status = http.StatusNotFound
 	default:
 		h.log.Error("dashboard: request failed", "method", r.Method, "path", r.URL.Path, "error", err)
@@ -219,4 +221,16 @@ func prettyJSON(b []byte) string {
 		return string(b)
 	}
 	return buf.String()
+}
+
+// stateCounts writes counts as "completed 3, pending 1", in the order of
+// queue.States.
+func stateCounts(counts map[queue.State]int64) string {
+	var parts []string
+	for _, s := range queue.States() {
+		if n := counts[s]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", s, n))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

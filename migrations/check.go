@@ -42,6 +42,7 @@ var relations = []string{
 	"jobfence_idempotency_keys", "jobfence_results", "jobfence_queues", "jobfence_workers", "jobfence_claim_hints",
 	"jobfence_jobs.trace_context", "jobfence_jobs.idempotency_key", "jobfence_jobs.deadline", "jobfence_jobs.timeout_us",
 	"jobfence_schedules.version", "jobfence_jobs.unique_hash",
+	"jobfence_jobs.output", "jobfence_jobs.workflow_id", "jobfence_jobs.run_anyway", "jobfence_workflows",
 }
 
 // Querier is what Check needs of a connection: a *pgxpool.Pool, a *pgx.Conn

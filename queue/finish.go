@@ -51,4 +51,15 @@ type Finish struct {
 	Delay time.Duration
 	// Error is recorded on the job for retry, discard and cancel.
 	Error *AttemptError
+	// Output, for a completion, is the JSON the handler recorded: the
+	// backend stores it with the fenced completion, so a stale attempt's
+	// output is never stored. Nil stores none.
+	Output []byte
+	// Workflow marks the job as a workflow task: the backend releases its
+	// dependents (or cancels them) with the outcome, under its fence.
+	Workflow bool
 }
+
+// MaxOutputBytes is the default cap on a job's recorded output
+// (worker.Config.MaxOutputBytes).
+const MaxOutputBytes = 1 << 20

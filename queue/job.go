@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"encoding/json"
 	"strconv"
 	"time"
 )
@@ -54,6 +55,17 @@ type Job struct {
 	// Metadata is the job's EnqueueParams.Metadata, merged with what an
 	// InsertHook added; nil when there is none. Treat it as read-only.
 	Metadata map[string]string
+	// Output is what the handler of the job's accepted completion
+	// recorded (worker.RecordOutput), as JSON; nil when it recorded
+	// nothing or the job has not completed.
+	Output json.RawMessage
+	// WorkflowID names the workflow the job is a task of (package
+	// workflow); empty for a job outside a workflow.
+	WorkflowID string
+	// TaskName is the job's name within its workflow.
+	TaskName string
+	// DependsOn are the IDs of the workflow tasks this one depends on.
+	DependsOn []int64
 }
 
 // IdempotencyKey returns a key that is the same for every attempt of the job

@@ -12,7 +12,9 @@ type State string
 // The states of a job. Available, scheduled and retryable jobs are waiting;
 // the worker picks them up once their scheduled time has come. A limited
 // job waits for a slot of the limit that governs it (see pgqueue's
-// SetLimit), which makes it available. Completed, discarded and cancelled
+// SetLimit), which makes it available. A pending job is a workflow task
+// waiting for its dependencies (package workflow): the completion of its
+// last dependency makes it available. Completed, discarded and cancelled
 // are final.
 const (
 	StateAvailable State = "available"
@@ -23,6 +25,10 @@ const (
 	StateCompleted State = "completed"
 	StateDiscarded State = "discarded"
 	StateCancelled State = "cancelled"
+	// StatePending is a workflow task waiting for its dependencies: no
+	// claim reads it until the completion of its last dependency makes it
+	// available.
+	StatePending State = "pending"
 )
 
 // Final reports whether s is a final state.
@@ -34,10 +40,9 @@ func (s State) Final() bool {
 var ErrUnknownState = errors.New("jobfence: unknown job state")
 
 // States returns every state, in the order a job passes through them,
-// but for limited, which came later and is last: StateBitmask numbers the
-// states by their place here, and a stored bitmask must keep its meaning.
+// but for limited and pending, which came later and are last.
 func States() []State {
-	return []State{StateAvailable, StateScheduled, StateRunning, StateRetryable, StateCompleted, StateDiscarded, StateCancelled, StateLimited}
+	return []State{StateAvailable, StateScheduled, StateRunning, StateRetryable, StateCompleted, StateDiscarded, StateCancelled, StateLimited, StatePending}
 }
 
 // ParseState returns the state named s, or an error wrapping

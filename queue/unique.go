@@ -107,6 +107,8 @@ func stateBit(s State) int16 {
 		return 64
 	case StateLimited:
 		return 128
+	case StatePending:
+		return 256
 	}
 	return 0
 }

@@ -20,6 +20,12 @@ const (
 	attrOutcome = attribute.Key("jobfence.job.outcome")
 	attrStale   = attribute.Key("jobfence.job.stale")
 	attrLost    = attribute.Key("jobfence.job.lost")
+	// A workflow task's attempt: its workflow, its name, and the job IDs
+	// of the tasks it depends on (whose attempts' spans carry them as
+	// jobfence.job.id), so a trace backend finds the dependencies' spans.
+	attrWorkflowID = attribute.Key("jobfence.workflow.id")
+	attrTaskName   = attribute.Key("jobfence.workflow.task")
+	attrDependsOn  = attribute.Key("jobfence.workflow.depends_on")
 )
 
 // series is what one queue (and kind) needs per measurement, built once:

@@ -159,6 +159,9 @@ func (t *workerTelemetry) jobStart(ctx context.Context, job *queue.Job) context.
 	ctx, span := t.tracer.Start(ctx, s.spanName, b.options(trace.SpanContextFromContext(ctx).IsValid())...)
 	b.record(span)
 	s.starts.put(b)
+	if job.WorkflowID != "" && span.IsRecording() {
+		span.SetAttributes(attrWorkflowID.String(job.WorkflowID), attrTaskName.String(job.TaskName), attrDependsOn.Int64Slice(job.DependsOn))
+	}
 	return ctx
 }
 

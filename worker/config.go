@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/jobfence/jobfence/queue"
 )
 
 // Config tunes a Worker. Every zero field takes the default its comment
@@ -75,6 +77,9 @@ type Config struct {
 	// RetryPolicy decides when failed jobs run again. Default:
 	// ExponentialRetry{}.
 	RetryPolicy RetryPolicy
+	// MaxOutputBytes caps the JSON a handler may record with
+	// RecordOutput. Default: queue.MaxOutputBytes (1 MiB).
+	MaxOutputBytes int
 	// FinishBatch caps how many outcomes go to the backend in one round
 	// trip. Default: 1000.
 	FinishBatch int
@@ -146,6 +151,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryPolicy == nil {
 		c.RetryPolicy = ExponentialRetry{}
+	}
+	if c.MaxOutputBytes <= 0 {
+		c.MaxOutputBytes = queue.MaxOutputBytes
 	}
 	if c.FinishBatch <= 0 {
 		c.FinishBatch = 1000

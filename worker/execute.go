@@ -50,7 +50,10 @@ func (w *Worker) execute(job *queue.Job, until time.Time) (leave bool) {
 	// one by one through the in-flight map instead.
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	r := &running{job: job, lease: job.Lease(), cancel: cancel, leaseUntil: until, ctx: ctx}
+	r := &running{job: job, lease: job.Lease(), cancel: cancel, leaseUntil: until}
+	r.rc = &runCtx{r: r, backend: w.backend, max: w.cfg.MaxOutputBytes}
+	ctx = context.WithValue(ctx, runCtxKey{}, r.rc)
+	r.ctx = ctx
 	if w.cfg.Hooks.JobStart != nil {
 		ctx = w.cfg.Hooks.JobStart(ctx, job)
 		r.ctx = ctx
@@ -157,7 +160,8 @@ func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *runni
 		return false, stack, err
 	}
 	w.finishing(r)
-	if err := txb.CompleteTx(ctx, tx, job.Lease()); err != nil {
+	f := queue.Finish{Lease: job.Lease(), Outcome: queue.OutcomeComplete, Output: r.recordedOutput(), Workflow: job.WorkflowID != ""}
+	if err := txb.FinishTx(ctx, tx, f); err != nil {
 		if errors.Is(err, queue.ErrStaleFence) {
 			w.stats.stale.Add(1)
 			w.logJob(ctx, slog.LevelWarn, "jobfence: job was lost before its transaction committed; rolled back", job)
@@ -285,7 +289,10 @@ func (w *Worker) reportRun(job *queue.Job, r *running, o queue.Outcome, delay ti
 	if d, derr := w.pastDeadlineOutcome(job, r, o, delay, err); d != o {
 		o, err, putBacks = d, derr, 0
 	}
-	f := queue.Finish{Lease: job.Lease(), Outcome: o, Delay: delay}
+	f := queue.Finish{Lease: job.Lease(), Outcome: o, Delay: delay, Workflow: job.WorkflowID != ""}
+	if o == queue.OutcomeComplete {
+		f.Output = r.recordedOutput()
+	}
 	if err != nil {
 		f.Error = &queue.AttemptError{Attempt: job.Attempt, At: time.Now(), Error: err.Error(), Trace: stack,
 			PutBack: o == queue.OutcomeSnooze, PutBacks: putBacks}

@@ -142,10 +142,12 @@ type TxBackend interface {
 	// BeginTx starts a transaction for a handler whose claim holds a lease
 	// of lease. The backend must end the transaction, and release its
 	// locks, if it sits idle for longer than the lease (a holder frozen
-	// mid-handler), and CompleteTx must bound the rest of it by the lease
+	// mid-handler), and FinishTx must bound the rest of it by the lease
 	// the job has left, so that no frozen holder pins the job.
 	BeginTx(ctx context.Context, lease time.Duration) (pgx.Tx, error)
-	// CompleteTx completes the job under its fence inside tx, or returns an
-	// error that is errors.Is queue.ErrStaleFence when the fence is stale.
-	CompleteTx(ctx context.Context, tx pgx.Tx, l queue.Lease) error
+	// FinishTx completes the job under its fence inside tx (f.Outcome is
+	// OutcomeComplete), storing f.Output and releasing a workflow task's
+	// dependents with it, or returns an error that is errors.Is
+	// queue.ErrStaleFence when the fence is stale.
+	FinishTx(ctx context.Context, tx pgx.Tx, f queue.Finish) error
 }

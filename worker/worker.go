@@ -79,7 +79,9 @@ type Worker struct {
 
 // running is one job whose handler is running.
 type running struct {
-	job    *queue.Job
+	job *queue.Job
+	// rc is what the handler's context carries (RecordOutput's output).
+	rc     *runCtx
 	lease  queue.Lease
 	cancel context.CancelCauseFunc
 	// ctx is the handler's context, as Hooks.JobStart returned it; took,

@@ -84,7 +84,7 @@ func TestConnectErrors(t *testing.T) {
 // before any connection is made.
 func TestJobsBadState(t *testing.T) {
 	_, errs, code := cli(t, "jobs", "list", "--state", "bogus", "--database-url", "postgres://127.0.0.1:1/x")
-	want := `jobfence jobs: --state: jobfence: unknown job state "bogus": want one of available, scheduled, running, retryable, completed, discarded, cancelled, limited` + "\n"
+	want := `jobfence jobs: --state: jobfence: unknown job state "bogus": want one of available, scheduled, running, retryable, completed, discarded, cancelled, limited, pending` + "\n"
 	if code != 1 || errs != want {
 		t.Fatalf("exit %d, stderr %q; want 1 and %q", code, errs, want)
 	}

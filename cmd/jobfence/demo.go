@@ -21,6 +21,7 @@ import (
 	"github.com/jobfence/jobfence/examples/inventory/shop"
 	"github.com/jobfence/jobfence/examples/kafka-rebalance/rebalance"
 	"github.com/jobfence/jobfence/examples/killed-worker/killed"
+	"github.com/jobfence/jobfence/examples/order-workflow/orderflow"
 	"github.com/jobfence/jobfence/examples/paused-worker/paused"
 	"github.com/jobfence/jobfence/examples/payment-retry/payments"
 	"github.com/jobfence/jobfence/examples/rate-limited-provider/provider"
@@ -35,7 +36,7 @@ import (
 // errDemoFailed is returned by the demo when a scenario's invariant failed.
 var errDemoFailed = errors.New("invariant failed")
 
-// scenario is one of the eight scenarios of the demo: the same code as the
+// scenario is one of the nine scenarios of the demo: the same code as the
 // example program of the same scenario under examples/ (see package
 // examples/scenario for why). The units name what its counts count, for
 // the table.
@@ -57,6 +58,7 @@ func scenarios() []scenario {
 		{"kafka rebalance", "handler runs", "effects", "absorbed", rebalance.Run},
 		{"cold hot key, 1,000 readers", "reads", "computations", "waited", hotkey.Run},
 		{"rate-limited provider, 10 workers", "calls", "completed", "over limit", provider.Run},
+		{"workflow step paused (SIGSTOP)", "task runs", "task effects", "stale", orderflow.Run},
 	}
 }
 
@@ -105,7 +107,7 @@ func writeTable(w io.Writer, results []result) error {
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	only := fs.String("only", "", "comma-separated scenario numbers to run (default: all eight)")
+	only := fs.String("only", "", "comma-separated scenario numbers to run (default: all nine)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

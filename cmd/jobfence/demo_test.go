@@ -31,9 +31,9 @@ func TestDemo(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("jobfence demo exited %d", code)
 	}
-	rows := regexp.MustCompile(`(?m)^([1-8])  .*  PASS$`).FindAllStringSubmatch(out.String(), -1)
-	if len(rows) != 8 {
-		t.Fatalf("%d PASS rows in the table, want 8", len(rows))
+	rows := regexp.MustCompile(`(?m)^([1-9])  .*  PASS$`).FindAllStringSubmatch(out.String(), -1)
+	if len(rows) != 9 {
+		t.Fatalf("%d PASS rows in the table, want 9", len(rows))
 	}
 	for i, r := range rows {
 		if r[1] != string(rune('1'+i)) {
@@ -90,10 +90,10 @@ func TestDemoBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"demo", "--only", "9"}, `jobfence demo: --only "9": "9" is not a scenario number from 1 to 8` + "\n"},
-		{[]string{"demo", "--only", "4,x"}, `jobfence demo: --only "4,x": "x" is not a scenario number from 1 to 8` + "\n"},
+		{[]string{"demo", "--only", "10"}, `jobfence demo: --only "10": "10" is not a scenario number from 1 to 9` + "\n"},
+		{[]string{"demo", "--only", "4,x"}, `jobfence demo: --only "4,x": "x" is not a scenario number from 1 to 9` + "\n"},
 		{[]string{"demo", "now"}, `jobfence demo: unexpected argument "now" (flags: --only)` + "\n"},
-		{[]string{"demo-child", "sleepy"}, "jobfence demo-child: usage: demo-child paused|killed (it is run by jobfence demo, with DATABASE_URL set)\n"},
+		{[]string{"demo-child", "sleepy"}, "jobfence demo-child: usage: demo-child paused|killed|order-workflow (it is run by jobfence demo, with DATABASE_URL set)\n"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -21,7 +21,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	databaseURL := databaseURLFlag(fs)
 	q := fs.String("queue", "", "list: only this queue")
 	kind := fs.String("kind", "", "list: only this kind")
-	state := fs.String("state", "", "list: only this state (available, scheduled, running, retryable, completed, discarded, cancelled, limited)")
+	state := fs.String("state", "", "list: only this state (available, scheduled, running, retryable, completed, discarded, cancelled, limited, pending)")
 	limit := fs.Int("limit", 50, "list: at most this many jobs, newest first")
 	force := fs.Bool("force", false, "retry: also run a completed job again, repeating its effects")
 	asJSON := fs.Bool("json", false, "list, show: print JSON (an array, or one object) for scripts")

@@ -54,3 +54,34 @@ func TestJobsCommand(t *testing.T) {
 		t.Fatalf("after retry: %+v %v", j, err)
 	}
 }
+
+// TestJobsShowOutput: `jobs show` prints the output the accepted
+// completion stored, as text and in --json.
+func TestJobsShowOutput(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := pgqueue.New(db.Pool, pgqueue.Config{})
+	res, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "charge"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := c.Claim(ctx, queue.ClaimParams{Queue: "default", Limit: 1, Lease: time.Minute})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("claim: %v, %v", jobs, err)
+	}
+	if stale, err := c.Finish(ctx, []queue.Finish{{Lease: jobs[0].Lease(), Outcome: queue.OutcomeComplete, Output: []byte(`{"charge_id":"ch_1"}`)}}); err != nil || len(stale) > 0 {
+		t.Fatalf("finish: %v, %v", stale, err)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"show", fmt.Sprint(res.ID)}, `  output {"charge_id": "ch_1"}`},
+		{[]string{"show", "--json", fmt.Sprint(res.ID)}, `"output": {`},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(ctx, append([]string{"jobs", "--database-url", db.URL}, tt.args...), &out, &errb); code != 0 || !strings.Contains(out.String(), tt.want) {
+			t.Fatalf("jobs %v: exit %d, out %q, err %q; want %q", tt.args, code, out.String(), errb.String(), tt.want)
+		}
+	}
+}

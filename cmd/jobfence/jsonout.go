@@ -35,6 +35,10 @@ type jobJSON struct {
 	LeaseExpiresAt *time.Time         `json:"lease_expires_at"`
 	AttemptedBy    []string           `json:"attempted_by"`
 	Errors         []attemptErrorJSON `json:"errors"`
+	// Output is what the handler recorded; absent when nothing.
+	Output     json.RawMessage `json:"output,omitempty"`
+	WorkflowID string          `json:"workflow_id,omitempty"`
+	TaskName   string          `json:"task_name,omitempty"`
 }
 
 type attemptErrorJSON struct {
@@ -122,6 +126,7 @@ func toJobJSON(j *queue.Job) jobJSON {
 		Args: json.RawMessage(j.EncodedArgs), ScheduledAt: jsonTime(j.ScheduledAt), CreatedAt: jsonTime(j.CreatedAt),
 		AttemptedAt: jsonTime(j.AttemptedAt), LeaseExpiresAt: jsonTime(j.LeaseExpiresAt),
 		AttemptedBy: j.AttemptedBy, Errors: []attemptErrorJSON{},
+		Output: j.Output, WorkflowID: j.WorkflowID, TaskName: j.TaskName,
 	}
 	if len(out.Args) == 0 {
 		out.Args = json.RawMessage("{}")

@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -33,10 +34,16 @@ type Servers struct {
 // non-zero if the scenario failed. Started as a worker process of the
 // scenario, it runs RunShipWorker instead.
 func Main(name string, servers Servers, run func(context.Context, *Env) (Result, error)) {
+	MainWithChild(name, servers, run, RunShipWorker)
+}
+
+// MainWithChild is Main for a scenario whose worker processes run child
+// rather than RunShipWorker.
+func MainWithChild(name string, servers Servers, run func(context.Context, *Env) (Result, error), child func(ctx context.Context, q string, stdout io.Writer) error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	var err error
 	if q := os.Getenv(workerProcessEnv); q != "" {
-		err = RunShipWorker(ctx, q, os.Stdout)
+		err = child(ctx, q, os.Stdout)
 	} else {
 		err = runMain(ctx, name, servers, run)
 	}

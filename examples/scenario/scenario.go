@@ -12,7 +12,7 @@
 //
 // Why packages the demo imports, rather than the demo running the example
 // programs: an installed jobfence binary has no example sources to run,
-// and `go run` would compile seven programs per demo. Why a package per
+// and `go run` would compile nine programs per demo. Why a package per
 // example rather than one for all: a user who copies one example's
 // directory into their module gets its scenario's code with it (and points
 // main.go's import at the copy); only this small harness stays imported.

@@ -122,6 +122,18 @@ func (c *Child) ID() string { return shipWorkerID(c.Pid()) }
 // shipWorkerID is the worker ID of the RunShipWorker process pid.
 func shipWorkerID(pid int) string { return fmt.Sprintf("child-%d", pid) }
 
+// StartChild starts a worker process of queue q (env.WorkerProcess), for
+// scenarios whose worker process runs handlers of their own: it must
+// print "started <job id> <fence>" once it has claimed the job, wait for
+// a line on its stdin, and end with the line RunShipWorker ends with
+// ("outcome completed=N stale=N lost=N").
+func StartChild(ctx context.Context, env *Env, q string) (*Child, error) {
+	return startChild(ctx, env, q)
+}
+
+// Started waits for the process's "started <job id> <fence>" line.
+func (c *Child) Started(ctx context.Context) (jobID, fence int64, err error) { return c.started(ctx) }
+
 func startChild(ctx context.Context, env *Env, q string) (*Child, error) {
 	cmd := env.WorkerProcess(ctx, q)
 	stdin, err := cmd.StdinPipe()

@@ -392,6 +392,7 @@ var knownPackages = map[string]string{
 	"stampedetelemetry": "github.com/jobfence/jobfence/telemetry/stampedetelemetry",
 	"dashboard":         "github.com/jobfence/jobfence/dashboard",
 	"jobfencetest":      "github.com/jobfence/jobfence/jobfencetest",
+	"workflow":          "github.com/jobfence/jobfence/workflow",
 	"devserver":         "github.com/jobfence/jobfence/jobfencetest/devserver",
 }
 

@@ -154,8 +154,22 @@ SELECT pg_notify($2, id::text || ':' || fence::text) FROM c`
 // told at once (NOTIFY) and cancels the handler's context; whatever that
 // handler reports afterwards is stale. Cancelling a final job returns an
 // error naming its state; an unknown ID wraps queue.ErrJobNotFound.
+//
+// A workflow task's pending dependents are cancelled with it, in the same
+// transaction (see releaseSQL), a bounded one (see finishBatch).
 func (c *Client) Cancel(ctx context.Context, id int64) error {
-	err := c.pool.QueryRow(ctx, cancelSQL, id, cancelChannel).Scan(nil)
+	var err error
+	if j, gerr := c.Get(ctx, id); gerr == nil && j.WorkflowID != "" {
+		err = c.boundedTx(ctx, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, cancelSQL, id, cancelChannel).Scan(nil); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, releaseSQL, []int64{id}, insertChannel)
+			return err
+		})
+	} else {
+		err = c.pool.QueryRow(ctx, cancelSQL, id, cancelChannel).Scan(nil)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		j, gerr := c.Get(ctx, id)
 		if gerr != nil {

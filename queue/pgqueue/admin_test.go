@@ -64,7 +64,7 @@ func TestCheck(t *testing.T) {
 func TestListUnknownState(t *testing.T) {
 	c, _ := newClient(t)
 	_, err := c.List(context.Background(), pgqueue.ListParams{State: "done"})
-	want := `pgqueue: list: jobfence: unknown job state "done": want one of available, scheduled, running, retryable, completed, discarded, cancelled, limited`
+	want := `pgqueue: list: jobfence: unknown job state "done": want one of available, scheduled, running, retryable, completed, discarded, cancelled, limited, pending`
 	if !errors.Is(err, queue.ErrUnknownState) || err.Error() != want {
 		t.Fatalf("List(State: done) = %v, want %q", err, want)
 	}

@@ -197,7 +197,7 @@ const (
 // jobColumns are the columns scanJob reads, in order.
 const jobColumns = `j.id, j.queue, j.kind, j.args, j.state, j.priority, j.attempt, j.max_attempts, j.fence,
     j.scheduled_at, j.created_at, j.attempted_at, j.lease_expires_at, j.unique_key, j.errors, j.attempted_by, j.metadata, j.trace_context,
-    j.idempotency_key, j.deadline, j.timeout_us`
+    j.idempotency_key, j.deadline, j.timeout_us, j.output, j.workflow_id, j.task_name, j.depends_on`
 
 // Claim implements queue.Backend.
 func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, error) {
@@ -353,13 +353,16 @@ func scanJob(row pgx.Row, more ...any) (*queue.Job, error) {
 		key       pgtype.UUID
 		deadline  *time.Time
 		timeout   *int64
+		output    []byte
+		workflow  pgtype.UUID
+		task      *string
 	)
 	// One slice, sized for more too: appending more to a literal of
 	// exactly the columns would copy it, a second allocation for every job
 	// a claim returns.
-	dest := append(make([]any, 0, 21+len(more)), &j.ID, &j.Queue, &j.Kind, &j.EncodedArgs, &state, &priority, &j.Attempt, &j.MaxAttempts,
+	dest := append(make([]any, 0, 25+len(more)), &j.ID, &j.Queue, &j.Kind, &j.EncodedArgs, &state, &priority, &j.Attempt, &j.MaxAttempts,
 		&j.Fence, &j.ScheduledAt, &j.CreatedAt, &attempted, &lease, &unique, &errs, &j.AttemptedBy, &meta, &tc,
-		&key, &deadline, &timeout)
+		&key, &deadline, &timeout, &output, &workflow, &task, &j.DependsOn)
 	if err := row.Scan(append(dest, more...)...); err != nil {
 		return nil, err
 	}
@@ -379,6 +382,15 @@ func scanJob(row pgx.Row, more ...any) (*queue.Job, error) {
 		j.Deadline = *deadline
 	}
 	j.Timeout = jobTimeout(timeout)
+	if output != nil {
+		j.Output = output
+	}
+	if workflow.Valid {
+		j.WorkflowID = uuidString(workflow)
+	}
+	if task != nil {
+		j.TaskName = *task
+	}
 	if len(errs) > 2 {
 		if err := json.Unmarshal(errs, &j.Errors); err != nil {
 			return nil, fmt.Errorf("job %d: decode errors: %w", j.ID, err)

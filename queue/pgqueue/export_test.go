@@ -7,6 +7,7 @@ var (
 	FinishSQL    = finishSQL
 	HeartbeatSQL = heartbeatSQL
 	RescueSQL    = rescueSQL
+	ReleaseSQL   = releaseSQL
 )
 
 // The claim statement and the read of its jobs, for the tests that

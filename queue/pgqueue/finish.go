@@ -1,6 +1,7 @@
 package pgqueue
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -8,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/jobfence/jobfence/queue"
 )
@@ -27,10 +30,13 @@ import (
 // such batches, and rows locked in the table's order instead of the IDs'
 // could deadlock with a heartbeat. At the default estimate of 10
 // elements the plan is the one a prepared statement's generic plan uses.
+//
+// The output ($3) is written by the same fenced update: an attempt whose
+// fence is stale stores none.
 const completeSQL = `
 UPDATE jobfence_jobs j
-SET state = 'completed', finalized_at = now(), lease_expires_at = NULL
-FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[])) AS f(id, fence)
+SET state = 'completed', finalized_at = now(), lease_expires_at = NULL, output = f.output
+FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::jsonb[])) AS f(id, fence, output)
 WHERE j.id = f.id AND j.fence = f.fence AND j.state = 'running'
 RETURNING j.id, j.fence, j.limit_name, j.limit_part`
 
@@ -51,9 +57,9 @@ RETURNING j.id, j.fence, j.limit_name, j.limit_part`
 const finishSQL = `
 WITH f AS (
     SELECT * FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::smallint[]),
-        (SELECT $4::bigint[]), (SELECT $5::jsonb[])) AS f(id, fence, outcome, delay, err)
+        (SELECT $4::bigint[]), (SELECT $5::jsonb[]), (SELECT $6::jsonb[])) AS f(id, fence, outcome, delay, err, output)
 ), n AS (
-    SELECT j.id, f.delay, f.err, f.outcome, ` + finishLate + ` AS late,
+    SELECT j.id, f.delay, f.err, f.outcome, f.output, ` + finishLate + ` AS late,
         CASE WHEN ` + finishLate + ` THEN 'discarded' ELSE CASE f.outcome
             WHEN 1 THEN 'completed'
             WHEN 2 THEN CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END
@@ -76,7 +82,8 @@ SET state = n.state,
                || ', after its deadline ' || (to_jsonb(j.deadline) #>> '{}') || '; discarded'))
            ELSE '[]'::jsonb END,
     finalized_at = CASE WHEN n.state IN ('completed', 'discarded', 'cancelled') THEN now() END,
-    lease_expires_at = NULL
+    lease_expires_at = NULL,
+    output = CASE WHEN n.state = 'completed' THEN n.output ELSE j.output END
 FROM n
 WHERE j.id = n.id AND j.state = 'running'
 RETURNING j.id, j.fence, j.limit_name, j.limit_part`
@@ -92,6 +99,8 @@ const finishLate = `coalesce((f.outcome = 4 OR f.outcome = 2 AND j.attempt < j.m
 // slots that the applied outcomes of limited jobs freed go to the next
 // waiting jobs of their partitions at once, in a statement of its own
 // (grant): a failure there leaves them to the workers' next grant pass.
+// When the batch holds workflow tasks, releaseSQL follows the outcomes in
+// the same transaction (see finishBatch).
 func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, error) {
 	if len(fs) == 0 {
 		return nil, nil
@@ -110,10 +119,18 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 	}
 	ids := make([]int64, len(sorted))
 	fences := make([]int64, len(sorted))
+	outputs := make([][]byte, len(sorted))
+	var tasks []int64
 	for i, f := range sorted {
 		ids[i], fences[i] = f.ID, f.Fence
+		if f.Outcome == queue.OutcomeComplete && f.Output != nil {
+			outputs[i] = jsonbOutput(f.Output)
+		}
+		if f.Workflow {
+			tasks = append(tasks, f.ID)
+		}
 	}
-	sql, args := completeSQL, []any{ids, fences}
+	sql, args := completeSQL, []any{ids, fences, outputs}
 	if !onlyCompletions {
 		outcomes := make([]int16, len(sorted))
 		delays := make([]int64, len(sorted))
@@ -128,27 +145,10 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 				errs[i] = b
 			}
 		}
-		sql, args = finishSQL, []any{ids, fences, outcomes, delays, errs}
+		sql, args = finishSQL, []any{ids, fences, outcomes, delays, errs, outputs}
 	}
-	rows, err := c.pool.Query(ctx, sql, args...)
+	applied, lims, err := c.finishBatch(ctx, sql, args, tasks)
 	if err != nil {
-		return nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)
-	}
-	applied := make(map[queue.Lease]bool, len(fs))
-	var lims []partition
-	for rows.Next() {
-		var l queue.Lease
-		var limName, limPart *string
-		if err := rows.Scan(&l.ID, &l.Fence, &limName, &limPart); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("pgqueue: finish: %w", err)
-		}
-		applied[l] = true
-		if limName != nil && limPart != nil && !slices.Contains(lims, partition{*limName, *limPart}) {
-			lims = append(lims, partition{*limName, *limPart})
-		}
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)
 	}
 	// Only an outcome that applied can have freed a slot: a stale one
@@ -161,6 +161,106 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 		}
 	}
 	return stale, nil
+}
+
+// finishBatch runs a finish statement and returns the leases it applied.
+// With workflow tasks among the jobs, releaseSQL follows it in the same
+// transaction: the dependents a completion releases become available with
+// it, under its fence, or not at all. The release is a statement of its
+// own because it must see what committed while the finish waited for its
+// rows (a task added meanwhile that depends on one of them: see
+// workflow's dynamic tasks); a statement sees only what had committed
+// when it began. The transaction is bounded (boundedTx): a client frozen
+// between the two statements holds their rows txbound.Idle at most.
+func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks []int64) (map[queue.Lease]bool, []partition, error) {
+	applied := make(map[queue.Lease]bool, len(args[0].([]int64)))
+	var lims []partition
+	run := func(db DB) error {
+		rows, err := db.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var l queue.Lease
+			var limName, limPart *string
+			if err := rows.Scan(&l.ID, &l.Fence, &limName, &limPart); err != nil {
+				return err
+			}
+			applied[l] = true
+			if limName != nil && limPart != nil && !slices.Contains(lims, partition{*limName, *limPart}) {
+				lims = append(lims, partition{*limName, *limPart})
+			}
+		}
+		return rows.Err()
+	}
+	if len(tasks) == 0 {
+		return applied, lims, run(c.pool)
+	}
+	err := c.boundedTx(ctx, func(tx pgx.Tx) error {
+		if err := run(tx); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, releaseSQL, tasks, insertChannel); err != nil {
+			return fmt.Errorf("release dependents: %w", err)
+		}
+		return nil
+	})
+	return applied, lims, err
+}
+
+// boundedTx runs fn in a transaction bounded as EnqueueMany's is
+// (boundedBegin) and commits it if fn succeeds.
+func (c *Client) boundedTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: boundedBegin})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// jsonbOutput makes recorded output storable as jsonb, which refuses a
+// NUL (\u0000) in a string: one handler's output must not fail a batch of
+// other jobs' outcomes, so NULs become U+FFFD, as in jsonbSafe. Output
+// without the escape, nearly all, is passed as it is.
+func jsonbOutput(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`\u0000`)) {
+		return b
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return b
+	}
+	out, err := json.Marshal(replaceNUL(v))
+	if err != nil {
+		return b
+	}
+	return out
+}
+
+// replaceNUL replaces the NULs in v's strings and keys.
+func replaceNUL(v any) any {
+	switch v := v.(type) {
+	case string:
+		return strings.ReplaceAll(v, "\x00", "\uFFFD")
+	case []any:
+		for i := range v {
+			v[i] = replaceNUL(v[i])
+		}
+	case map[string]any:
+		m := make(map[string]any, len(v))
+		for k, e := range v {
+			m[strings.ReplaceAll(k, "\x00", "\uFFFD")] = replaceNUL(e)
+		}
+		return m
+	}
+	return v
 }
 
 // jsonbSafe replaces the NUL characters jsonb refuses: one handler's error

@@ -107,6 +107,7 @@ func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) 
 	var ids, fences, delays []int64
 	var giveBack []bool
 	var putBacks []int32
+	var tasks []int64
 	for rows.Next() {
 		var j *queue.Job
 		var restarted bool
@@ -128,6 +129,9 @@ func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) 
 		}
 		ids, fences, delays = append(ids, j.ID), append(fences, j.Fence), append(delays, d.Microseconds())
 		giveBack, putBacks = append(giveBack, back), append(putBacks, int32(n))
+		if j.WorkflowID != "" {
+			tasks = append(tasks, j.ID)
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -136,24 +140,43 @@ func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) 
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	moved, err := c.pool.Query(ctx, rescueSQL, ids, fences, delays, giveBack, putBacks, queue.PutBackLimit)
-	if err != nil {
-		return 0, fmt.Errorf("pgqueue: rescue: %w", err)
-	}
 	n := 0
 	var lims []partition
-	for moved.Next() {
-		var limName, limPart *string
-		if err := moved.Scan(&limName, &limPart); err != nil {
-			moved.Close()
-			return 0, fmt.Errorf("pgqueue: rescue: %w", err)
+	scan := func(moved pgx.Rows) error {
+		defer moved.Close()
+		for moved.Next() {
+			var limName, limPart *string
+			if err := moved.Scan(&limName, &limPart); err != nil {
+				return err
+			}
+			n++
+			if limName != nil && limPart != nil && !slices.Contains(lims, partition{*limName, *limPart}) {
+				lims = append(lims, partition{*limName, *limPart})
+			}
 		}
-		n++
-		if limName != nil && limPart != nil && !slices.Contains(lims, partition{*limName, *limPart}) {
-			lims = append(lims, partition{*limName, *limPart})
+		return moved.Err()
+	}
+	if len(tasks) > 0 {
+		// A discarded task cancels its dependents in the same transaction
+		// (see finishBatch).
+		err = c.boundedTx(ctx, func(tx pgx.Tx) error {
+			moved, err := tx.Query(ctx, rescueSQL, ids, fences, delays, giveBack, putBacks, queue.PutBackLimit)
+			if err != nil {
+				return err
+			}
+			if err := scan(moved); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, releaseSQL, tasks, insertChannel)
+			return err
+		})
+	} else {
+		var moved pgx.Rows
+		if moved, err = c.pool.Query(ctx, rescueSQL, ids, fences, delays, giveBack, putBacks, queue.PutBackLimit); err == nil {
+			err = scan(moved)
 		}
 	}
-	if err := moved.Err(); err != nil {
+	if err != nil {
 		return 0, fmt.Errorf("pgqueue: rescue: %w", err)
 	}
 	// A rescued job's slot is free (unless its limit holds it through a

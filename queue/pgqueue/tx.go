@@ -64,17 +64,18 @@ func (t *slotTx) Rollback(ctx context.Context) error {
 	return t.Tx.Rollback(ctx)
 }
 
-// completeOneSQL completes one job under its fence and bounds the rest of
-// the transaction by the lease the row still has, by the database's clock
-// (txbound): from here until COMMIT the transaction holds the job's row,
-// which the rescuer skips, so a holder frozen before its COMMIT would
-// otherwise pin the job as running, its lease long gone, until it woke. The
-// main query reads the row as it was before the update (a data-modifying
-// WITH is not visible to it), lease included, and returns a row only if the
-// update did, that is if the fence still held the job.
+// completeOneSQL completes one job under its fence, storing its output
+// ($3), and bounds the rest of the transaction by the lease the row still
+// has, by the database's clock (txbound): from here until COMMIT the
+// transaction holds the job's row, which the rescuer skips, so a holder
+// frozen before its COMMIT would otherwise pin the job as running, its
+// lease long gone, until it woke. The main query reads the row as it was
+// before the update (a data-modifying WITH is not visible to it), lease
+// included, and returns a row only if the update did, that is if the
+// fence still held the job.
 const completeOneSQL = `
 WITH done AS (
-    UPDATE jobfence_jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL
+    UPDATE jobfence_jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL, output = $3
     WHERE id = $1 AND fence = $2 AND state = 'running'
     RETURNING 1
 )
@@ -90,9 +91,25 @@ WHERE id = $1`
 // second): a holder frozen before its COMMIT loses its transaction when its
 // lease ends.
 func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, l queue.Lease) error {
-	rows, err := tx.Query(ctx, completeOneSQL, l.ID, l.Fence)
+	return c.FinishTx(ctx, tx, queue.Finish{Lease: l, Outcome: queue.OutcomeComplete})
+}
+
+// FinishTx is CompleteTx for a completion f that may carry the handler's
+// output (f.Output), stored by the fenced update, and may be a workflow
+// task's (f.Workflow): its dependents are released in tx, after the
+// completion, so they become available if and only if tx commits. f's
+// Outcome must be OutcomeComplete.
+func (c *Client) FinishTx(ctx context.Context, tx pgx.Tx, f queue.Finish) error {
+	if f.Outcome != queue.OutcomeComplete {
+		return fmt.Errorf("pgqueue: finish job %d in tx: outcome %s: only a completion commits with a transaction", f.ID, f.Outcome)
+	}
+	var output []byte
+	if f.Output != nil {
+		output = jsonbOutput(f.Output)
+	}
+	rows, err := tx.Query(ctx, completeOneSQL, f.ID, f.Fence, output)
 	if err != nil {
-		return fmt.Errorf("pgqueue: complete job %d in tx: %w", l.ID, err)
+		return fmt.Errorf("pgqueue: complete job %d in tx: %w", f.ID, err)
 	}
 	n := 0
 	for rows.Next() {
@@ -100,10 +117,15 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, l queue.Lease) error
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("pgqueue: complete job %d in tx: %w", l.ID, err)
+		return fmt.Errorf("pgqueue: complete job %d in tx: %w", f.ID, err)
 	}
 	if n == 0 {
-		return &queue.StaleFenceError{Lease: l}
+		return &queue.StaleFenceError{Lease: f.Lease}
+	}
+	if f.Workflow {
+		if _, err := tx.Exec(ctx, releaseSQL, []int64{f.ID}, insertChannel); err != nil {
+			return fmt.Errorf("pgqueue: complete job %d in tx: release dependents: %w", f.ID, err)
+		}
 	}
 	return nil
 }

@@ -1,0 +1,83 @@
+package pgqueue
+
+// releaseSQL releases the dependents of the workflow tasks among $1 that
+// this transaction has just ended: the statement before it in the same
+// transaction (a batch's finish, a transactional handler's completion, a
+// rescue, a cancel) made them final. xmin = the transaction's ID picks the
+// rows this transaction wrote, so a task that some other transaction ended
+// (its fence was stale here, or it was cancelled before) releases nothing
+// again: only the outcome that was accepted under the task's fence
+// releases, once.
+//
+// For each task it ended:
+//   - completed: every pending dependent gets one dependency fewer
+//     (deps_left), and becomes available (or scheduled, if its time is
+//     still to come) at zero.
+//   - discarded or cancelled: its pending dependents are cancelled, with
+//     the reason recorded, and so are theirs in turn (the recursive cx);
+//     a dependent marked run_anyway is not, and counts the dependency as
+//     ended, as a completion does.
+//
+// The conditions on the tasks ended are applied above an OFFSET 0, which
+// keeps them from being pushed down to the scan: there they matched the
+// predicate of jobfence_jobs_finalized, and the planner read every final
+// job through that index rather than probe the primary key per ID.
+//
+// The cost is one primary-key probe per dependent: a fan-in's counter row
+// is updated once per batch that completes some of its dependencies,
+// whatever the size of the workflow or of the table. Dependents are
+// locked in ascending ID order, as Finish locks its jobs; they are pending
+// rows, which no claim, heartbeat or rescue locks, and each statement
+// holds them only while the server runs it. The available ones wake their
+// queues' workers at commit.
+const releaseSQL = `
+WITH RECURSIVE done AS MATERIALIZED (
+    SELECT id, state, task_name, dependents FROM (
+        SELECT j.id, j.state, j.task_name, j.dependents, j.xmin AS x
+        FROM unnest((SELECT $1::bigint[])) AS f(id)
+        JOIN jobfence_jobs j ON j.id = f.id
+        OFFSET 0
+    ) j
+    WHERE j.x = pg_current_xact_id()::xid AND j.dependents IS NOT NULL
+      AND j.state IN ('completed', 'discarded', 'cancelled')
+), cx(id, cause, cause_state) AS (
+    SELECT t.id, d.task_name, d.state
+    FROM done d CROSS JOIN LATERAL unnest(d.dependents) AS u(id)
+    JOIN jobfence_jobs t ON t.id = u.id
+    WHERE d.state <> 'completed' AND t.state = 'pending' AND t.run_anyway IS NOT TRUE
+  UNION
+    SELECT t.id, p.task_name, 'cancelled'
+    FROM cx JOIN jobfence_jobs p ON p.id = cx.id
+    CROSS JOIN LATERAL unnest(p.dependents) AS u(id)
+    JOIN jobfence_jobs t ON t.id = u.id
+    WHERE t.state = 'pending' AND t.run_anyway IS NOT TRUE
+), cset AS MATERIALIZED (
+    SELECT DISTINCT ON (id) id, cause, cause_state FROM cx ORDER BY id, cause
+), edges AS (
+    SELECT u.id FROM done d CROSS JOIN LATERAL unnest(d.dependents) AS u(id)
+  UNION ALL
+    SELECT u.id FROM cset c JOIN jobfence_jobs p ON p.id = c.id CROSS JOIN LATERAL unnest(p.dependents) AS u(id)
+), dec AS MATERIALIZED (
+    SELECT id, count(*)::int AS n FROM edges WHERE id NOT IN (SELECT id FROM cset) GROUP BY id
+), l AS MATERIALIZED (
+    SELECT j.id FROM jobfence_jobs j
+    WHERE j.id IN (SELECT id FROM dec UNION SELECT id FROM cset) AND j.state = 'pending'
+    ORDER BY j.id
+    FOR UPDATE OF j
+), u AS (
+    UPDATE jobfence_jobs j
+    SET state = CASE WHEN c.id IS NOT NULL THEN 'cancelled'
+                     WHEN j.deps_left - d.n > 0 THEN 'pending'
+                     WHEN j.scheduled_at > now() THEN 'scheduled'
+                     ELSE 'available' END,
+        deps_left = CASE WHEN c.id IS NOT NULL THEN j.deps_left ELSE greatest(j.deps_left - d.n, 0) END,
+        scheduled_at = CASE WHEN c.id IS NULL AND j.deps_left - d.n <= 0 THEN greatest(j.scheduled_at, now()) ELSE j.scheduled_at END,
+        finalized_at = CASE WHEN c.id IS NOT NULL THEN now() END,
+        errors = CASE WHEN c.id IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', j.attempt, 'at', now(),
+            'error', 'jobfence: dependency failed: task "' || c.cause || '" was ' || c.cause_state || '; cancelled')) END
+    FROM l LEFT JOIN cset c ON c.id = l.id LEFT JOIN dec d ON d.id = l.id
+    WHERE j.id = l.id AND j.state = 'pending'
+    RETURNING j.id, j.state, j.queue
+)
+SELECT pg_notify($2, r.queue) FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') r`

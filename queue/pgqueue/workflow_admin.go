@@ -1,0 +1,303 @@
+package pgqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/jobfence/jobfence/queue"
+)
+
+// taskOutputSQL reads, for task $1, the state and output of the task named
+// $2 of its workflow, and whether $1 depends on it.
+const taskOutputSQL = `
+SELECT d.state, d.output, d.id = ANY(t.depends_on)
+FROM jobfence_jobs t
+JOIN jobfence_jobs d ON d.workflow_id = t.workflow_id AND d.task_name = $2
+WHERE t.id = $1`
+
+// TaskOutput returns the output that the task named name recorded, read
+// for the task job (a task of the same workflow that depends on it). It
+// returns an error wrapping queue.ErrNotDependency when job does not
+// depend on that task (it may not have run yet), queue.ErrNoOutput when
+// the task did not complete (a dependent that runs anyway) or recorded
+// nothing, and queue.ErrJobNotFound when the workflow has no such task.
+func (c *Client) TaskOutput(ctx context.Context, job int64, name string) (json.RawMessage, error) {
+	var state string
+	var output []byte
+	var dep *bool
+	err := c.pool.QueryRow(ctx, taskOutputSQL, job, name).Scan(&state, &output, &dep)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("pgqueue: output of task %q: %w: the workflow of job %d has no task of that name", name, queue.ErrJobNotFound, job)
+	case err != nil:
+		return nil, fmt.Errorf("pgqueue: output of task %q: %w", name, err)
+	case dep == nil || !*dep:
+		return nil, fmt.Errorf("pgqueue: output of task %q: %w (job %d): declare it in DependsOn", name, queue.ErrNotDependency, job)
+	case state != string(queue.StateCompleted):
+		return nil, fmt.Errorf("pgqueue: output of task %q: %w: the task is %s", name, queue.ErrNoOutput, state)
+	case output == nil:
+		return nil, fmt.Errorf("pgqueue: output of task %q: %w: the task completed without recording any", name, queue.ErrNoOutput)
+	}
+	return output, nil
+}
+
+// WorkflowInfo is a workflow and how far it has come.
+type WorkflowInfo struct {
+	ID        string
+	Name      string
+	CreatedAt time.Time
+	// Counts holds how many of its tasks are in each state.
+	Counts map[queue.State]int64
+	// Tasks holds its tasks, by ID (in dependency order), from Workflow
+	// only.
+	Tasks []*Task
+}
+
+// Task is a workflow task as stored: its job and its dependencies.
+type Task struct {
+	*queue.Job
+	// DepsLeft counts the dependencies it still waits for.
+	DepsLeft int
+	// RunAnyway says it runs even if a dependency failed.
+	RunAnyway bool
+	// FinalizedAt is when it ended; zero while it has not.
+	FinalizedAt time.Time
+}
+
+// Total is how many tasks the workflow has.
+func (w *WorkflowInfo) Total() int64 {
+	var n int64
+	for _, c := range w.Counts {
+		n += c
+	}
+	return n
+}
+
+// Done reports whether every task has ended.
+func (w *WorkflowInfo) Done() bool {
+	var final int64
+	for s, c := range w.Counts {
+		if s.Final() {
+			final += c
+		}
+	}
+	return final == w.Total()
+}
+
+// workflowCountsSQL counts a workflow's tasks by state through the
+// jobfence_jobs_workflow index.
+const workflowCountsSQL = `SELECT state, count(*) FROM jobfence_jobs WHERE workflow_id = $1 GROUP BY state`
+
+const workflowTasksSQL = `SELECT ` + jobColumns + `, coalesce(j.deps_left, 0), coalesce(j.run_anyway, false), j.finalized_at
+FROM jobfence_jobs j WHERE j.workflow_id = $1 ORDER BY j.id`
+
+// Workflow returns workflow id with its tasks, or an error wrapping
+// queue.ErrWorkflowNotFound.
+func (c *Client) Workflow(ctx context.Context, id string) (*WorkflowInfo, error) {
+	w, err := c.workflowRow(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := c.pool.Query(ctx, workflowTasksSQL, id)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: workflow %s: %w", id, err)
+	}
+	defer rows.Close()
+	w.Counts = map[queue.State]int64{}
+	for rows.Next() {
+		t := &Task{}
+		var fin *time.Time
+		var left int32
+		j, err := scanJob(rows, &left, &t.RunAnyway, &fin)
+		if err != nil {
+			return nil, fmt.Errorf("pgqueue: workflow %s: %w", id, err)
+		}
+		t.Job, t.DepsLeft = j, int(left)
+		if fin != nil {
+			t.FinalizedAt = *fin
+		}
+		w.Tasks = append(w.Tasks, t)
+		w.Counts[j.State]++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgqueue: workflow %s: %w", id, err)
+	}
+	return w, nil
+}
+
+func (c *Client) workflowRow(ctx context.Context, id string) (*WorkflowInfo, error) {
+	var u pgtype.UUID
+	if err := u.Scan(id); err != nil {
+		return nil, fmt.Errorf("pgqueue: workflow %q: %w (not a UUID)", id, queue.ErrWorkflowNotFound)
+	}
+	w := &WorkflowInfo{ID: id}
+	err := c.pool.QueryRow(ctx, `SELECT name, created_at FROM jobfence_workflows WHERE id = $1`, u).Scan(&w.Name, &w.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("pgqueue: workflow %s: %w", id, queue.ErrWorkflowNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: workflow %s: %w", id, err)
+	}
+	w.ID = uuidString(u)
+	return w, nil
+}
+
+// ListWorkflows returns the newest limit workflows (100 when limit is not
+// positive) created before before (all when zero), newest first, each
+// with its tasks counted by state.
+func (c *Client) ListWorkflows(ctx context.Context, before time.Time, limit int) ([]*WorkflowInfo, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	var at *time.Time
+	if !before.IsZero() {
+		at = &before
+	}
+	rows, err := c.pool.Query(ctx, `SELECT id, name, created_at FROM jobfence_workflows
+		WHERE $1::timestamptz IS NULL OR created_at < $1 ORDER BY created_at DESC, id DESC LIMIT $2`, at, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: list workflows: %w", err)
+	}
+	var out []*WorkflowInfo
+	for rows.Next() {
+		w := &WorkflowInfo{Counts: map[queue.State]int64{}}
+		var u pgtype.UUID
+		if err := rows.Scan(&u, &w.Name, &w.CreatedAt); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("pgqueue: list workflows: %w", err)
+		}
+		w.ID = uuidString(u)
+		out = append(out, w)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgqueue: list workflows: %w", err)
+	}
+	for _, w := range out {
+		if err := c.countTasks(ctx, w); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (c *Client) countTasks(ctx context.Context, w *WorkflowInfo) error {
+	rows, err := c.pool.Query(ctx, workflowCountsSQL, w.ID)
+	if err != nil {
+		return fmt.Errorf("pgqueue: workflow %s: %w", w.ID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			return fmt.Errorf("pgqueue: workflow %s: %w", w.ID, err)
+		}
+		w.Counts[queue.State(s)] = n
+	}
+	return rows.Err()
+}
+
+// cancelWorkflowSQL cancels the tasks of workflow $1 that have not started
+// (pending, or waiting to run), in ID order. A running task is left to
+// end: its dependents, cancelled here, are no longer pending and its end
+// releases nothing.
+const cancelWorkflowSQL = `
+WITH l AS MATERIALIZED (
+    SELECT id FROM jobfence_jobs
+    WHERE workflow_id = $1 AND state IN ('pending', 'available', 'scheduled', 'retryable')
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE jobfence_jobs j
+SET state = 'cancelled', finalized_at = now(),
+    errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error', 'cancelled by request: workflow cancelled'))
+FROM l
+WHERE j.id = l.id AND j.state IN ('pending', 'available', 'scheduled', 'retryable')`
+
+// CancelWorkflow cancels every task of workflow id that has not started,
+// and returns how many. Tasks running now run to their end.
+func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
+	if _, err := c.workflowRow(ctx, id); err != nil {
+		return 0, err
+	}
+	tag, err := c.pool.Exec(ctx, cancelWorkflowSQL, id)
+	if err != nil {
+		return 0, fmt.Errorf("pgqueue: cancel workflow %s: %w", id, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// retryWorkflowSQL resumes workflow $1: its discarded and cancelled tasks
+// run again, each once its dependencies have completed, with one more
+// attempt if it had none left. Every reset task's dependencies are counted
+// anew, and so are those of the tasks still pending (a task that runs
+// anyway counted a failed dependency as ended, and that dependency now
+// runs again). One statement, its rows locked in ID order.
+const retryWorkflowSQL = `
+WITH r AS MATERIALIZED (
+    SELECT id, state FROM jobfence_jobs
+    WHERE workflow_id = $1 AND state IN ('discarded', 'cancelled', 'pending')
+    ORDER BY id
+    FOR UPDATE
+), n AS MATERIALIZED (
+    SELECT r.id, r.state AS was, (
+        SELECT count(*) FROM unnest(t.depends_on) AS u(id) JOIN jobfence_jobs d ON d.id = u.id
+        WHERE d.state IN ('discarded', 'cancelled', 'pending')
+           OR (d.state NOT IN ('completed', 'discarded', 'cancelled') AND t.run_anyway IS TRUE)
+           OR (d.state <> 'completed' AND t.run_anyway IS NOT TRUE)
+    )::int AS left
+    FROM r JOIN jobfence_jobs t ON t.id = r.id
+), u AS (
+    UPDATE jobfence_jobs j
+    SET state = CASE WHEN n.left > 0 THEN 'pending' ELSE 'available' END,
+        deps_left = n.left,
+        scheduled_at = CASE WHEN n.was = 'pending' AND n.left > 0 THEN j.scheduled_at ELSE now() END,
+        finalized_at = NULL,
+        max_attempts = CASE WHEN n.was = 'pending' THEN j.max_attempts ELSE greatest(j.max_attempts, j.attempt + 1) END
+    FROM n
+    WHERE j.id = n.id
+    RETURNING j.queue, j.state, n.was
+)
+SELECT count(*) FILTER (WHERE was <> 'pending'),
+       coalesce(array_agg(DISTINCT queue) FILTER (WHERE state = 'available'), '{}')
+FROM u`
+
+// RetryWorkflow resumes workflow id: its discarded and cancelled tasks run
+// again, each once the tasks it depends on have completed. It returns how
+// many tasks it reset.
+func (c *Client) RetryWorkflow(ctx context.Context, id string) (int, error) {
+	if _, err := c.workflowRow(ctx, id); err != nil {
+		return 0, err
+	}
+	var n int
+	var queues []string
+	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: boundedBegin})
+	if err != nil {
+		return 0, fmt.Errorf("pgqueue: retry workflow %s: %w", id, err)
+	}
+	defer tx.Rollback(ctx)
+	// Every task first, in ID order (the order a finish locks its jobs and
+	// then their dependents, which have higher IDs): a dependency that
+	// ends from now on waits for this transaction, and the count below,
+	// a statement of its own, sees every end that did not wait.
+	if _, err := tx.Exec(ctx, `SELECT FROM jobfence_jobs WHERE workflow_id = $1 ORDER BY id FOR NO KEY UPDATE`, id); err != nil {
+		return 0, fmt.Errorf("pgqueue: retry workflow %s: %w", id, err)
+	}
+	if err := tx.QueryRow(ctx, retryWorkflowSQL, id).Scan(&n, &queues); err != nil {
+		return 0, fmt.Errorf("pgqueue: retry workflow %s: %w", id, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("pgqueue: retry workflow %s: commit: %w", id, err)
+	}
+	if len(queues) > 0 {
+		c.wakeAfterCommit(ctx, queues)
+	}
+	return n, nil
+}

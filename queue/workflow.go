@@ -1,0 +1,149 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// WorkflowTask is one task of a workflow to insert: a job with a name and
+// the names of the tasks it depends on.
+type WorkflowTask struct {
+	// Name names the task within its workflow; required and unique there.
+	Name string
+	// Params is the task's job. Its UniqueKey must be empty and its
+	// Unique nil: a task that an existing job's key swallowed would leave
+	// its dependents waiting for a job outside the workflow.
+	Params EnqueueParams
+	// DependsOn names the tasks that must complete before this one runs:
+	// tasks inserted with it, or tasks the workflow has already.
+	DependsOn []string
+	// RunAnyway runs the task once its dependencies have ended, whatever
+	// their outcome; by default a task whose dependency was discarded or
+	// cancelled is cancelled, with that reason.
+	RunAnyway bool
+}
+
+// WorkflowParams is a workflow, or tasks added to one, to insert.
+type WorkflowParams struct {
+	// ID is the workflow's ID: empty starts a new workflow (its ID is
+	// drawn and returned); an existing workflow's adds the tasks to it.
+	ID string
+	// Name describes a new workflow in listings; required for one.
+	Name string
+	// Tasks are the tasks to insert, in any order.
+	Tasks []WorkflowTask
+}
+
+// WorkflowResult is what inserting a workflow returns.
+type WorkflowResult struct {
+	// ID is the workflow's ID.
+	ID string
+	// Tasks maps each inserted task's name to its job's ID.
+	Tasks map[string]int64
+}
+
+// WorkflowInserter is implemented by backends that run workflows
+// (pgqueue). A backend that cannot (kafkaqueue) implements it with an error
+// wrapping ErrWorkflowsUnsupported, so a caller learns why at once.
+type WorkflowInserter interface {
+	// InsertWorkflow inserts p's tasks in one transaction: all of them or
+	// none.
+	InsertWorkflow(ctx context.Context, p WorkflowParams) (WorkflowResult, error)
+}
+
+// ErrWorkflowsUnsupported reports a backend that cannot run workflows:
+// they need PostgreSQL (package pgqueue), whose transactions release a
+// task's dependents with its fenced completion.
+var ErrWorkflowsUnsupported = errors.New("jobfence: workflows need the PostgreSQL backend (pgqueue)")
+
+// ErrInvalidWorkflow is wrapped by the error for a workflow that cannot be
+// inserted as given: a task without a name, a name used twice, a
+// dependency on a task the workflow lacks, a cycle.
+var ErrInvalidWorkflow = errors.New("jobfence: invalid workflow")
+
+// ErrWorkflowNotFound reports a workflow ID that names no workflow.
+var ErrWorkflowNotFound = errors.New("jobfence: workflow not found")
+
+// ErrNoOutput is wrapped by the error for reading the output of a task
+// that did not complete (it was discarded or cancelled and its dependent
+// ran anyway) or that recorded none.
+var ErrNoOutput = errors.New("jobfence: no output")
+
+// ErrNotDependency is wrapped by the error for reading, from a task, the
+// output of a task it does not depend on: that task may not have run yet.
+var ErrNotDependency = errors.New("jobfence: not a dependency of this task")
+
+// invalidWorkflow wraps ErrInvalidWorkflow with what is wrong.
+func invalidWorkflow(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidWorkflow, fmt.Sprintf(format, a...))
+}
+
+// TopoOrder checks p's tasks (names present and unique, dependencies
+// among them or in existing, no cycle) and returns their indexes in an
+// order where every task follows the tasks of p it depends on. existing
+// reports whether the workflow has a task of that name already.
+func (p WorkflowParams) TopoOrder(existing func(name string) bool) ([]int, error) {
+	index := make(map[string]int, len(p.Tasks))
+	for i, t := range p.Tasks {
+		switch {
+		case t.Name == "":
+			return nil, invalidWorkflow("task %d has no name", i)
+		case existing != nil && existing(t.Name):
+			return nil, invalidWorkflow("the workflow has a task named %q already", t.Name)
+		}
+		if _, dup := index[t.Name]; dup {
+			return nil, invalidWorkflow("two tasks are named %q", t.Name)
+		}
+		if t.Params.UniqueKey != "" || t.Params.Unique != nil {
+			return nil, invalidWorkflow("task %q has a unique key: a workflow's tasks cannot (a key taken by another job would leave its dependents waiting)", t.Name)
+		}
+		index[t.Name] = i
+	}
+	for _, t := range p.Tasks {
+		seen := map[string]bool{}
+		for _, d := range t.DependsOn {
+			if seen[d] {
+				return nil, invalidWorkflow("task %q depends on %q twice", t.Name, d)
+			}
+			seen[d] = true
+			if _, ok := index[d]; !ok && (existing == nil || !existing(d)) {
+				return nil, invalidWorkflow("task %q depends on %q, which the workflow has no task of", t.Name, d)
+			}
+		}
+	}
+	// Depth-first, so a cycle is found and named.
+	const (
+		unseen = iota
+		visiting
+		done
+	)
+	mark := make([]int, len(p.Tasks))
+	order := make([]int, 0, len(p.Tasks))
+	var visit func(i int, path []string) error
+	visit = func(i int, path []string) error {
+		switch mark[i] {
+		case done:
+			return nil
+		case visiting:
+			return invalidWorkflow("a cycle: %v", append(path, p.Tasks[i].Name))
+		}
+		mark[i] = visiting
+		for _, d := range p.Tasks[i].DependsOn {
+			if j, ok := index[d]; ok {
+				if err := visit(j, append(path, p.Tasks[i].Name)); err != nil {
+					return err
+				}
+			}
+		}
+		mark[i] = done
+		order = append(order, i)
+		return nil
+	}
+	for i := range p.Tasks {
+		if err := visit(i, nil); err != nil {
+			return nil, err
+		}
+	}
+	return order, nil
+}
