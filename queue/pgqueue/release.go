@@ -11,8 +11,9 @@ package pgqueue
 //
 // For each task it ended:
 //   - completed: every pending dependent gets one dependency fewer
-//     (deps_left), and becomes available (or scheduled, if its time is
-//     still to come) at zero.
+//     (deps_left), and becomes available at zero (or scheduled, if its
+//     time is still to come, or limited, if a limit governs it: the
+//     limits' grant gives it a slot, as to any other job).
 //   - discarded or cancelled: its pending dependents are cancelled, with
 //     the reason recorded, and so are theirs in turn (the recursive cx);
 //     a dependent marked run_anyway is not, and counts the dependency as
@@ -69,6 +70,7 @@ WITH RECURSIVE done AS MATERIALIZED (
     SET state = CASE WHEN c.id IS NOT NULL THEN 'cancelled'
                      WHEN j.deps_left - d.n > 0 THEN 'pending'
                      WHEN j.scheduled_at > now() THEN 'scheduled'
+                     WHEN j.limit_name IS NOT NULL THEN 'limited'
                      ELSE 'available' END,
         deps_left = CASE WHEN c.id IS NOT NULL THEN j.deps_left ELSE greatest(j.deps_left - d.n, 0) END,
         scheduled_at = CASE WHEN c.id IS NULL AND j.deps_left - d.n <= 0 THEN greatest(j.scheduled_at, now()) ELSE j.scheduled_at END,

@@ -48,22 +48,36 @@ WHERE j.id = a.id`
 const taskIDsSQL = `SELECT nextval(pg_get_serial_sequence('jobfence_jobs', 'id')) FROM generate_series(1, $1) ORDER BY 1`
 
 // insertTasksSQL inserts tasks with the IDs drawn. A task with no
-// dependency left is available (or scheduled), one with some pending, one
-// with a failed dependency that does not run anyway cancelled at once.
+// dependency left is available (or scheduled, or limited: waiting for a
+// slot of the limit that governs it, found as insertManySQL finds it),
+// one with some pending, one with a failed dependency that does not run
+// anyway cancelled at once.
 const insertTasksSQL = `
 INSERT INTO jobfence_jobs (id, queue, kind, args, state, priority, scheduled_at, max_attempts, metadata, trace_context,
                            idempotency_key, deadline, timeout_us, workflow_id, task_name, depends_on, dependents, deps_left,
-                           run_anyway, errors, finalized_at)
+                           run_anyway, errors, finalized_at, limit_name, limit_part)
 OVERRIDING SYSTEM VALUE
 SELECT id, q, k, a,
-       CASE WHEN fail <> '' THEN 'cancelled' WHEN dl_left > 0 THEN 'pending' WHEN s > now() THEN 'scheduled' ELSE 'available' END,
+       CASE WHEN fail <> '' THEN 'cancelled' WHEN dl_left > 0 THEN 'pending' WHEN s > now() THEN 'scheduled'
+            WHEN lim.name IS NOT NULL THEN 'limited' ELSE 'available' END,
        p, greatest(COALESCE(s, now()), now()), m, md, tc, ik, dl, tm, $14, n, d::bigint[], NULL, dl_left, ra,
        CASE WHEN fail <> '' THEN jsonb_build_array(jsonb_build_object('attempt', 0, 'at', now(),
            'error', 'jobfence: dependency failed: task "' || fail || '; cancelled')) ELSE '[]'::jsonb END,
-       CASE WHEN fail <> '' THEN now() END
+       CASE WHEN fail <> '' THEN now() END, lim.name, lim.part
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::jsonb[], $5::smallint[], $6::timestamptz[], $7::int[], $8::jsonb[], $9::bytea[],
-            $10::uuid[], $11::timestamptz[], $12::bigint[], $13::text[], $15::text[], $16::int[], $17::boolean[], $18::text[])
-     AS t(id, q, k, a, p, s, m, md, tc, ik, dl, tm, n, d, dl_left, ra, fail)`
+            $10::uuid[], $11::timestamptz[], $12::bigint[], $13::text[], $15::text[], $16::int[], $17::boolean[], $18::text[], $19::text[])
+     AS t(id, q, k, a, p, s, m, md, tc, ik, dl, tm, n, d, dl_left, ra, fail, lk)
+LEFT JOIN LATERAL (
+    SELECT l.name,
+        CASE WHEN lk <> '' THEN lk
+             WHEN cardinality(l.partition_by) = 0 THEN ''
+             ELSE (SELECT jsonb_agg(coalesce(a -> f, 'null'::jsonb) ORDER BY o)::text
+                   FROM unnest(l.partition_by) WITH ORDINALITY AS pb(f, o)) END AS part
+    FROM jobfence_limits l
+    WHERE l.queue = q AND l.kind IN (k, '')
+    ORDER BY l.kind DESC
+    LIMIT 1
+) lim ON true`
 
 // setDependentsSQL records, on new tasks, the new tasks that depend on
 // them (known only once every ID is drawn).
@@ -249,6 +263,7 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		m, left             = make([]int32, n), make([]int32, n)
 		tm                  = make([]*int64, n)
 		ra                  = make([]bool, n)
+		lk                  = make([]string, n)
 		tid                 = make([]int64, n)
 	)
 	keys := newJobKeys(n)
@@ -260,7 +275,7 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		tp := t.Params
 		tid[k2] = taskID[t.Name]
 		q[k2], k[k2], a[k2], pr[k2], m[k2] = tp.Queue, tp.Kind, tp.Args, int16(tp.Priority), int32(tp.MaxAttempts)
-		nm[k2], ra[k2] = t.Name, t.RunAnyway
+		nm[k2], ra[k2], lk[k2] = t.Name, t.RunAnyway, tp.LimitKey
 		if !tp.ScheduledAt.IsZero() {
 			at := tp.ScheduledAt
 			s[k2] = &at
@@ -299,7 +314,7 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 			queues[tp.Queue] = true
 		}
 	}
-	if _, err := tx.Exec(ctx, insertTasksSQL, tid, q, k, a, pr, s, m, md, tc, keys, dl, tm, nm, id, d, left, ra, failed); err != nil {
+	if _, err := tx.Exec(ctx, insertTasksSQL, tid, q, k, a, pr, s, m, md, tc, keys, dl, tm, nm, id, d, left, ra, failed, lk); err != nil {
 		return fail(err)
 	}
 	// Dependents, on the new tasks and on the existing ones.

@@ -256,7 +256,8 @@ WITH r AS MATERIALIZED (
     FROM r JOIN jobfence_jobs t ON t.id = r.id
 ), u AS (
     UPDATE jobfence_jobs j
-    SET state = CASE WHEN n.left > 0 THEN 'pending' ELSE 'available' END,
+    SET state = CASE WHEN n.left > 0 THEN 'pending' WHEN j.limit_name IS NOT NULL THEN 'limited' ELSE 'available' END,
+        limit_slot = NULL,
         deps_left = n.left,
         scheduled_at = CASE WHEN n.was = 'pending' AND n.left > 0 THEN j.scheduled_at ELSE now() END,
         finalized_at = NULL,

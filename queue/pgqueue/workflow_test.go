@@ -398,3 +398,47 @@ func TestWorkflowCancelAndRescueReleaseToo(t *testing.T) {
 		t.Fatalf("states = %v, want %v", got, want)
 	}
 }
+
+// TestWorkflowTasksUnderALimit: a task that a limit governs waits for a
+// slot (limited) once its dependencies are done, as any job of its queue
+// does: a release never makes it available past the limit.
+func TestWorkflowTasksUnderALimit(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	const q = "lim"
+	if err := c.SetLimit(ctx, pgqueue.Limit{Name: "one", Queue: q, Concurrency: 1}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.InsertWorkflow(ctx, queue.WorkflowParams{Name: "lim", Tasks: []queue.WorkflowTask{
+		task("root", q), task("a", q, "root"), task("b", q, "root"),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := states(t, c, res.ID); got["root"] != queue.StateLimited || got["a"] != queue.StatePending {
+		t.Fatalf("states after insert = %v, want root limited", got)
+	}
+	if _, err := c.GrantWaiting(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	root := claimOne(t, c, q)
+	// The completion releases a and b as limited, then gives root's slot
+	// to one of them at once (Finish's grant); another grant pass gives
+	// none to the other while that one holds it.
+	finish(t, c, queue.Finish{Lease: root.Lease(), Outcome: queue.OutcomeComplete, Workflow: true})
+	if _, err := c.GrantWaiting(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	got := states(t, c, res.ID)
+	if n := btoi(got["a"] == queue.StateAvailable) + btoi(got["b"] == queue.StateAvailable); n != 1 ||
+		btoi(got["a"] == queue.StateLimited)+btoi(got["b"] == queue.StateLimited) != 1 {
+		t.Fatalf("states after root = %v, want one of a and b available and the other limited (concurrency 1)", got)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
