@@ -106,6 +106,12 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 			fmt.Fprintf(stdout, "  %s\n", why)
 		}
+		if j.WorkflowID != "" {
+			fmt.Fprintf(stdout, "  workflow %s, task %s\n", j.WorkflowID, j.TaskName)
+		}
+		if j.Output != nil {
+			fmt.Fprintf(stdout, "  output %s\n", j.Output)
+		}
 		for _, e := range j.Errors {
 			putBack := ""
 			if e.PutBack {
