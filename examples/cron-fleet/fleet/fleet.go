@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/jobfence/jobfence/examples/scenario"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/scheduler"
@@ -41,11 +43,17 @@ func Run(ctx context.Context, env *scenario.Env) (scenario.Result, error) {
 		}
 	}
 	var fleet []*scheduler.Scheduler
+	var pools []*pgxpool.Pool
+	// The schedulers stop before their pools close: a scheduler whose
+	// pool closed first would log failed fires until it stopped.
 	defer func() {
 		for _, s := range fleet {
 			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			s.Stop(stopCtx)
 			cancel()
+		}
+		for _, p := range pools {
+			p.Close()
 		}
 	}()
 	for range instances {
@@ -53,7 +61,7 @@ func Run(ctx context.Context, env *scenario.Env) (scenario.Result, error) {
 		if err != nil {
 			return o, err
 		}
-		defer pool.Close()
+		pools = append(pools, pool)
 		s := scheduler.New(pgqueue.New(pool, pgqueue.Config{Logger: env.Log()}), scheduler.Config{Logger: env.Log(), OnFire: onFire})
 		if err := s.Add(name, "* * * * * *", "heartbeat", map[string]string{"from": "cron-fleet"}, scheduler.Options{}); err != nil {
 			return o, err

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/jobfence/jobfence/examples/scenario"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
@@ -81,11 +83,17 @@ func Run(ctx context.Context, env *scenario.Env) (scenario.Result, error) {
 	reg := worker.NewRegistry()
 	worker.Add(reg, func(ctx context.Context, job *worker.Job[Call]) error { return p.call(ctx) })
 	var fleet []*worker.Worker
+	var pools []*pgxpool.Pool
+	// The workers stop before their pools close: a worker whose pool
+	// closed first would log failed claims until it stopped.
 	defer func() {
 		for _, w := range fleet {
 			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			w.Stop(stopCtx)
 			cancel()
+		}
+		for _, p := range pools {
+			p.Close()
 		}
 	}()
 	for range workers {
@@ -93,7 +101,7 @@ func Run(ctx context.Context, env *scenario.Env) (scenario.Result, error) {
 		if err != nil {
 			return o, err
 		}
-		defer pool.Close()
+		pools = append(pools, pool)
 		w, err := worker.New(pgqueue.New(pool, pgqueue.Config{Logger: env.Log()}), reg, worker.Config{
 			Queues: map[string]int{"provider": 10}, PromoteInterval: 200 * time.Millisecond, Logger: env.Log(),
 		})
