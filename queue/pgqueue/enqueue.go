@@ -328,12 +328,20 @@ var boundedBegin = txbound.Begin(txbound.Idle, txbound.LockWait)
 // order, in the batch's transaction: a debounced duplicate is not counted.
 func (c *Client) EnqueueMany(ctx context.Context, ps []queue.EnqueueParams) (int64, error) {
 	return queue.Observe(ctx, c.cfg.InsertHook, ps, func(ctx context.Context, meta map[string]string) (int64, error) {
+		// The batch is encoded before its transaction begins: the
+		// transaction's idle bound (txbound) counts the time between its
+		// statements, which a big batch's encoding on a busy machine could
+		// otherwise fill.
+		pl, err := planMany(ps, meta)
+		if err != nil {
+			return 0, err
+		}
 		tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: boundedBegin})
 		if err != nil {
 			return 0, fmt.Errorf("pgqueue: enqueue many: %w", err)
 		}
 		defer tx.Rollback(ctx)
-		n, queues, lims, err := enqueueMany(ctx, tx, ps, meta, false)
+		n, queues, lims, err := pl.insert(ctx, tx, false)
 		if err != nil {
 			return 0, err
 		}
@@ -353,19 +361,34 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []queue.Enqueu
 	return queue.Observe(ctx, c.cfg.InsertHook, ps, func(ctx context.Context, meta map[string]string) (int64, error) {
 		// Limited jobs wait for the workers' next grant pass (see
 		// EnqueueTx).
-		n, _, _, err := enqueueMany(ctx, tx, ps, meta, true)
+		pl, err := planMany(ps, meta)
+		if err != nil {
+			return 0, err
+		}
+		n, _, _, err := pl.insert(ctx, tx, true)
 		return n, err
 	})
 }
 
-// enqueueMany inserts ps in tx and returns how many it inserted, the
-// queues that got jobs ready now, which it notifies in tx when notify is
-// set, and the limits' partitions that got limited jobs.
-func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta map[string]string, notify bool) (int64, []string, []partition, error) {
+// manyPlan is a batch of jobs validated and encoded for insertMany: the
+// plain jobs (for COPY), the keyed and hashed ones (insertManySQL), the
+// debounced ones (one insert each), and the queues that get jobs ready.
+type manyPlan struct {
+	ps, plain        []queue.EnqueueParams
+	meta             map[string]string
+	plainKeys        []pgtype.UUID
+	plainMD, plainTC [][]byte
+	debounced        []int
+	keyed, hashed    *manyRows
+	queues           map[string]bool
+}
+
+// planMany validates and encodes ps, touching no database.
+func planMany(ps []queue.EnqueueParams, meta map[string]string) (*manyPlan, error) {
 	// Jobs without metadata of their own share the hook's, encoded once.
 	shared, sharedTC, err := encodeMetadata(nil, meta)
 	if err != nil {
-		return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: %w", err)
+		return nil, fmt.Errorf("pgqueue: enqueue many: %w", err)
 	}
 	now := time.Now()
 	var plain []queue.EnqueueParams
@@ -378,7 +401,7 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 	for i, p := range ps {
 		p = p.WithDefaults()
 		if err := p.Validate(); err != nil {
-			return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
+			return nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
 		}
 		if p.Unique != nil && p.Unique.Debounce {
 			debounced = append(debounced, i)
@@ -387,7 +410,7 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		md, tc := shared, sharedTC
 		if len(p.Metadata) > 0 {
 			if md, tc, err = encodeMetadata(p.Metadata, meta); err != nil {
-				return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
+				return nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
 			}
 		}
 		// A wake-up is only a hint (workers poll too), so the host's clock
@@ -405,13 +428,23 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 			rows = hashed
 			h, err := p.UniqueHash(now)
 			if err != nil {
-				return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
+				return nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
 			}
 			rows.uh = append(rows.uh, h)
 			rows.us = append(rows.us, queue.StateBitmask(p.Unique.States()))
 		}
 		rows.add(p, md, tc, keys[i])
 	}
+	return &manyPlan{ps: ps, plain: plain, meta: meta, plainKeys: plainKeys, plainMD: plainMD, plainTC: plainTC,
+		debounced: debounced, keyed: keyed, hashed: hashed, queues: queues}, nil
+}
+
+// insert inserts the plan's jobs in tx and returns how many it inserted,
+// the queues that got jobs ready now, which it notifies in tx when notify
+// is set, and the limits' partitions that got limited jobs.
+func (pl *manyPlan) insert(ctx context.Context, tx pgx.Tx, notify bool) (int64, []string, []partition, error) {
+	ps, meta, plain, keyed, hashed, queues := pl.ps, pl.meta, pl.plain, pl.keyed, pl.hashed, pl.queues
+	plainMD, plainTC, plainKeys := pl.plainMD, pl.plainTC, pl.plainKeys
 	var n int64
 	if len(plain) > 0 {
 		// COPY cannot find a job's limit: a batch with a queue that has
@@ -457,7 +490,7 @@ func enqueueMany(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams, meta 
 		}
 		n += inserted
 	}
-	for _, i := range debounced {
+	for _, i := range pl.debounced {
 		res, ready, lim, err := enqueue(ctx, tx, ps[i], meta, "")
 		if err != nil {
 			return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
