@@ -378,6 +378,7 @@ type manyPlan struct {
 	meta             map[string]string
 	plainKeys        []pgtype.UUID
 	plainMD, plainTC [][]byte
+	copyRows         [][]any // the plain jobs' rows for COPY
 	debounced        []int
 	keyed, hashed    *manyRows
 	queues           map[string]bool
@@ -435,8 +436,13 @@ func planMany(ps []queue.EnqueueParams, meta map[string]string) (*manyPlan, erro
 		}
 		rows.add(p, md, tc, keys[i])
 	}
+	copyRows := make([][]any, len(plain))
+	for i, p := range plain {
+		copyRows[i] = []any{p.Queue, p.Kind, p.Args, int16(p.Priority), int32(p.MaxAttempts), plainMD[i], plainTC[i],
+			plainKeys[i], deadlineParam(p.Deadline), timeoutParam(p.Timeout)}
+	}
 	return &manyPlan{ps: ps, plain: plain, meta: meta, plainKeys: plainKeys, plainMD: plainMD, plainTC: plainTC,
-		debounced: debounced, keyed: keyed, hashed: hashed, queues: queues}, nil
+		copyRows: copyRows, debounced: debounced, keyed: keyed, hashed: hashed, queues: queues}, nil
 }
 
 // insert inserts the plan's jobs in tx and returns how many it inserted,
@@ -462,12 +468,7 @@ func (pl *manyPlan) insert(ctx context.Context, tx pgx.Tx, notify bool) (int64, 
 				keyed.add(p, plainMD[i], plainTC[i], plainKeys[i])
 			}
 		} else {
-			rows := make([][]any, len(plain))
-			for i, p := range plain {
-				rows[i] = []any{p.Queue, p.Kind, p.Args, int16(p.Priority), int32(p.MaxAttempts), plainMD[i], plainTC[i],
-					plainKeys[i], deadlineParam(p.Deadline), timeoutParam(p.Timeout)}
-			}
-			copied, err := tx.CopyFrom(ctx, pgx.Identifier{"jobfence_jobs"}, copyColumns, pgx.CopyFromRows(rows))
+			copied, err := tx.CopyFrom(ctx, pgx.Identifier{"jobfence_jobs"}, copyColumns, pgx.CopyFromRows(pl.copyRows))
 			if err != nil {
 				return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: copy: %w", err)
 			}
