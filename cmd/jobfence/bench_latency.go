@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
 )
@@ -28,6 +29,14 @@ type latencyResult struct {
 	// to the handler's first instruction, one process, one clock.
 	warmup time.Duration
 	start  percentiles
+	// dbStart are the same jobs' attempted_at - created_at: the
+	// database's clock from the insert's transaction start to the
+	// claim's, without the client's side of either.
+	dbStart percentiles
+	// stagesAll and stagesSlow are the mean stage times of every job
+	// and of the slowest 1 % (stageTrace).
+	stagesAll, stagesSlow stages
+	nAll, nSlow           int
 	// insert are the insert calls' times (the insert committed and its
 	// wake-up sent).
 	insert percentiles
@@ -46,9 +55,13 @@ type latencyResult struct {
 func (r latencyResult) String() string {
 	return fmt.Sprintf("offered %.0f jobs/s for %s, each inserted in a transaction of its own by %d producers (%d offers, %d waited for a free producer)\n"+
 		"    enqueue-to-start %s (%d jobs offered after a %s warm-up; from the clock read before the insert to the handler's start)\n"+
+		"    database clock   %s (attempted_at - created_at of the same jobs)\n"+
+		"    stages, mean of %d jobs: %s\n"+
+		"    stages, mean of the slowest %d: %s\n"+
 		"    insert call %s; claims %s, %.2f jobs each (%d claims); %.1f outcomes per completion batch\n"+
 		"    cost: %s; connections max %d; load %s",
-		r.rate, r.duration, r.producers, r.offered, r.late, r.start, r.start.n, r.warmup, r.insert,
+		r.rate, r.duration, r.producers, r.offered, r.late, r.start, r.start.n, r.warmup, r.dbStart,
+		r.nAll, r.stagesAll, r.nSlow, r.stagesSlow, r.insert,
 		r.claims, float64(r.claimed)/float64(max(r.claims.n, 1)), r.claims.n, float64(r.finished)/float64(max(r.finishes, 1)),
 		r.cost, r.conns, r.load) + r.top
 }
@@ -99,7 +112,13 @@ func runLatencyBench(ctx context.Context, dbURL string, cfg benchConfig, runs in
 		p99:  med(func(r latencyResult) time.Duration { return r.start.p99 }),
 		pmax: med(func(r latencyResult) time.Duration { return r.start.pmax }),
 	}
-	fmt.Fprintf(stdout, "latency    median of %d at %.0f jobs/s: enqueue-to-start %s\n", len(rs), cfg.rate, m)
+	db := percentiles{
+		p50:  med(func(r latencyResult) time.Duration { return r.dbStart.p50 }),
+		p90:  med(func(r latencyResult) time.Duration { return r.dbStart.p90 }),
+		p99:  med(func(r latencyResult) time.Duration { return r.dbStart.p99 }),
+		pmax: med(func(r latencyResult) time.Duration { return r.dbStart.pmax }),
+	}
+	fmt.Fprintf(stdout, "latency    median of %d at %.0f jobs/s: enqueue-to-start %s; database clock %s\n", len(rs), cfg.rate, m, db)
 	return nil
 }
 
@@ -137,17 +156,20 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 
 	res := latencyResult{rate: cfg.rate, duration: cfg.duration, producers: cfg.producers, warmup: min(cfg.duration/5, benchWarmup)}
 	var started sync.Mutex
-	var startTimes []time.Duration
+	var startTimes, dbTimes []time.Duration
 	var warmFrom atomic.Int64 // Unix nanoseconds; jobs inserted from then on count
 	warmFrom.Store(time.Now().Add(time.Hour).UnixNano())
 	var completed atomic.Int64
+	trace := newStageTrace()
 	reg := worker.NewRegistry()
 	worker.Add(reg, func(ctx context.Context, job *worker.Job[benchArgs]) error {
 		now := time.Now().UnixNano()
 		if at := job.Args.At; at >= warmFrom.Load() {
 			started.Lock()
 			startTimes = append(startTimes, time.Duration(now-at))
+			dbTimes = append(dbTimes, job.AttemptedAt.Sub(job.CreatedAt))
 			started.Unlock()
+			trace.handler(job.ID, at, now)
 		}
 		completed.Add(1)
 		return nil
@@ -155,8 +177,14 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 	var hookMu sync.Mutex
 	var claimTimes []time.Duration
 	wcfg := benchWorkerConfig("bench", cfg, quiet)
+	wcfg.Hooks.JobStart = func(ctx context.Context, job *queue.Job) context.Context {
+		trace.jobStart(job.ID, time.Now().UnixNano())
+		return ctx
+	}
 	wcfg.Hooks.Claim = func(ctx context.Context, ci worker.ClaimInfo) {
-		if time.Now().UnixNano() < warmFrom.Load() {
+		now := time.Now().UnixNano()
+		trace.claim(now, ci.Duration)
+		if now < warmFrom.Load() {
 			return
 		}
 		hookMu.Lock()
@@ -206,7 +234,8 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 			}()
 			for range offers {
 				at := time.Now()
-				if _, err := producer.Insert(ctx, benchArgs{At: at.UnixNano()}, nil); err != nil {
+				r, err := producer.Insert(ctx, benchArgs{At: at.UnixNano()}, nil)
+				if err != nil {
 					insertMu.Lock()
 					if insertErr == nil {
 						insertErr = err
@@ -214,6 +243,7 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 					insertMu.Unlock()
 					continue
 				}
+				trace.insert(r.ID, time.Now().UnixNano())
 				if at.UnixNano() >= warmFrom.Load() {
 					mine = append(mine, time.Since(at))
 				}
@@ -299,6 +329,8 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 	res.load = loadAverage()
 	started.Lock()
 	res.start = summarise(startTimes)
+	res.dbStart = summarise(dbTimes)
+	res.stagesAll, res.stagesSlow, res.nAll, res.nSlow = trace.breakdown()
 	started.Unlock()
 	res.insert = summarise(insertTimes)
 	hookMu.Lock()
