@@ -105,7 +105,7 @@ func (c *Client) bulk(ctx context.Context, what string, p BulkParams, change, el
 			return total, fmt.Errorf("pgqueue: %s matching: %w", what, err)
 		}
 		if notify && len(queues) > 0 {
-			if _, err := c.pool.Exec(ctx, notifySQL, insertChannel, queues); err != nil {
+			if _, err := c.pool.Exec(ctx, wakeSQL, insertChannel, queues); err != nil {
 				return total, fmt.Errorf("pgqueue: %s matching: notify: %w", what, err)
 			}
 		}

@@ -88,7 +88,14 @@ const (
 	existingHashSQL = `SELECT id, state FROM jobfence_jobs WHERE unique_hash = $1 AND jobfence_state_in_bitmask(unique_states, state)`
 )
 
-const notifySQL = `SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`
+// notifySQL wakes the workers of queues $2 inside the caller's
+// transaction. wakeSQL does it in a statement that is its own transaction
+// and commits without waiting for its commit record to reach the disk
+// (set_config's true makes the setting this transaction's only).
+const (
+	notifySQL = `SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`
+	wakeSQL   = `SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, q) FROM unnest($2::text[]) AS q`
+)
 
 // Enqueue inserts one job and wakes idle workers of its queue: one
 // statement (one round trip, one commit) for the insert, then the
@@ -118,16 +125,21 @@ func (c *Client) Enqueue(ctx context.Context, p queue.EnqueueParams) (queue.Enqu
 
 // wakeAfterCommit wakes the workers of queues whose jobs have committed,
 // in a transaction of its own. PostgreSQL makes the commits of
-// transactions that NOTIFY take turns (a lock held until each has flushed
-// its commit to disk, to keep notifications in commit order): a NOTIFY in
-// the insert's own transaction caps a durable server at about one insert
-// per disk flush, and queues every insert behind the others' flushes. A
-// transaction that only notifies writes nothing and flushes nothing, so
-// its turn is short. A wake-up is a hint: if it fails, the job is
-// committed all the same and the workers' polls find it, so the failure
-// is logged, not returned (the caller would enqueue the job again).
+// transactions that NOTIFY take turns (a lock held until each commit is
+// done, to keep notifications in commit order): a NOTIFY in the insert's
+// own transaction caps a durable server at about one insert per disk
+// flush, and queues every insert behind the others' flushes. A
+// notify-only transaction is not free either: NOTIFY gives it a
+// transaction ID, so it writes a commit record and, with
+// synchronous_commit on, holds its turn until that record is flushed.
+// wakeSQL commits it asynchronously: nothing is lost if the server
+// crashes before the flush, since a wake-up is not durable anyway and the
+// job's own insert committed (and flushed) before it. A wake-up is a
+// hint: if it fails, the job is committed all the same and the workers'
+// polls find it, so the failure is logged, not returned (the caller would
+// enqueue the job again).
 func (c *Client) wakeAfterCommit(ctx context.Context, queues []string) {
-	if _, err := c.pool.Exec(ctx, notifySQL, insertChannel, queues); err != nil {
+	if _, err := c.pool.Exec(ctx, wakeSQL, insertChannel, queues); err != nil {
 		c.cfg.Logger.Warn("pgqueue: jobs enqueued, but waking their workers failed; they find the jobs at their next poll",
 			"queues", queues, "err", err)
 	}

@@ -19,3 +19,6 @@ var (
 
 // The turn a claim waits for, for the test that holds one.
 var ClaimTurnSQL = claimTurnSQL
+
+// WakeSQL is the wake-up an insert sends in a transaction of its own.
+const WakeSQL = wakeSQL

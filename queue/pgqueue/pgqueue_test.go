@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
@@ -532,5 +534,72 @@ func TestRescueFollowsBackoff(t *testing.T) {
 	}
 	if state != "retryable" || attempt != 1 || secs < 3500 || secs > 3600 || !strings.Contains(reason, "stopped heartbeating") {
 		t.Fatalf("rescued job: %s, attempt %d, ready in %.0fs, error %q; want retryable, attempt 1 spent, in an hour", state, attempt, secs, reason)
+	}
+}
+
+// TestWakeUpLeavesCommitsDurable: the wake-up after an insert commits
+// without waiting for a disk flush, and that setting stays in its own
+// transaction: the next transaction on the same connection, and a
+// caller's transaction that inserts with EnqueueTx, still commit
+// synchronously (a completion or a claim committed asynchronously could be
+// lost in a crash after the worker acted on it).
+func TestWakeUpLeavesCommitsDurable(t *testing.T) {
+	db := pgtest.New(t)
+	pool := pgtest.AppPool(t, db, "one-connection", 1)
+	c := pgqueue.New(pool, pgqueue.Config{})
+	ctx := context.Background()
+	show := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) string {
+		t.Helper()
+		var v string
+		if err := q.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// The test server is not durable: make this connection's commits
+	// durable, as a production server's are.
+	if _, err := pool.Exec(ctx, `SET synchronous_commit = on`); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", Queue: "durable"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := show(pool); got != "on" {
+			t.Fatalf("synchronous_commit %q on the connection after an insert's wake-up, want on", got)
+		}
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := c.EnqueueTx(ctx, tx, queue.EnqueueParams{Kind: "k", Queue: "durable"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := show(tx); got != "on" {
+		t.Fatalf("synchronous_commit %q in the caller's transaction after EnqueueTx, want on", got)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The wake-up statement itself commits asynchronously.
+	tx, err = pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, pgqueue.WakeSQL, "jobfence_test_channel", []string{"durable"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := show(tx); got != "off" {
+		t.Fatalf("synchronous_commit %q inside the wake-up's transaction, want off", got)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := show(pool); got != "on" {
+		t.Fatalf("synchronous_commit %q after the wake-up's transaction, want on", got)
 	}
 }
