@@ -57,6 +57,8 @@ type benchConfig struct {
 	fillfactor int
 	// soak mode
 	soak soakConfig
+	// fanout is the width of --mode fanout's workflow.
+	fanout int
 }
 
 // benchFlags are the flags of jobfence bench that are not a run's
@@ -76,7 +78,7 @@ type benchFlags struct {
 }
 
 // benchModes are the modes --mode takes.
-const benchModes = "burndown, continuous, both, latency, claim, heartbeat or soak"
+const benchModes = "burndown, continuous, both, latency, claim, heartbeat, soak or fanout"
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -114,6 +116,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&cfg.heartbeat.leaseIndex, "lease-index", false, "heartbeat: recreate the index on lease_expires_at that migrations before 00006 had")
 	fs.DurationVar(&cfg.soak.retention, "retention", 10*time.Minute, "soak: how long finished jobs are kept before the worker prunes them (its Retention)")
 	fs.DurationVar(&cfg.soak.interval, "report-interval", time.Minute, "soak: how often a line reports the rate, the jobs table's sizes, its tuples and autovacuum")
+	fs.IntVar(&cfg.fanout, "tasks", 10_000, "fanout: the tasks a workflow's root fans out to, which fan in to one task")
 	fs.IntVar(&cfg.fillfactor, "fillfactor", 0, "set the jobs table's fillfactor (10-100) before inserting (0: PostgreSQL's default, 100)")
 	fs.IntVar(&bf.runs, "runs", 1, "runs of each mode; the median is reported")
 	fs.BoolVar(&bf.unsafeFast, "unsafe-fast", false, "run the throwaway PostgreSQL with fsync, synchronous_commit and full_page_writes off: faster, not durable, not comparable")
@@ -214,6 +217,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runHeartbeatBench(ctx, dbURL, cfg, stdout)
 	case "soak":
 		return runSoakBench(ctx, dbURL, cfg, settings, log, stdout)
+	case "fanout":
+		return runFanoutBench(ctx, dbURL, cfg, bf.runs, stdout)
 	}
 	modes := []string{bf.mode}
 	if bf.mode == "both" {
@@ -280,12 +285,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // validate refuses flags the bench cannot honour, saying why.
 func (bf benchFlags) validate(cfg benchConfig) error {
 	switch bf.mode {
-	case "burndown", "continuous", "both", "latency", "claim", "heartbeat", "soak":
+	case "burndown", "continuous", "both", "latency", "claim", "heartbeat", "soak", "fanout":
 	default:
 		return fmt.Errorf("unknown --mode %q: want %s", bf.mode, benchModes)
 	}
 	if bf.runs < 1 {
 		return fmt.Errorf("--runs %d: want at least 1", bf.runs)
+	}
+	if bf.mode == "fanout" && cfg.instances > 0 {
+		return errors.New("--mode fanout runs one worker in this process, whose completions it counts: leave out --instances")
+	}
+	if bf.mode != "fanout" && bf.set["tasks"] {
+		return fmt.Errorf("--tasks is for --mode fanout, not --mode %s", bf.mode)
+	}
+	if cfg.fanout < 1 {
+		return fmt.Errorf("--tasks %d: want at least 1", cfg.fanout)
 	}
 	if bf.mode == "soak" && bf.set["runs"] {
 		return errors.New("--mode soak runs once, for --duration: its lines show how the rate holds over time")

@@ -45,9 +45,13 @@ WHERE j.id = a.id`
 // so that each task is inserted with its dependencies and dependents
 // known, in one statement; in ascending order, which the tasks take in
 // dependency order: a dependency's ID is always below its dependents'.
-const taskIDsSQL = `SELECT nextval(pg_get_serial_sequence('jobfence_jobs', 'id')) FROM generate_series(1, $1) ORDER BY 1`
+// The sequence is looked up once: pg_get_serial_sequence in the select
+// list was evaluated per row, a catalog look-up per task.
+const taskIDsSQL = `SELECT nextval(s.seq) FROM (SELECT pg_get_serial_sequence('jobfence_jobs', 'id')::regclass AS seq OFFSET 0) s,
+    generate_series(1, $1) ORDER BY 1`
 
-// insertTasksSQL inserts tasks with the IDs drawn. A task with no
+// insertTasksSQL inserts tasks with the IDs drawn, each with its
+// dependencies and the new tasks that depend on it. A task with no
 // dependency left is available (or scheduled, or limited: waiting for a
 // slot of the limit that governs it, found as insertManySQL finds it),
 // one with some pending, one with a failed dependency that does not run
@@ -60,13 +64,13 @@ OVERRIDING SYSTEM VALUE
 SELECT id, q, k, a,
        CASE WHEN fail <> '' THEN 'cancelled' WHEN dl_left > 0 THEN 'pending' WHEN s > now() THEN 'scheduled'
             WHEN lim.name IS NOT NULL THEN 'limited' ELSE 'available' END,
-       p, greatest(COALESCE(s, now()), now()), m, md, tc, ik, dl, tm, $14, n, d::bigint[], NULL, dl_left, ra,
+       p, greatest(COALESCE(s, now()), now()), m, md, tc, ik, dl, tm, $14, n, d::bigint[], dn::bigint[], dl_left, ra,
        CASE WHEN fail <> '' THEN jsonb_build_array(jsonb_build_object('attempt', 0, 'at', now(),
            'error', 'jobfence: dependency failed: task "' || fail || '; cancelled')) ELSE '[]'::jsonb END,
        CASE WHEN fail <> '' THEN now() END, lim.name, lim.part
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::jsonb[], $5::smallint[], $6::timestamptz[], $7::int[], $8::jsonb[], $9::bytea[],
-            $10::uuid[], $11::timestamptz[], $12::bigint[], $13::text[], $15::text[], $16::int[], $17::boolean[], $18::text[], $19::text[])
-     AS t(id, q, k, a, p, s, m, md, tc, ik, dl, tm, n, d, dl_left, ra, fail, lk)
+            $10::uuid[], $11::timestamptz[], $12::bigint[], $13::text[], $15::text[], $16::int[], $17::boolean[], $18::text[], $19::text[], $20::text[])
+     AS t(id, q, k, a, p, s, m, md, tc, ik, dl, tm, n, d, dl_left, ra, fail, lk, dn)
 LEFT JOIN LATERAL (
     SELECT l.name,
         CASE WHEN lk <> '' THEN lk
@@ -79,12 +83,10 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) lim ON true`
 
-// setDependentsSQL records, on new tasks, the new tasks that depend on
-// them (known only once every ID is drawn).
-const setDependentsSQL = `
-UPDATE jobfence_jobs j SET dependents = a.ids::bigint[]
-FROM unnest($1::bigint[], $2::text[]) AS a(id, ids)
-WHERE j.id = a.id`
+// copyTaskColumns are the columns a workflow's insert writes through
+// COPY, when it can (see insertWorkflow).
+var copyTaskColumns = []string{"id", "queue", "kind", "args", "state", "priority", "max_attempts", "metadata", "trace_context",
+	"idempotency_key", "deadline", "timeout_us", "workflow_id", "task_name", "depends_on", "dependents", "deps_left", "run_anyway"}
 
 // InsertWorkflow implements queue.WorkflowInserter: it inserts p in a
 // transaction of its own (bounded, as EnqueueMany's) and wakes the workers
@@ -257,6 +259,7 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 	n := len(p.Tasks)
 	var (
 		q, k, nm, d, failed = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		dn                  = make([]*string, n)
 		a, md, tc           = make([][]byte, n), make([][]byte, n), make([][]byte, n)
 		pr                  = make([]int16, n)
 		s, dl               = make([]*time.Time, n), make([]*time.Time, n)
@@ -267,30 +270,18 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		tid                 = make([]int64, n)
 	)
 	keys := newJobKeys(n)
+	// Dependencies first: every task's dependents are then known before
+	// the insert, which writes them with the rows rather than updating
+	// each task that has some afterwards.
 	newDependents := map[int64][]int64{}
-	queues := map[string]bool{}
-	now := time.Now()
+	taskDeps := make([][]int64, n)
 	for k2, i := range order {
 		t := p.Tasks[i]
-		tp := t.Params
 		tid[k2] = taskID[t.Name]
-		q[k2], k[k2], a[k2], pr[k2], m[k2] = tp.Queue, tp.Kind, tp.Args, int16(tp.Priority), int32(tp.MaxAttempts)
-		nm[k2], ra[k2], lk[k2] = t.Name, t.RunAnyway, tp.LimitKey
-		if !tp.ScheduledAt.IsZero() {
-			at := tp.ScheduledAt
-			s[k2] = &at
-		}
-		dl[k2], tm[k2] = deadlineParam(tp.Deadline), timeoutParam(tp.Timeout)
-		md[k2], tc[k2] = shared, sharedTC
-		if len(tp.Metadata) > 0 {
-			if md[k2], tc[k2], err = encodeMetadata(tp.Metadata, meta); err != nil {
-				return fail(fmt.Errorf("task %q: %w", t.Name, err))
-			}
-		}
-		depIDs := make([]int64, 0, len(t.DependsOn))
+		taskDeps[k2] = make([]int64, 0, len(t.DependsOn))
 		for _, dn := range t.DependsOn {
 			if e, ok := existing[dn]; ok {
-				depIDs = append(depIDs, e.id)
+				taskDeps[k2] = append(taskDeps[k2], e.id)
 				switch {
 				case e.state == queue.StateCompleted:
 				case e.state.Final() && t.RunAnyway:
@@ -305,35 +296,85 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 				continue
 			}
 			dep := taskID[dn]
-			depIDs = append(depIDs, dep)
+			taskDeps[k2] = append(taskDeps[k2], dep)
 			left[k2]++
 			newDependents[dep] = append(newDependents[dep], tid[k2])
 		}
-		d[k2] = int64Array(depIDs)
+	}
+	queues := map[string]bool{}
+	now := time.Now()
+	copyable := true
+	for k2, i := range order {
+		t := p.Tasks[i]
+		tp := t.Params
+		q[k2], k[k2], a[k2], pr[k2], m[k2] = tp.Queue, tp.Kind, tp.Args, int16(tp.Priority), int32(tp.MaxAttempts)
+		nm[k2], ra[k2], lk[k2] = t.Name, t.RunAnyway, tp.LimitKey
+		if !tp.ScheduledAt.IsZero() {
+			at := tp.ScheduledAt
+			s[k2] = &at
+			copyable = false
+		}
+		copyable = copyable && failed[k2] == ""
+		dl[k2], tm[k2] = deadlineParam(tp.Deadline), timeoutParam(tp.Timeout)
+		md[k2], tc[k2] = shared, sharedTC
+		if len(tp.Metadata) > 0 {
+			if md[k2], tc[k2], err = encodeMetadata(tp.Metadata, meta); err != nil {
+				return fail(fmt.Errorf("task %q: %w", t.Name, err))
+			}
+		}
+		d[k2] = int64Array(taskDeps[k2])
+		if ts, ok := newDependents[tid[k2]]; ok {
+			v := int64Array(ts)
+			dn[k2] = &v
+		}
 		if left[k2] == 0 && failed[k2] == "" && !tp.ScheduledAt.After(now) {
 			queues[tp.Queue] = true
 		}
 	}
-	if _, err := tx.Exec(ctx, insertTasksSQL, tid, q, k, a, pr, s, m, md, tc, keys, dl, tm, nm, id, d, left, ra, failed, lk); err != nil {
+	if copyable {
+		// COPY cannot find a task's limit, nor read the database's clock:
+		// tasks that a limit may govern, or scheduled ones, or cancelled
+		// ones, go through insertTasksSQL.
+		names := make([]string, 0, len(queues))
+		for _, qn := range q {
+			names = append(names, qn)
+		}
+		var limited bool
+		if err := tx.QueryRow(ctx, limitedQueuesSQL, names).Scan(&limited); err != nil {
+			return fail(fmt.Errorf("look up limits: %w", err))
+		}
+		copyable = !limited
+	}
+	if copyable {
+		rows := make([][]any, n)
+		for k2 := range rows {
+			state, ready := queue.StatePending, left[k2] == 0
+			if ready {
+				state = queue.StateAvailable
+			}
+			var dependents []int64
+			if ts, ok := newDependents[tid[k2]]; ok {
+				dependents = ts
+			}
+			rows[k2] = []any{tid[k2], q[k2], k[k2], a[k2], string(state), pr[k2], m[k2], md[k2], tc[k2], keys[k2], dl[k2], tm[k2],
+				id, nm[k2], taskDeps[k2], dependents, left[k2], ra[k2]}
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"jobfence_jobs"}, copyTaskColumns, pgx.CopyFromRows(rows)); err != nil {
+			return fail(fmt.Errorf("copy: %w", err))
+		}
+	} else if _, err := tx.Exec(ctx, insertTasksSQL, tid, q, k, a, pr, s, m, md, tc, keys, dl, tm, nm, id, d, left, ra, failed, lk, dn); err != nil {
 		return fail(err)
 	}
-	// Dependents, on the new tasks and on the existing ones.
-	var onNew, onOld []int64
-	var onNewIDs, onOldIDs []string
+	// Dependents on the existing tasks.
+	var onOld []int64
+	var onOldIDs []string
 	isNew := make(map[int64]bool, n)
 	for _, v := range tid {
 		isNew[v] = true
 	}
 	for dep, ts := range newDependents {
-		if isNew[dep] {
-			onNew, onNewIDs = append(onNew, dep), append(onNewIDs, int64Array(ts))
-		} else {
+		if !isNew[dep] {
 			onOld, onOldIDs = append(onOld, dep), append(onOldIDs, int64Array(ts))
-		}
-	}
-	if len(onNew) > 0 {
-		if _, err := tx.Exec(ctx, setDependentsSQL, onNew, onNewIDs); err != nil {
-			return fail(err)
 		}
 	}
 	if len(onOld) > 0 {
