@@ -33,8 +33,6 @@ func (r fanoutResult) String() string {
 		ms(r.total), ms(r.insert), ms(r.firstDone), r.load)
 }
 
-
-
 // runFanoutBench compares, in alternating pairs, a workflow of one task
 // fanning out to cfg.fanout tasks that all fan in to one (cfg.fanout+2
 // tasks) with cfg.fanout+2 independent jobs, each pair on fresh schemas
