@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -266,14 +267,71 @@ func (c *Client) retry(ctx context.Context, id int64, force bool) error {
 // Cancel it first.
 var ErrJobRunning = errors.New("jobfence: the job is running; cancel it first")
 
-const deleteSQL = `DELETE FROM jobfence_jobs WHERE id = $1 AND state <> 'running' RETURNING id`
+const deleteSQL = `DELETE FROM jobfence_jobs WHERE id = ANY($1::bigint[]) AND state <> 'running' RETURNING id, queue`
+
+// cancelDeletedTasksSQL cancels the unfinished workflow tasks among $1
+// that have dependents, just before their delete in the same
+// transaction, so that releaseSQL (between the two) applies the failure
+// policy to their dependents, as a cancel does: a deleted task's
+// dependents are cancelled with the reason, or run anyway, rather than
+// left pending for good. A finished task's dependents were released or
+// cancelled when it finished.
+const cancelDeletedTasksSQL = `
+UPDATE jobfence_jobs SET state = 'cancelled', finalized_at = now()
+WHERE id = ANY($1::bigint[]) AND dependents IS NOT NULL
+  AND state IN ('available', 'scheduled', 'retryable', 'limited', 'pending')
+RETURNING id`
+
+// deleteJobs deletes the jobs among ids that are not running, in tx,
+// after cancelling the dependents of the workflow tasks among them (see
+// cancelDeletedTasksSQL), and returns the IDs and queues it deleted.
+func deleteJobs(ctx context.Context, tx pgx.Tx, ids []int64) (deleted []int64, queues []string, err error) {
+	rows, err := tx.Query(ctx, cancelDeletedTasksSQL, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	tasks, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(tasks) > 0 {
+		if _, err := tx.Exec(ctx, releaseSQL, tasks, insertChannel); err != nil {
+			return nil, nil, fmt.Errorf("cancel the dependents of deleted tasks: %w", err)
+		}
+	}
+	rows, err = tx.Query(ctx, deleteSQL, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var q string
+		if err := rows.Scan(&id, &q); err != nil {
+			return nil, nil, err
+		}
+		deleted = append(deleted, id)
+		if !slices.Contains(queues, q) {
+			queues = append(queues, q)
+		}
+	}
+	return deleted, queues, rows.Err()
+}
 
 // Delete removes a job that is not running, whatever its state; its unique
 // key, if any, is free again. A running job is refused with an error
-// wrapping ErrJobRunning; an unknown ID wraps queue.ErrJobNotFound.
+// wrapping ErrJobRunning; an unknown ID wraps queue.ErrJobNotFound. A
+// workflow task deleted before it finished cancels its pending
+// dependents (unless they run anyway), as Cancel does, in the same
+// transaction, a bounded one (see finishBatch).
 func (c *Client) Delete(ctx context.Context, id int64) error {
-	err := c.pool.QueryRow(ctx, deleteSQL, id).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
+	var deleted []int64
+	err := c.boundedTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		deleted, _, err = deleteJobs(ctx, tx, []int64{id})
+		return err
+	})
+	if err == nil && len(deleted) == 0 {
 		if _, gerr := c.Get(ctx, id); gerr != nil {
 			return gerr
 		}

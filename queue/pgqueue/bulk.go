@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -65,11 +67,12 @@ func (c *Client) DeleteMatching(ctx context.Context, p BulkParams) (int64, error
 	if p.State == queue.StateRunning {
 		return 0, fmt.Errorf("pgqueue: delete matching: %w: running jobs are held by their workers; cancel them first", ErrBulkState)
 	}
-	return c.bulk(ctx, "delete", p, `DELETE FROM jobfence_jobs j USING batch WHERE j.id = batch.id`, `j.state <> 'running'`, false)
+	return c.bulk(ctx, "delete", p, "", `j.state <> 'running'`, false)
 }
 
-// bulk applies change (an UPDATE or a DELETE of jobfence_jobs j joined to
-// batch) to the jobs p selects that also meet eligible, in
+// bulk applies change (an UPDATE of jobfence_jobs j joined to batch; empty
+// for a delete, done as Delete does) to the jobs p selects that also meet
+// eligible, in
 // batches in ascending ID order. The IDs walk forward from one batch to the
 // next and stop at the greatest ID when the call began, so a job is
 // changed once even when it still matches afterwards, and new jobs are
@@ -94,9 +97,20 @@ func (c *Client) bulk(ctx context.Context, what string, p BulkParams, change, el
     ORDER BY j.id LIMIT $3 FOR UPDATE SKIP LOCKED
 )
 ` + change + ` RETURNING j.id, j.queue`
+	if change == "" {
+		q = `SELECT j.id FROM jobfence_jobs j WHERE ` + strings.Join(where, " AND ") + `
+ORDER BY j.id LIMIT $3 FOR UPDATE SKIP LOCKED`
+	}
 	var total int64
 	for {
-		n, cursor, queues, err := c.bulkBatch(ctx, q, args)
+		var n, cursor int64
+		var queues []string
+		var err error
+		if change == "" {
+			n, cursor, queues, err = c.deleteBatch(ctx, q, args)
+		} else {
+			n, cursor, queues, err = c.bulkBatch(ctx, q, args)
+		}
 		total += n
 		if uniqueHeld(err) {
 			err = fmt.Errorf("%w: %w", ErrUniqueHeld, err)
@@ -140,6 +154,35 @@ func (c *Client) bulkBatch(ctx context.Context, q string, args []any) (n, cursor
 	}
 	if err := rows.Err(); err != nil {
 		// The statement failed whole: nothing of it was changed.
+		return 0, 0, nil, err
+	}
+	return n, cursor, queues, nil
+}
+
+// deleteBatch deletes one batch of bulk in a bounded transaction: the
+// jobs that q selects and locks, with their workflow tasks' dependents
+// cancelled as Delete cancels them.
+func (c *Client) deleteBatch(ctx context.Context, q string, args []any) (n, cursor int64, queues []string, err error) {
+	err = c.boundedTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		deleted, qs, err := deleteJobs(ctx, tx, ids)
+		if err != nil {
+			return err
+		}
+		n, queues = int64(len(deleted)), qs
+		for _, id := range deleted {
+			cursor = max(cursor, id)
+		}
+		return nil
+	})
+	if err != nil {
 		return 0, 0, nil, err
 	}
 	return n, cursor, queues, nil

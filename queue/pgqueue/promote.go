@@ -3,6 +3,8 @@ package pgqueue
 import (
 	"context"
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // promoteSQL makes up to $1 jobs whose time has come available, oldest
@@ -29,6 +31,9 @@ import (
 // claim, by the database's clock, is past the deadline), and a retry or
 // snooze past the deadline discards its job (finishSQL, rescueSQL). A due
 // job whose deadline has passed is left to the discard, never promoted.
+// A workflow task with dependents is left to lateTasksSQL, whose
+// transaction also cancels or releases its dependents: the last row
+// says whether there are such tasks.
 //
 // A due job that a limit governs becomes limited, to wait for a slot
 // (GrantWaiting), unless it is a retry that kept its slot through its
@@ -57,21 +62,51 @@ WITH due AS (
 ), late AS (
     SELECT id FROM jobfence_jobs
     WHERE deadline < now() AND deadline IS NOT NULL AND state IN ('available', 'scheduled', 'retryable')
+      AND dependents IS NULL
     ORDER BY deadline
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 ), dropped AS (
     UPDATE jobfence_jobs j
-    SET state = 'discarded', finalized_at = now(),
-        errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error',
-            'jobfence: job deadline passed: not started by ' || (to_jsonb(j.deadline) #>> '{}') || '; discarded'))
+    SET ` + lateSet + `
     FROM late
     WHERE j.id = late.id
 )
-SELECT queue, count(*), pg_notify($2, queue)
+SELECT queue, count(*), pg_notify($2, queue)::text, false
 FROM moved
 WHERE state = 'available'
-GROUP BY queue`
+GROUP BY queue
+UNION ALL
+SELECT NULL, 0, NULL, true WHERE EXISTS (
+    SELECT FROM jobfence_jobs
+    WHERE deadline < now() AND deadline IS NOT NULL AND state IN ('available', 'scheduled', 'retryable')
+      AND dependents IS NOT NULL)`
+
+// lateSet discards a job not started by its deadline.
+const lateSet = `state = 'discarded', finalized_at = now(),
+        errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error',
+            'jobfence: job deadline passed: not started by ' || (to_jsonb(j.deadline) #>> '{}') || '; discarded'))`
+
+// lateTasksSQL discards, as promoteSQL discards other jobs, up to $1
+// workflow tasks with dependents not started by their deadline. releaseSQL
+// follows it in the same transaction, so that their dependents are
+// cancelled with the reason, or run anyway, as a discard by the worker
+// does. promoteSQL leaves these tasks to it, and says when there are some,
+// so that a promoter pays the transaction only then.
+const lateTasksSQL = `
+WITH late AS (
+    SELECT id FROM jobfence_jobs
+    WHERE deadline < now() AND deadline IS NOT NULL AND state IN ('available', 'scheduled', 'retryable')
+      AND dependents IS NOT NULL
+    ORDER BY deadline
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobfence_jobs j
+SET ` + lateSet + `
+FROM late
+WHERE j.id = late.id
+RETURNING j.id`
 
 // Promote implements queue.Promoter: it makes up to limit scheduled and
 // retryable jobs whose time has come (by the database's clock) available
@@ -89,19 +124,52 @@ func (c *Client) Promote(ctx context.Context, limit int) (map[string]int, error)
 	}
 	defer rows.Close()
 	var out map[string]int
+	var lateTasks bool
 	for rows.Next() {
-		var q string
+		var q *string
 		var n int
-		if err := rows.Scan(&q, &n, nil); err != nil {
+		var tasks bool
+		if err := rows.Scan(&q, &n, nil, &tasks); err != nil {
 			return nil, fmt.Errorf("pgqueue: promote due jobs: %w", err)
+		}
+		if tasks {
+			lateTasks = true
+			continue
 		}
 		if out == nil {
 			out = map[string]int{}
 		}
-		out[q] = n
+		out[*q] = n
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("pgqueue: promote due jobs: %w", err)
 	}
+	if lateTasks {
+		if err := c.discardLateTasks(ctx, limit); err != nil {
+			return out, err
+		}
+	}
 	return out, nil
+}
+
+// discardLateTasks discards up to limit workflow tasks with dependents not
+// started by their deadline, and cancels or releases their dependents, in
+// one bounded transaction (see lateTasksSQL).
+func (c *Client) discardLateTasks(ctx context.Context, limit int) error {
+	err := c.boundedTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, lateTasksSQL, limit)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		_, err = tx.Exec(ctx, releaseSQL, ids, insertChannel)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgqueue: discard workflow tasks past their deadline: %w", err)
+	}
+	return nil
 }
