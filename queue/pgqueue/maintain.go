@@ -203,14 +203,42 @@ DELETE FROM jobfence_jobs WHERE id IN (
     FOR UPDATE SKIP LOCKED
 )`
 
+// pruneWorkflowsSQL deletes up to $2 workflows created more than the
+// retention ($1) ago whose tasks have all been pruned: each task was
+// finished, and pruned after the retention, so the workflow is over and
+// nothing reads its row any more. It reads the workflows oldest first
+// through jobfence_workflows_created, and probes each one's tasks through
+// jobfence_jobs_workflow; SKIP LOCKED passes over a workflow that an
+// Append is adding tasks to (it holds the row: see workflowExistsSQL), so
+// such a workflow is kept, with its new tasks.
+const pruneWorkflowsSQL = `
+DELETE FROM jobfence_workflows WHERE id IN (
+    SELECT w.id FROM jobfence_workflows w
+    WHERE w.created_at < now() - $1::bigint * interval '1 microsecond'
+      AND NOT EXISTS (SELECT FROM jobfence_jobs j WHERE j.workflow_id = w.id)
+    ORDER BY w.created_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)`
+
 // Prune implements queue.Maintainer: it deletes up to limit final jobs
-// finalized more than retention ago. A pruned job's unique key is free
-// again, so keep retention longer than any window in which the same key may
-// be enqueued again (the scheduler's catch-up window is bounded by it).
+// finalized more than retention ago, then up to limit workflows whose
+// tasks are all pruned (see pruneWorkflowsSQL), in a bounded transaction
+// of its own. A pruned job's unique key is free again, so keep retention
+// longer than any window in which the same key may be enqueued again (the
+// scheduler's catch-up window is bounded by it). It returns the jobs it
+// deleted.
 func (c *Client) Prune(ctx context.Context, retention time.Duration, limit int) (int, error) {
 	tag, err := c.pool.Exec(ctx, pruneSQL, retention.Microseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("pgqueue: prune: %w", err)
+	}
+	err = c.boundedTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, pruneWorkflowsSQL, retention.Microseconds(), limit)
+		return err
+	})
+	if err != nil {
+		return int(tag.RowsAffected()), fmt.Errorf("pgqueue: prune workflows: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
 }

@@ -17,6 +17,12 @@ import (
 // workflowRowSQL inserts a new workflow's row (its ID freshly drawn).
 const workflowRowSQL = `INSERT INTO jobfence_workflows (id, name) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`
 
+// workflowExistsSQL says whether workflow $1 exists, and holds its row
+// until the transaction that appends tasks to it ends, so that the pruner
+// (pruneWorkflowsSQL) cannot delete it meanwhile. The lock (KEY SHARE)
+// blocks no other append and no write to the tasks.
+const workflowExistsSQL = `SELECT EXISTS (SELECT FROM jobfence_workflows WHERE id = $1 FOR KEY SHARE)`
+
 // existingTasksSQL locks the existing tasks that new tasks depend on, in
 // ID order (as every finish locks), so that a dependency's completion and
 // this insert take turns: the completion either came first, and this
@@ -178,7 +184,7 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		}
 	} else {
 		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM jobfence_workflows WHERE id = $1)`, id).Scan(&exists); err != nil {
+		if err := tx.QueryRow(ctx, workflowExistsSQL, id).Scan(&exists); err != nil {
 			return fail(err)
 		}
 		if !exists {
