@@ -165,8 +165,7 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 			if err := tx.QueryRow(ctx, cancelSQL, id, cancelChannel).Scan(nil); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, releaseSQL, []int64{id}, insertChannel)
-			return err
+			return release(ctx, tx, []int64{id}, true)
 		})
 	} else {
 		err = c.pool.QueryRow(ctx, cancelSQL, id, cancelChannel).Scan(nil)
@@ -295,7 +294,7 @@ func deleteJobs(ctx context.Context, tx pgx.Tx, ids []int64) (deleted []int64, q
 		return nil, nil, err
 	}
 	if len(tasks) > 0 {
-		if _, err := tx.Exec(ctx, releaseSQL, tasks, insertChannel); err != nil {
+		if err := release(ctx, tx, tasks, true); err != nil {
 			return nil, nil, fmt.Errorf("cancel the dependents of deleted tasks: %w", err)
 		}
 	}

@@ -201,10 +201,8 @@ func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks 
 		if err := run(tx); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, releaseSQL, tasks, insertChannel); err != nil {
-			return fmt.Errorf("release dependents: %w", err)
-		}
-		return nil
+		// Only finishSQL can discard or cancel.
+		return release(ctx, tx, tasks, sql == finishSQL)
 	})
 	return applied, lims, err
 }

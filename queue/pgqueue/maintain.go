@@ -167,8 +167,7 @@ func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) 
 			if err := scan(moved); err != nil {
 				return err
 			}
-			_, err = tx.Exec(ctx, releaseSQL, tasks, insertChannel)
-			return err
+			return release(ctx, tx, tasks, true)
 		})
 	} else {
 		var moved pgx.Rows

@@ -165,8 +165,7 @@ func (c *Client) discardLateTasks(ctx context.Context, limit int) error {
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		_, err = tx.Exec(ctx, releaseSQL, ids, insertChannel)
-		return err
+		return release(ctx, tx, ids, true)
 	})
 	if err != nil {
 		return fmt.Errorf("pgqueue: discard workflow tasks past their deadline: %w", err)

@@ -1,5 +1,13 @@
 package pgqueue
 
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
 // releaseSQL releases the dependents of the workflow tasks among $1 that
 // this transaction has just ended: the statement before it in the same
 // transaction (a batch's finish, a transactional handler's completion, a
@@ -31,7 +39,28 @@ package pgqueue
 // rows, which no claim, heartbeat or rescue locks, and each statement
 // holds them only while the server runs it. The available ones wake their
 // queues' workers at commit.
-const releaseSQL = `
+const releaseSQL = releaseClosure + `, u AS (
+    UPDATE jobfence_jobs j
+    SET state = CASE WHEN c.id IS NOT NULL THEN 'cancelled'
+                     WHEN j.deps_left - d.n > 0 THEN 'pending'
+                     WHEN j.scheduled_at > now() THEN 'scheduled'
+                     WHEN j.limit_name IS NOT NULL THEN 'limited'
+                     ELSE 'available' END,
+        deps_left = CASE WHEN c.id IS NOT NULL THEN j.deps_left ELSE greatest(j.deps_left - d.n, 0) END,
+        scheduled_at = CASE WHEN c.id IS NULL AND j.deps_left - d.n <= 0 THEN greatest(j.scheduled_at, now()) ELSE j.scheduled_at END,
+        finalized_at = CASE WHEN c.id IS NOT NULL THEN now() END,
+        errors = CASE WHEN c.id IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', j.attempt, 'at', now(),
+            'error', 'jobfence: dependency failed: task "' || c.cause || '" was ' || c.cause_state || '; cancelled')) END
+    FROM l LEFT JOIN cset c ON c.id = l.id LEFT JOIN dec d ON d.id = l.id
+    WHERE j.id = l.id AND j.state = 'pending'
+    RETURNING j.id, j.state, j.queue
+)
+SELECT pg_notify($2, r.queue) FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') r`
+
+// releaseClosure is the head of releaseSQL: what a release changes, and
+// its rows locked.
+const releaseClosure = `
 WITH RECURSIVE done AS MATERIALIZED (
     SELECT id, state, task_name, dependents FROM (
         SELECT j.id, j.state, j.task_name, j.dependents, j.xmin AS x
@@ -65,21 +94,59 @@ WITH RECURSIVE done AS MATERIALIZED (
     WHERE j.id IN (SELECT id FROM dec UNION SELECT id FROM cset) AND j.state = 'pending'
     ORDER BY j.id
     FOR UPDATE OF j
-), u AS (
-    UPDATE jobfence_jobs j
-    SET state = CASE WHEN c.id IS NOT NULL THEN 'cancelled'
-                     WHEN j.deps_left - d.n > 0 THEN 'pending'
-                     WHEN j.scheduled_at > now() THEN 'scheduled'
-                     WHEN j.limit_name IS NOT NULL THEN 'limited'
-                     ELSE 'available' END,
-        deps_left = CASE WHEN c.id IS NOT NULL THEN j.deps_left ELSE greatest(j.deps_left - d.n, 0) END,
-        scheduled_at = CASE WHEN c.id IS NULL AND j.deps_left - d.n <= 0 THEN greatest(j.scheduled_at, now()) ELSE j.scheduled_at END,
-        finalized_at = CASE WHEN c.id IS NOT NULL THEN now() END,
-        errors = CASE WHEN c.id IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(jsonb_build_object(
-            'attempt', j.attempt, 'at', now(),
-            'error', 'jobfence: dependency failed: task "' || c.cause || '" was ' || c.cause_state || '; cancelled')) END
-    FROM l LEFT JOIN cset c ON c.id = l.id LEFT JOIN dec d ON d.id = l.id
-    WHERE j.id = l.id AND j.state = 'pending'
-    RETURNING j.id, j.state, j.queue
-)
-SELECT pg_notify($2, r.queue) FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') r`
+)`
+
+// releaseLockSQL locks, as releaseSQL does, the rows a release of $1
+// would change, and counts them.
+const releaseLockSQL = releaseClosure + `
+SELECT count(*) FROM l`
+
+// maxReleasePasses bounds the passes of releaseLockSQL in release.
+const maxReleasePasses = 100
+
+// ErrWorkflowGrowing is wrapped by the error of a release whose
+// cancellations kept meeting tasks appended (workflow.Append) meanwhile,
+// maxReleasePasses times in a row: the transaction that ended the tasks
+// is rolled back, and the outcome is applied again later (the worker
+// retries a finish, the rescue and the promoter run again).
+var ErrWorkflowGrowing = errors.New("jobfence: tasks kept being appended to a workflow while its tasks were being cancelled")
+
+// release runs releaseSQL in tx for the workflow tasks among ids that tx
+// has just ended. When cascade is set (some may have been discarded or
+// cancelled), releaseLockSQL first locks what the release would change,
+// again and again until a pass finds nothing new.
+//
+// The reason is a task appended meanwhile (workflow.Append) to a task
+// that the release cancels: the append locks the tasks its new ones
+// depend on (existingTasksSQL), and a statement's snapshot is taken when
+// it starts, so a release that waited for those locks computed its
+// cascade from dependents lists that lacked the new tasks, which stayed
+// pending for good. Every row a pass locks is held from then on, so an
+// append that held one had committed before the next pass began, which
+// sees its tasks; once a pass locks no row more than the one before, the
+// cascade is complete, and an append that comes later waits for this
+// transaction and then finds its dependencies cancelled, and inserts its
+// tasks cancelled. A completion alone needs no pass: the dependents it
+// releases are listed on the rows that its own statement locked.
+func release(ctx context.Context, tx pgx.Tx, ids []int64, cascade bool) error {
+	if cascade {
+		last := int64(-1)
+		for pass := 0; ; pass++ {
+			if pass == maxReleasePasses {
+				return fmt.Errorf("release dependents: %w (%d passes)", ErrWorkflowGrowing, pass)
+			}
+			var n int64
+			if err := tx.QueryRow(ctx, releaseLockSQL, ids).Scan(&n); err != nil {
+				return fmt.Errorf("release dependents: lock: %w", err)
+			}
+			if n == last {
+				break
+			}
+			last = n
+		}
+	}
+	if _, err := tx.Exec(ctx, releaseSQL, ids, insertChannel); err != nil {
+		return fmt.Errorf("release dependents: %w", err)
+	}
+	return nil
+}

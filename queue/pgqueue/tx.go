@@ -123,8 +123,8 @@ func (c *Client) FinishTx(ctx context.Context, tx pgx.Tx, f queue.Finish) error 
 		return &queue.StaleFenceError{Lease: f.Lease}
 	}
 	if f.Workflow {
-		if _, err := tx.Exec(ctx, releaseSQL, []int64{f.ID}, insertChannel); err != nil {
-			return fmt.Errorf("pgqueue: complete job %d in tx: release dependents: %w", f.ID, err)
+		if err := release(ctx, tx, []int64{f.ID}, false); err != nil {
+			return fmt.Errorf("pgqueue: complete job %d in tx: %w", f.ID, err)
 		}
 	}
 	return nil

@@ -281,9 +281,11 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 	// each task that has some afterwards.
 	newDependents := map[int64][]int64{}
 	taskDeps := make([][]int64, n)
+	position := make(map[string]int, n)
 	for k2, i := range order {
 		t := p.Tasks[i]
 		tid[k2] = taskID[t.Name]
+		position[t.Name] = k2
 		taskDeps[k2] = make([]int64, 0, len(t.DependsOn))
 		for _, dn := range t.DependsOn {
 			if e, ok := existing[dn]; ok {
@@ -303,8 +305,16 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 			}
 			dep := taskID[dn]
 			taskDeps[k2] = append(taskDeps[k2], dep)
-			left[k2]++
 			newDependents[dep] = append(newDependents[dep], tid[k2])
+			// A new task cancelled at insert (its own dependency had
+			// failed) fails its dependents as a cancel would.
+			switch {
+			case failed[position[dn]] == "":
+				left[k2]++
+			case t.RunAnyway:
+			case failed[k2] == "":
+				failed[k2] = dn + `" was cancelled`
+			}
 		}
 	}
 	queues := map[string]bool{}

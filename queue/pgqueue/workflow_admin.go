@@ -227,11 +227,25 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
 	if _, err := c.workflowRow(ctx, id); err != nil {
 		return 0, err
 	}
-	tag, err := c.pool.Exec(ctx, cancelWorkflowSQL, id)
-	if err != nil {
-		return 0, fmt.Errorf("pgqueue: cancel workflow %s: %w", id, err)
+	// A task appended (workflow.Append) while the statement waited for
+	// the rows it locks is not in its snapshot: a pass of its own, after
+	// that append's commit, cancels it. Passes go on until one cancels
+	// nothing; an append that comes later finds its dependencies
+	// cancelled, and inserts its tasks cancelled.
+	total := 0
+	for pass := 0; ; pass++ {
+		if pass == maxReleasePasses {
+			return total, fmt.Errorf("pgqueue: cancel workflow %s: %w (%d passes)", id, ErrWorkflowGrowing, pass)
+		}
+		tag, err := c.pool.Exec(ctx, cancelWorkflowSQL, id)
+		if err != nil {
+			return total, fmt.Errorf("pgqueue: cancel workflow %s: %w", id, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return total, nil
+		}
+		total += int(tag.RowsAffected())
 	}
-	return int(tag.RowsAffected()), nil
 }
 
 // retryWorkflowSQL resumes workflow $1: its discarded and cancelled tasks
