@@ -43,6 +43,7 @@ var relations = []string{
 	"jobfence_jobs.trace_context", "jobfence_jobs.idempotency_key", "jobfence_jobs.deadline", "jobfence_jobs.timeout_us",
 	"jobfence_schedules.version", "jobfence_jobs.unique_hash",
 	"jobfence_jobs.output", "jobfence_jobs.workflow_id", "jobfence_jobs.run_anyway", "jobfence_workflows",
+	"jobfence_jobs.run_trace",
 }
 
 // Querier is what Check needs of a connection: a *pgxpool.Pool, a *pgx.Conn

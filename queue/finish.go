@@ -58,6 +58,12 @@ type Finish struct {
 	// Workflow marks the job as a workflow task: the backend releases its
 	// dependents (or cancels them) with the outcome, under its fence.
 	Workflow bool
+	// Trace, for a workflow task's completion, is the attempt's W3C
+	// traceparent (worker.Hooks.TaskTrace): the backend stores it with the
+	// fenced completion, and the task's dependents carry it in
+	// Job.DependencyTraces, so that their attempt spans link to it. Nil
+	// stores none.
+	Trace []byte
 }
 
 // MaxOutputBytes is the default cap on a job's recorded output

@@ -66,6 +66,12 @@ type Job struct {
 	TaskName string
 	// DependsOn are the IDs of the workflow tasks this one depends on.
 	DependsOn []int64
+	// DependencyTraces are, for a claimed workflow task, the W3C
+	// traceparents of the attempts that completed its dependencies (those
+	// that stored one: see Finish.Trace), at most MaxDependencyTraces, in
+	// the dependencies' ID order. Telemetry links the task's attempt span
+	// to each.
+	DependencyTraces []string
 }
 
 // IdempotencyKey returns a key that is the same for every attempt of the job
@@ -138,3 +144,8 @@ func PutBacksInARow(errs []AttemptError) int {
 	}
 	return 0
 }
+
+// MaxDependencyTraces caps Job.DependencyTraces: OpenTelemetry's default
+// limit of links on a span. A fan-in's span links to its first
+// dependencies' runs, and names them all (jobfence.workflow.depends_on).
+const MaxDependencyTraces = 128

@@ -85,6 +85,12 @@ func Worker(cfg *worker.Config, opts Options) error {
 				prev.Rescue(ctx, n)
 			}
 		},
+		TaskTrace: func(ctx context.Context) []byte {
+			if b := taskTrace(ctx); b != nil || prev.TaskTrace == nil {
+				return b
+			}
+			return prev.TaskTrace(ctx)
+		},
 	}
 	cfg.Logger = withTraceIDs(cfg.Logger)
 	return nil
@@ -161,8 +167,26 @@ func (t *workerTelemetry) jobStart(ctx context.Context, job *queue.Job) context.
 	s.starts.put(b)
 	if job.WorkflowID != "" && span.IsRecording() {
 		span.SetAttributes(attrWorkflowID.String(job.WorkflowID), attrTaskName.String(job.TaskName), attrDependsOn.Int64Slice(job.DependsOn))
+		// Links to the attempts that completed its dependencies, whose
+		// traceparents their completions stored (taskTrace).
+		for _, tp := range job.DependencyTraces {
+			if sc := parseTraceparent(tp); sc.IsValid() {
+				span.AddLink(trace.Link{SpanContext: sc})
+			}
+		}
 	}
 	return ctx
+}
+
+// taskTrace is the traceparent of the attempt span in ctx, stored with a
+// workflow task's completion (worker.Hooks.TaskTrace); nil when the
+// attempt is not traced.
+func taskTrace(ctx context.Context) []byte {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return nil
+	}
+	return fmt.Appendf(nil, "00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
 }
 
 // jobEnd counts the attempt's outcome and ends its span.

@@ -160,7 +160,8 @@ func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *runni
 		return false, stack, err
 	}
 	w.finishing(r)
-	f := queue.Finish{Lease: job.Lease(), Outcome: queue.OutcomeComplete, Output: r.recordedOutput(), Workflow: job.WorkflowID != ""}
+	f := queue.Finish{Lease: job.Lease(), Outcome: queue.OutcomeComplete, Output: r.recordedOutput(), Workflow: job.WorkflowID != "",
+		Trace: w.taskTrace(job, r)}
 	if err := txb.FinishTx(ctx, tx, f); err != nil {
 		if errors.Is(err, queue.ErrStaleFence) {
 			w.stats.stale.Add(1)
@@ -291,7 +292,7 @@ func (w *Worker) reportRun(job *queue.Job, r *running, o queue.Outcome, delay ti
 	}
 	f := queue.Finish{Lease: job.Lease(), Outcome: o, Delay: delay, Workflow: job.WorkflowID != ""}
 	if o == queue.OutcomeComplete {
-		f.Output = r.recordedOutput()
+		f.Output, f.Trace = r.recordedOutput(), w.taskTrace(job, r)
 	}
 	if err != nil {
 		f.Error = &queue.AttemptError{Attempt: job.Attempt, At: time.Now(), Error: err.Error(), Trace: stack,
@@ -311,4 +312,13 @@ func (w *Worker) reportRun(job *queue.Job, r *running, o queue.Outcome, delay ti
 // finishing marks r as past its handler.
 func (w *Worker) finishing(r *running) {
 	r.finishing.Store(true)
+}
+
+// taskTrace is what Hooks.TaskTrace says of a workflow task's completing
+// attempt, nil for any other job.
+func (w *Worker) taskTrace(job *queue.Job, r *running) []byte {
+	if job.WorkflowID == "" || w.cfg.Hooks.TaskTrace == nil {
+		return nil
+	}
+	return w.cfg.Hooks.TaskTrace(r.ctx)
 }

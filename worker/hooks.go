@@ -32,6 +32,12 @@ type Hooks struct {
 	// Rescue is called after every rescue round trip that moved jobs whose
 	// lease had expired, with how many it moved.
 	Rescue func(ctx context.Context, n int)
+	// TaskTrace is called, with the handler's context, when a workflow
+	// task's attempt completes; what it returns (a W3C traceparent, or nil)
+	// is stored with the fenced completion (queue.Finish.Trace), and the
+	// task's dependents carry it (queue.Job.DependencyTraces): telemetry
+	// links their attempt spans to this attempt's.
+	TaskTrace func(ctx context.Context) []byte
 }
 
 // JobEnd is how a job's attempt ended.

@@ -168,11 +168,11 @@ SELECT (SELECT fence FROM f), array_agg(u.id ORDER BY u.priority, u.scheduled_at
 // buffers). A row updated since (a cancel) has moved and is read by ID
 // instead (claimedByIDSQL). A claimer that stops reading the reply holds
 // no lock here, only this statement's snapshot.
-const claimedSQL = `SELECT ` + jobColumns + ` FROM jobfence_jobs j
+const claimedSQL = `SELECT ` + jobColumns + `, ` + dependencyTraces + ` FROM jobfence_jobs j
 WHERE j.ctid = ANY($1) AND j.fence = $2 AND j.state = 'running'`
 
 // claimedByIDSQL reads the jobs of a claim ($2 the fence) by ID ($1).
-const claimedByIDSQL = `SELECT ` + jobColumns + ` FROM jobfence_jobs j
+const claimedByIDSQL = `SELECT ` + jobColumns + `, ` + dependencyTraces + ` FROM jobfence_jobs j
 WHERE j.id = ANY($1) AND j.fence = $2 AND j.state = 'running'`
 
 // claimTurnSQL makes the claims of a queue take turns: run before claimSQL
@@ -193,6 +193,14 @@ const (
 	claimTurnWaitSQL      = `SELECT set_config('lock_timeout', $1::bigint::text, true)`
 	claimTurnWaitResetSQL = `SET LOCAL lock_timeout TO DEFAULT`
 )
+
+// dependencyTraces reads, for a claimed workflow task, the run traces of
+// its first queue.MaxDependencyTraces dependencies (queue.Job.
+// DependencyTraces, $3 of them at most): a primary-key probe each, for a
+// workflow task only.
+const dependencyTraces = `CASE WHEN j.depends_on IS NOT NULL THEN ARRAY(
+    SELECT convert_from(d.run_trace, 'UTF8') FROM jobfence_jobs d
+    WHERE d.id = ANY(j.depends_on[1:$3::int]) AND d.run_trace IS NOT NULL ORDER BY d.id) END`
 
 // jobColumns are the columns scanJob reads, in order.
 const jobColumns = `j.id, j.queue, j.kind, j.args, j.state, j.priority, j.attempt, j.max_attempts, j.fence,
@@ -292,15 +300,21 @@ func (c *Client) claim(ctx context.Context, q string, turn int, args ...any) (jo
 	// rescued when the lease expires, as the jobs of a claimer that died.
 	byID := make(map[int64]*queue.Job, len(ids))
 	read := func(sql string, keys any) error {
-		rows, err := conn.Query(ctx, sql, keys, *fence)
+		rows, err := conn.Query(ctx, sql, keys, *fence, queue.MaxDependencyTraces)
 		if err != nil {
 			return err
 		}
-		got, err := scanJobs(rows)
-		for _, j := range got {
+		defer rows.Close()
+		for rows.Next() {
+			var traces []string
+			j, err := scanJob(rows, &traces)
+			if err != nil {
+				return err
+			}
+			j.DependencyTraces = traces
 			byID[j.ID] = j
 		}
-		return err
+		return rows.Err()
 	}
 	if err := read(claimedSQL, ctids); err != nil {
 		return fail(err)

@@ -31,12 +31,12 @@ import (
 // could deadlock with a heartbeat. At the default estimate of 10
 // elements the plan is the one a prepared statement's generic plan uses.
 //
-// The output ($3) is written by the same fenced update: an attempt whose
-// fence is stale stores none.
+// The output ($3) and a workflow task's run trace ($4) are written by the
+// same fenced update: an attempt whose fence is stale stores neither.
 const completeSQL = `
 UPDATE jobfence_jobs j
-SET state = 'completed', finalized_at = now(), lease_expires_at = NULL, output = f.output
-FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::jsonb[])) AS f(id, fence, output)
+SET state = 'completed', finalized_at = now(), lease_expires_at = NULL, output = f.output, run_trace = f.trace
+FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::jsonb[]), (SELECT $4::bytea[])) AS f(id, fence, output, trace)
 WHERE j.id = f.id AND j.fence = f.fence AND j.state = 'running'
 RETURNING j.id, j.fence, j.limit_name, j.limit_part`
 
@@ -57,9 +57,9 @@ RETURNING j.id, j.fence, j.limit_name, j.limit_part`
 const finishSQL = `
 WITH f AS (
     SELECT * FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::smallint[]),
-        (SELECT $4::bigint[]), (SELECT $5::jsonb[]), (SELECT $6::jsonb[])) AS f(id, fence, outcome, delay, err, output)
+        (SELECT $4::bigint[]), (SELECT $5::jsonb[]), (SELECT $6::jsonb[]), (SELECT $7::bytea[])) AS f(id, fence, outcome, delay, err, output, trace)
 ), n AS (
-    SELECT j.id, f.delay, f.err, f.outcome, f.output, ` + finishLate + ` AS late,
+    SELECT j.id, f.delay, f.err, f.outcome, f.output, f.trace, ` + finishLate + ` AS late,
         CASE WHEN ` + finishLate + ` THEN 'discarded' ELSE CASE f.outcome
             WHEN 1 THEN 'completed'
             WHEN 2 THEN CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END
@@ -83,7 +83,8 @@ SET state = n.state,
            ELSE '[]'::jsonb END,
     finalized_at = CASE WHEN n.state IN ('completed', 'discarded', 'cancelled') THEN now() END,
     lease_expires_at = NULL,
-    output = CASE WHEN n.state = 'completed' THEN n.output ELSE j.output END
+    output = CASE WHEN n.state = 'completed' THEN n.output ELSE j.output END,
+    run_trace = CASE WHEN n.state = 'completed' THEN n.trace ELSE j.run_trace END
 FROM n
 WHERE j.id = n.id AND j.state = 'running'
 RETURNING j.id, j.fence, j.limit_name, j.limit_part`
@@ -120,6 +121,7 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 	ids := make([]int64, len(sorted))
 	fences := make([]int64, len(sorted))
 	outputs := make([][]byte, len(sorted))
+	traces := make([][]byte, len(sorted))
 	var tasks []int64
 	for i, f := range sorted {
 		ids[i], fences[i] = f.ID, f.Fence
@@ -128,9 +130,10 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 		}
 		if f.Workflow {
 			tasks = append(tasks, f.ID)
+			traces[i] = f.Trace
 		}
 	}
-	sql, args := completeSQL, []any{ids, fences, outputs}
+	sql, args := completeSQL, []any{ids, fences, outputs, traces}
 	if !onlyCompletions {
 		outcomes := make([]int16, len(sorted))
 		delays := make([]int64, len(sorted))
@@ -145,7 +148,7 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 				errs[i] = b
 			}
 		}
-		sql, args = finishSQL, []any{ids, fences, outcomes, delays, errs, outputs}
+		sql, args = finishSQL, []any{ids, fences, outcomes, delays, errs, outputs, traces}
 	}
 	applied, lims, err := c.finishBatch(ctx, sql, args, tasks)
 	if err != nil {

@@ -52,8 +52,8 @@ func TestBatchStatementsProbeThePrimaryKey(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		{"complete", pgqueue.CompleteSQL, []any{ids, fences, errs}},
-		{"finish", pgqueue.FinishSQL, []any{ids, fences, outcomes, delays, errs, errs}},
+		{"complete", pgqueue.CompleteSQL, []any{ids, fences, errs, errs}},
+		{"finish", pgqueue.FinishSQL, []any{ids, fences, outcomes, delays, errs, errs, errs}},
 		{"release", pgqueue.ReleaseSQL, []any{ids, "wake"}},
 		{"heartbeat", pgqueue.HeartbeatSQL, []any{ids, fences, time.Minute.Microseconds()}},
 		{"rescue", pgqueue.RescueSQL, []any{ids, fences, delays, restarted, make([]int32, n), queue.PutBackLimit}},

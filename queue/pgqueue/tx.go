@@ -75,7 +75,7 @@ func (t *slotTx) Rollback(ctx context.Context) error {
 // fence still held the job.
 const completeOneSQL = `
 WITH done AS (
-    UPDATE jobfence_jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL, output = $3
+    UPDATE jobfence_jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL, output = $3, run_trace = $4
     WHERE id = $1 AND fence = $2 AND state = 'running'
     RETURNING 1
 )
@@ -107,7 +107,7 @@ func (c *Client) FinishTx(ctx context.Context, tx pgx.Tx, f queue.Finish) error 
 	if f.Output != nil {
 		output = jsonbOutput(f.Output)
 	}
-	rows, err := tx.Query(ctx, completeOneSQL, f.ID, f.Fence, output)
+	rows, err := tx.Query(ctx, completeOneSQL, f.ID, f.Fence, output, f.Trace)
 	if err != nil {
 		return fmt.Errorf("pgqueue: complete job %d in tx: %w", f.ID, err)
 	}
