@@ -23,6 +23,8 @@ import (
 type benchArgs struct {
 	N  int   `json:"n"`
 	At int64 `json:"at,omitempty"`
+	// P is the job's partition (--limit-partitions).
+	P int `json:"p,omitempty"`
 }
 
 func (benchArgs) Kind() string { return "bench" }
@@ -59,6 +61,8 @@ type benchConfig struct {
 	soak soakConfig
 	// fanout is the width of --mode fanout's workflow.
 	fanout int
+	// limits: flow control on burn-down and continuous runs
+	limits limitBench
 }
 
 // benchFlags are the flags of jobfence bench that are not a run's
@@ -118,6 +122,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.soak.interval, "report-interval", time.Minute, "soak: how often a line reports the rate, the jobs table's sizes, its tuples and autovacuum")
 	fs.IntVar(&cfg.fanout, "tasks", 10_000, "fanout: the tasks a workflow's root fans out to, which fan in to one task")
 	fs.IntVar(&cfg.fillfactor, "fillfactor", 0, "set the jobs table's fillfactor (10-100) before inserting (0: PostgreSQL's default, 100)")
+	cfg.limits.addFlags(fs)
 	fs.IntVar(&bf.runs, "runs", 1, "runs of each mode; the median is reported")
 	fs.BoolVar(&bf.unsafeFast, "unsafe-fast", false, "run the throwaway PostgreSQL with fsync, synchronous_commit and full_page_writes off: faster, not durable, not comparable")
 	fs.StringVar(&bf.sharedBuffers, "shared-buffers", "2GB", "the throwaway PostgreSQL's shared_buffers")
@@ -225,8 +230,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		modes = []string{"burndown", "continuous"}
 	}
 	// --versus-one pairs each fleet run with a run of one instance
-	// (validate refuses it without --instances).
-	versus := bf.versusOne && cfg.instances > 0
+	// (validate refuses it without --instances); --versus-unlimited a
+	// limited run with an unlimited one.
+	versus := bf.versusOne && cfg.instances > 0 || cfg.limits.versus
 	for _, m := range modes {
 		var results, ones []benchResult
 		for r := range bf.runs {
@@ -236,14 +242,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			// with them made beforehand, it still did.)
 			oneFirst := r%2 == 0
 			one := func() error {
-				single := cfg
+				single, what := cfg, "one instance connected directly"
 				single.instances = 0
+				if cfg.limits.versus {
+					single, what = cfg.limits.unlimitedConfig(cfg)
+				}
 				b, err := benchOnce(ctx, dbURL, m, single, settings, log)
 				if err != nil {
-					return fmt.Errorf("%s run %d, one instance: %w", m, r+1, err)
+					return fmt.Errorf("%s run %d, %s: %w", m, r+1, what, err)
 				}
 				ones = append(ones, b)
-				fmt.Fprintf(stdout, "%-10s run %d, one instance connected directly: %s\n", m, r+1, b)
+				fmt.Fprintf(stdout, "%-10s run %d, %s: %s\n", m, r+1, what, b)
 				return nil
 			}
 			if versus && oneFirst {
@@ -275,7 +284,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 		fmt.Fprintf(stdout, "%-10s %s\n", m, medianLine(m, results))
-		if versus {
+		if cfg.limits.versus {
+			fmt.Fprintf(stdout, "%-10s %s\n", m, limitsVersusLine(cfg.limits, ones, results))
+		} else if versus {
 			fmt.Fprintf(stdout, "%-10s %s\n", m, versusLine(cfg.instances, ones, results))
 		}
 	}
@@ -356,6 +367,9 @@ func (bf benchFlags) validate(cfg benchConfig) error {
 		}
 	} else if bf.set["rate"] || bf.set["producers"] {
 		return fmt.Errorf("--rate and --producers are for --mode latency, not --mode %s", bf.mode)
+	}
+	if err := cfg.limits.validate(bf.mode, cfg, bf.set); err != nil {
+		return err
 	}
 	if bf.mode == "claim" {
 		if cfg.instances > 0 {

@@ -93,7 +93,7 @@ func runHeartbeatBench(ctx context.Context, baseURL string, cfg benchConfig, std
 	defer pool.Close()
 	quiet := slog.New(slog.DiscardHandler)
 	client := pgqueue.New(pool, pgqueue.Config{Logger: quiet})
-	if err := insertJobs(ctx, client, cfg.concurrency, cfg.batch); err != nil {
+	if err := insertJobs(ctx, client, cfg.concurrency, cfg.batch, limitBench{}.args); err != nil {
 		return err
 	}
 	done := make(chan struct{})

@@ -66,6 +66,9 @@ type benchResult struct {
 	statements bool
 	// soak is a soak's report (--mode soak).
 	soak *soakReport
+	// limits says what limited the run (--limit-concurrency,
+	// --limit-partitions).
+	limits string
 }
 
 func (r benchResult) warmRate() float64 {
@@ -78,6 +81,9 @@ func (r benchResult) warmRate() float64 {
 func (r benchResult) String() string {
 	s := fmt.Sprintf("%d jobs in %.2fs = %.0f jobs/s from the workers' start (river bench's window, ramp-up included)",
 		r.jobs, r.elapsed.Seconds(), r.rate)
+	if r.limits != "" && r.limits != "unlimited" {
+		s = r.limits + ": " + s
+	}
 	if w := r.warmRate(); w > 0 {
 		s += fmt.Sprintf("; %.0f jobs/s after a %s warm-up", w, r.warmup)
 	} else {
@@ -175,14 +181,17 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, setti
 	}
 	defer pool.Close()
 	client := pgqueue.New(pool, clientCfg)
-	res := benchResult{statements: cfg.statements}
+	res := benchResult{statements: cfg.statements, limits: cfg.limits.describe()}
+	if err := cfg.limits.apply(ctx, client); err != nil {
+		return benchResult{}, err
+	}
 	prefilled, err := prepareRun(ctx, mode, cfg, client, pr, &res)
 	if err != nil {
 		return benchResult{}, err
 	}
 
 	reg := worker.NewRegistry()
-	worker.Add(reg, func(ctx context.Context, job *worker.Job[benchArgs]) error { return nil })
+	cfg.limits.register(reg)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	p, err := newBenchPool(ctx, url, int32(cfg.conns))
 	if err != nil {
@@ -286,7 +295,7 @@ func prepareRun(ctx context.Context, mode string, cfg benchConfig, client *pgque
 	if err != nil {
 		return 0, err
 	}
-	if err := insertJobs(ctx, client, n, cfg.batch); err != nil {
+	if err := insertJobs(ctx, client, n, cfg.batch, cfg.limits.args); err != nil {
 		return 0, err
 	}
 	if mode == "burndown" {
@@ -429,12 +438,13 @@ func newBenchPool(ctx context.Context, url string, conns int32) (*pgxpool.Pool, 
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
-func insertJobs(ctx context.Context, c *pgqueue.Client, n, batch int) error {
+// insertJobs inserts n jobs in batches, the i-th with args(i).
+func insertJobs(ctx context.Context, c *pgqueue.Client, n, batch int, args func(i int) []byte) error {
 	ps := make([]queue.EnqueueParams, 0, batch)
 	for i := 0; i < n; {
 		ps = ps[:0]
 		for ; len(ps) < batch && i < n; i++ {
-			ps = append(ps, queue.EnqueueParams{Kind: "bench", Args: []byte(`{"n":1}`)})
+			ps = append(ps, queue.EnqueueParams{Kind: "bench", Args: args(i)})
 		}
 		if _, err := c.EnqueueMany(ctx, ps); err != nil {
 			return err
@@ -491,10 +501,12 @@ func sampleWaiting(ctx context.Context, inserted *atomic.Int64, completed func()
 // keepBacklog inserts batches whenever fewer than cfg.backlog jobs wait.
 func keepBacklog(ctx context.Context, c *pgqueue.Client, cfg benchConfig, inserted *atomic.Int64, completed func() (int64, int64, int64)) error {
 	ps := make([]queue.EnqueueParams, cfg.batch)
-	for i := range ps {
-		ps[i] = queue.EnqueueParams{Kind: "bench", Args: []byte(`{"n":1}`)}
-	}
+	next := 0
 	for ctx.Err() == nil {
+		for i := range ps {
+			ps[i] = queue.EnqueueParams{Kind: "bench", Args: cfg.limits.args(next)}
+			next++
+		}
 		done, _, _ := completed()
 		if inserted.Load()-done >= int64(cfg.backlog) {
 			time.Sleep(2 * time.Millisecond)

@@ -144,7 +144,7 @@ func (l Limit) normalize() (Limit, error) {
 
 const setLimitSQL = `
 INSERT INTO jobfence_limits (name, queue, kind, partition_by, concurrency, rate, period_us, hold_retrying, hold_discarded, updated_at)
-VALUES ($1, $2, $3, $4, NULLIF($5, 0), NULLIF($6, 0), NULLIF($7, 0), $8, $9, now())
+VALUES ($1, $2, $3, $4, NULLIF($5, 0), NULLIF($6, 0), NULLIF($7::bigint, 0), $8, $9, now())
 ON CONFLICT (name) DO UPDATE SET queue = EXCLUDED.queue, kind = EXCLUDED.kind, partition_by = EXCLUDED.partition_by,
     concurrency = EXCLUDED.concurrency, rate = EXCLUDED.rate, period_us = EXCLUDED.period_us,
     hold_retrying = EXCLUDED.hold_retrying, hold_discarded = EXCLUDED.hold_discarded, updated_at = now()`
@@ -279,9 +279,12 @@ ON CONFLICT DO NOTHING`
 // rate slot when a Period has passed since it was granted and since its
 // job's last start, and that job is not waiting to start. Each slot is
 // then taken by compare-and-set on its generation, which every grant
-// bumps: if another grant took it since the snapshot (or is taking it:
-// the update waits for that one statement), the slot's gen differs and
-// this grant does not take it. A job becomes available only if each slot
+// bumps: it is locked (lc, lr) only if its gen is still the one read
+// (the lock re-checks it on the newest version), and skipped if another
+// grant holds it, so that grants that read the same slots free never wait
+// for each other (the waits once took most of a grant's time under a
+// global limit): of two, the one that locks a slot first takes it, the
+// other skips it, or finds its gen changed and leaves it. A job becomes available only if each slot
 // its limit calls for was taken for it; a slot taken for a job that then
 // was not granted is held by no one (its job is not available), so it is
 // free again for the next grant (a rate slot after its Period). No job
@@ -291,6 +294,16 @@ ON CONFLICT DO NOTHING`
 // A lowered limit leaves jobs holding slots at or above it: each such
 // holder (a rate slot granted within the Period) counts against the free
 // slots below it, so no grant goes past the new value.
+//
+// The waiting jobs are read through jobfence_jobs_limited, as the range
+// of its keys that is the partition's, in its order: with equalities on
+// the partition, the planner took the partition as a constant and the
+// order as the ID's, and one whose statistics saw many limited jobs walked
+// the primary key in ID order past every other job of the table
+// (TestGrantReadsNoWaitingJobs); no other index gives a range's order. Only a deleted
+// limit's partitions (gone, materialized first) are looked at for
+// orphans: looking at every partition's waiting jobs before checking
+// that its limit was gone locked a batch of them in every grant.
 //
 // The waiting jobs are locked in ID order, as every grant locks them. A
 // sequence's (ordered: Concurrency 1, holding through retries) are waited
@@ -329,8 +342,9 @@ WITH l AS MATERIALIZED (
 ), w0 AS MATERIALIZED (
     SELECT x.id, k.n, k.pt FROM k CROSS JOIN LATERAL (
         SELECT id FROM jobfence_jobs
-        WHERE state = 'limited' AND limit_name = k.n AND limit_part = k.pt
-        ORDER BY id
+        WHERE state = 'limited' AND (limit_name, limit_part, id) > (k.n, k.pt, 0)
+          AND (limit_name, limit_part, id) <= (k.n, k.pt, 9223372036854775807)
+        ORDER BY limit_name, limit_part, id
         LIMIT k.k
         FOR UPDATE
     ) x
@@ -338,8 +352,9 @@ WITH l AS MATERIALIZED (
     UNION ALL
     SELECT x.id, k.n, k.pt FROM k CROSS JOIN LATERAL (
         SELECT id FROM jobfence_jobs
-        WHERE state = 'limited' AND limit_name = k.n AND limit_part = k.pt
-        ORDER BY id
+        WHERE state = 'limited' AND (limit_name, limit_part, id) > (k.n, k.pt, 0)
+          AND (limit_name, limit_part, id) <= (k.n, k.pt, 9223372036854775807)
+        ORDER BY limit_name, limit_part, id
         LIMIT k.k
         FOR UPDATE SKIP LOCKED
     ) x
@@ -352,26 +367,37 @@ WITH l AS MATERIALIZED (
     FROM w
     LEFT JOIN cs c ON c.name = w.n AND c.part = w.pt AND c.rn = w.rn
     LEFT JOIN rs r ON r.name = w.n AND r.part = w.pt AND r.rn = w.rn
+), lc AS MATERIALIZED (
+    SELECT p.id, s.name, s.part, s.slot FROM pair p JOIN jobfence_limit_slots s
+        ON s.name = p.n AND s.part = p.pt AND s.kind = 0 AND s.slot = p.cslot AND s.gen = p.cgen
+    FOR UPDATE OF s SKIP LOCKED
+), lr AS MATERIALIZED (
+    SELECT p.id, s.name, s.part, s.slot FROM pair p JOIN jobfence_limit_slots s
+        ON s.name = p.n AND s.part = p.pt AND s.kind = 1 AND s.slot = p.rslot AND s.gen = p.rgen
+    FOR UPDATE OF s SKIP LOCKED
 ), uc AS (
-    UPDATE jobfence_limit_slots s SET job_id = p.id, gen = s.gen + 1, granted_at = now()
-    FROM pair p
-    WHERE s.name = p.n AND s.part = p.pt AND s.kind = 0 AND s.slot = p.cslot AND s.gen = p.cgen
-    RETURNING p.id
+    UPDATE jobfence_limit_slots s SET job_id = lc.id, gen = s.gen + 1, granted_at = now()
+    FROM lc
+    WHERE s.name = lc.name AND s.part = lc.part AND s.kind = 0 AND s.slot = lc.slot
+    RETURNING lc.id
 ), ur AS (
-    UPDATE jobfence_limit_slots s SET job_id = p.id, gen = s.gen + 1, granted_at = now()
-    FROM pair p
-    WHERE s.name = p.n AND s.part = p.pt AND s.kind = 1 AND s.slot = p.rslot AND s.gen = p.rgen
-    RETURNING p.id
+    UPDATE jobfence_limit_slots s SET job_id = lr.id, gen = s.gen + 1, granted_at = now()
+    FROM lr
+    WHERE s.name = lr.name AND s.part = lr.part AND s.kind = 1 AND s.slot = lr.slot
+    RETURNING lr.id
+), gone AS MATERIALIZED (
+    SELECT p.n, p.pt FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
+    WHERE NOT EXISTS (SELECT FROM jobfence_limits m WHERE m.name = p.n)
 ), orphans AS MATERIALIZED (
-    SELECT x.id FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
+    SELECT x.id FROM gone p
     CROSS JOIN LATERAL (
         SELECT id FROM jobfence_jobs
-        WHERE state = 'limited' AND limit_name = p.n AND limit_part = p.pt
-        ORDER BY id
+        WHERE state = 'limited' AND (limit_name, limit_part, id) > (p.n, p.pt, 0)
+          AND (limit_name, limit_part, id) <= (p.n, p.pt, 9223372036854775807)
+        ORDER BY limit_name, limit_part, id
         LIMIT $3
         FOR UPDATE SKIP LOCKED
     ) x
-    WHERE NOT EXISTS (SELECT FROM jobfence_limits m WHERE m.name = p.n)
 ), g AS (
     UPDATE jobfence_jobs j
     SET state = 'available', limit_slot = p.cslot, scheduled_at = now()
@@ -383,8 +409,7 @@ WITH l AS MATERIALIZED (
 ), o AS (
     UPDATE jobfence_jobs j
     SET state = 'available', limit_slot = NULL, scheduled_at = now()
-    FROM orphans
-    WHERE j.id = orphans.id AND j.state = 'limited'
+    WHERE j.id = ANY (ARRAY(SELECT id FROM orphans)) AND j.state = 'limited'
     RETURNING j.queue
 )
 SELECT q.queue, count(*), pg_notify($4, q.queue)

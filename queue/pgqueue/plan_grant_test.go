@@ -1,0 +1,126 @@
+package pgqueue_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+)
+
+// TestGrantReadsNoWaitingJobs EXPLAINs a grant beside 20,000 waiting jobs
+// and 30 running ones, with 10 slots free: the rows it reads from the
+// jobs table must be the slots' holders and the jobs it grants, never the
+// waiting or running jobs at large (a grant that scanned them would cost
+// each completion as much as the backlog: the issue's "no scan of running
+// or waiting jobs"). It once read 1,000 waiting jobs a grant, locking them
+// to release them were the limit deleted, before it looked whether it was.
+func TestGrantReadsNoWaitingJobs(t *testing.T) {
+	c, db := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const limit, free = 40, 10
+	for _, l := range []pgqueue.Limit{
+		{Name: "global", Queue: "default", Concurrency: limit},
+		{Name: "rate", Queue: "rated", Concurrency: limit, Rate: 1000, Period: time.Hour},
+	} {
+		t.Run(l.Name, func(t *testing.T) {
+			setLimit(t, c, l)
+			ps := make([]queue.EnqueueParams, 5000)
+			for i := range ps {
+				ps[i] = queue.EnqueueParams{Kind: "k", Queue: l.Queue}
+			}
+			for range 4 {
+				if _, err := c.EnqueueMany(ctx, ps); err != nil {
+					t.Fatal(err)
+				}
+			}
+			jobs := claim(t, c, l.Queue, limit, time.Hour)
+			if len(jobs) != limit {
+				t.Fatalf("claimed %d jobs, want the limit's %d", len(jobs), limit)
+			}
+			// Finish some without the grant that Finish runs after, so
+			// that the grant EXPLAINed has slots to hand out.
+			ids := make([]int64, free)
+			for i, j := range jobs[:free] {
+				ids[i] = j.ID
+			}
+			if _, err := db.Pool.Exec(ctx, `UPDATE jobfence_jobs SET state = 'completed', finalized_at = now() WHERE id = ANY($1)`, ids); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.Pool.Exec(ctx, "ANALYZE jobfence_jobs"); err != nil {
+				t.Fatal(err)
+			}
+			// As a statement planned for its parameters, and as a
+			// prepared one's generic plan.
+			for _, mode := range []string{"auto", "force_generic_plan"} {
+				explainGrant(t, ctx, db.Pool, l, mode, free, float64(2*limit+4*free))
+			}
+		})
+	}
+}
+
+// explainGrant EXPLAINs (ANALYZE) a grant of l's partition, rolled back,
+// with plan_cache_mode mode, and fails t if it made other than free jobs
+// available or read more than bound rows of the jobs table: each slot's
+// holder probed (twice at most: the free slots' and the count of holders
+// above the limit), and each granted job read and locked.
+func explainGrant(t *testing.T, ctx context.Context, pool *pgxpool.Pool, l pgqueue.Limit, mode string, free int, bound float64) {
+	t.Helper()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT set_config('plan_cache_mode', $1, true)", mode); err != nil {
+		t.Fatal(err)
+	}
+	var raw []byte
+	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+pgqueue.GrantSQL, pgx.QueryExecModeDescribeExec,
+		[]string{l.Name}, []string{""}, 1000, "x").Scan(&raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []struct{ Plan grantPlanNode }
+	if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
+		t.Fatalf("EXPLAIN output %.300s: %v", raw, err)
+	}
+	var read float64
+	plan[0].Plan.walk(func(p grantPlanNode) {
+		if p.Relation == "jobfence_jobs" && p.Type != "ModifyTable" {
+			read += (p.Rows + p.Removed) * p.Loops
+		}
+	})
+	var available int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE queue = $1 AND state = 'available'`, l.Queue).Scan(&available); err != nil {
+		t.Fatal(err)
+	}
+	if available != free {
+		t.Fatalf("plan_cache_mode %s: the grant made %d jobs available, want the %d free slots' worth", mode, available, free)
+	}
+	if read > bound {
+		t.Fatalf("plan_cache_mode %s: the grant read %.0f rows of the jobs table, want at most %.0f beside 20,000 waiting jobs; plan:\n%s", mode, read, bound, raw)
+	}
+}
+
+// grantPlanNode is a node of EXPLAIN (ANALYZE, FORMAT JSON)'s output.
+type grantPlanNode struct {
+	Type     string          `json:"Node Type"`
+	Relation string          `json:"Relation Name"`
+	Rows     float64         `json:"Actual Rows"`
+	Loops    float64         `json:"Actual Loops"`
+	Removed  float64         `json:"Rows Removed by Filter"`
+	Plans    []grantPlanNode `json:"Plans"`
+}
+
+func (p grantPlanNode) walk(f func(grantPlanNode)) {
+	f(p)
+	for _, c := range p.Plans {
+		c.walk(f)
+	}
+}
