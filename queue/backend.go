@@ -82,6 +82,20 @@ type Granter interface {
 	GrantWaiting(ctx context.Context, limit int) (map[string]int, error)
 }
 
+// RefillGranter is a Granter that learns, from its grants, when a rate
+// limit's window next frees a slot that a waiting job wants, so that a
+// worker grants it then rather than at its next grant pass.
+type RefillGranter interface {
+	Granter
+	// GrantRefilled grants in the partitions whose rate slots have freed
+	// by now, and returns the jobs it made available per queue and when
+	// the next known rate slot frees (zero: none known).
+	GrantRefilled(ctx context.Context) (map[string]int, time.Time, error)
+	// Refills holds a value when a grant learns of a rate slot that frees
+	// before the earliest one known.
+	Refills() <-chan struct{}
+}
+
 // RescueParams tunes one Rescue call.
 type RescueParams struct {
 	// Limit caps how many jobs one call rescues.

@@ -46,11 +46,15 @@ type Stats struct {
 	// Promoted counts jobs whose time had come that this worker made
 	// ready to claim (see Config.PromoteInterval).
 	Promoted int64
+	// Refilled counts rate-limited jobs this worker granted when their
+	// rate's window freed a slot; RefillErrors the grants for them that
+	// failed (the grant pass tries again).
+	Refilled, RefillErrors int64
 }
 
 type counters struct {
 	claimed, completed, retried, discarded, snoozed, unknownKind, cancelled, stale, lost, stuck, stuckRunning, panics,
-	fetchErrors, finishErrors, rescued, pruned, promoted atomic.Int64
+	fetchErrors, finishErrors, rescued, pruned, promoted, refilled, refillErrors atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
@@ -60,5 +64,6 @@ func (c *counters) snapshot() Stats {
 		Stale: c.stale.Load(), Lost: c.lost.Load(), Stuck: c.stuck.Load(), StuckRunning: c.stuckRunning.Load(),
 		Panics: c.panics.Load(), FetchErrors: c.fetchErrors.Load(), FinishErrors: c.finishErrors.Load(),
 		Rescued: c.rescued.Load(), Pruned: c.pruned.Load(), Promoted: c.promoted.Load(),
+		Refilled: c.refilled.Load(), RefillErrors: c.refillErrors.Load(),
 	}
 }

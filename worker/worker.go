@@ -250,6 +250,10 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.bgWG.Add(1)
 		go w.promoteLoop(bgCtx, p)
 	}
+	if g, ok := w.backend.(queue.RefillGranter); ok {
+		w.bgWG.Add(1)
+		go w.refillLoop(bgCtx, g)
+	}
 	if r, ok := w.backend.(queue.Registrar); ok {
 		w.bgWG.Add(1)
 		go w.registryLoop(bgCtx, r)

@@ -103,6 +103,8 @@ type Client struct {
 		sync.Mutex
 		p partition
 	}
+	// refills remembers when rate slots free for waiting jobs.
+	refills refills
 }
 
 // New returns a Client on pool. The pool's search_path decides the schema
@@ -118,6 +120,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 		cfg.PausePollInterval = DefaultPausePollInterval
 	}
 	c := &Client{pool: pool, cfg: cfg}
+	c.refills.wake = make(chan struct{}, 1)
 	c.listener = newListener(cfg.Logger, c.listenConn)
 	if pool != nil {
 		if n := int(pool.Config().MaxConns) - cfg.TxReserve; n > 0 {

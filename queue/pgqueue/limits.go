@@ -150,11 +150,16 @@ ON CONFLICT (name) DO UPDATE SET queue = EXCLUDED.queue, kind = EXCLUDED.kind, p
     hold_retrying = EXCLUDED.hold_retrying, hold_discarded = EXCLUDED.hold_discarded, updated_at = now()`
 
 // SetLimit stores l, replacing the limit of the same name. It applies to
-// the jobs inserted from then on; a changed Concurrency, Rate or
-// OnFailure applies at once to the jobs it governs already (every grant
-// reads it). Changing a limit's Queue, Kind or PartitionBy leaves the
-// jobs inserted before under the partition they were given. Another limit
-// of the same queue and kind is refused (a job has one limit).
+// the jobs inserted from then on, and to those of its queue (and kind)
+// that no limit governed yet and have not started: available ones wait
+// for a slot from then on (adoptAvailable), and scheduled or retrying ones
+// when their time comes (promoteSQL). Jobs already running are not
+// counted: they finish, and the limit counts the jobs it grants. A changed
+// Concurrency, Rate or OnFailure applies at once to the jobs it governs
+// already (every grant reads it). Changing a limit's Queue, Kind or
+// PartitionBy leaves the jobs it governed under the partition they were
+// given. Another limit of the same queue and kind is refused (a job has
+// one limit).
 func (c *Client) SetLimit(ctx context.Context, l Limit) error {
 	l, err := l.normalize()
 	if err != nil {
@@ -165,6 +170,18 @@ func (c *Client) SetLimit(ctx context.Context, l Limit) error {
 	if err != nil {
 		return fmt.Errorf("pgqueue: set limit %q: %w", l.Name, err)
 	}
+	adopted, err := c.adoptAvailable(ctx, l.Name)
+	if err != nil {
+		return fmt.Errorf("pgqueue: set limit %q: stored, but bringing the jobs already available under it failed (set it again to retry): %w", l.Name, err)
+	}
+	for len(adopted) > 0 {
+		n := min(len(adopted), grantBatch)
+		if _, err := c.grant(ctx, adopted[:n]); err != nil {
+			c.cfg.Logger.Warn("pgqueue: limit set, but granting its jobs failed; the workers' next pass grants them", "limit", l.Name, "err", err)
+			break
+		}
+		adopted = adopted[n:]
+	}
 	// Slots it frees (a raised limit) go to waiting jobs now rather than
 	// at the next maintenance pass.
 	if _, err := c.GrantWaiting(ctx, grantBatch); err != nil {
@@ -172,6 +189,82 @@ func (c *Client) SetLimit(ctx context.Context, l Limit) error {
 			"limit", l.Name, "err", err)
 	}
 	return nil
+}
+
+// adoptSQL brings up to $2 available jobs of limit $1's queue (and kind)
+// that no limit governs under it, as limited jobs of the partition their
+// args give (limitOfSQL's rule; a LimitKey given to an insert into a
+// queue with no limit was not kept), in one statement: the jobs that a
+// kind's own limit would govern are left to it. Rows another statement
+// holds (a claim taking them) are skipped: those jobs start as they would
+// have. It reads the queue's available jobs through the claim's index;
+// each batch is a transaction of its own with a 1 s lock_timeout, so the
+// rewrite runs beside a live fleet.
+const adoptSQL = `
+WITH m AS MATERIALIZED (
+    SELECT name, queue, kind, partition_by FROM jobfence_limits WHERE name = $1
+), c AS MATERIALIZED (
+    SELECT j.id FROM jobfence_jobs j JOIN m ON j.queue = m.queue
+    WHERE j.state = 'available' AND j.limit_name IS NULL AND (m.kind = '' OR j.kind = m.kind)
+      AND NOT EXISTS (SELECT FROM jobfence_limits k WHERE k.queue = j.queue AND k.kind = j.kind AND k.kind <> m.kind)
+    ORDER BY j.priority, j.scheduled_at, j.id
+    LIMIT $2
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE jobfence_jobs j
+SET state = 'limited', limit_name = m.name, limit_slot = NULL,
+    limit_part = CASE WHEN cardinality(m.partition_by) = 0 THEN ''
+        ELSE (SELECT jsonb_agg(coalesce(j.args -> f, 'null'::jsonb) ORDER BY o)::text
+              FROM unnest(m.partition_by) WITH ORDINALITY AS pb(f, o)) END
+FROM c, m
+WHERE j.id = c.id AND j.state = 'available' AND j.limit_name IS NULL
+RETURNING j.limit_part`
+
+// adoptBatch bounds the jobs one adoptSQL statement rewrites.
+const adoptBatch = 1000
+
+// adoptAvailable runs adoptSQL for limit name until a batch finds fewer
+// than adoptBatch jobs, and returns the partitions it put jobs in.
+func (c *Client) adoptAvailable(ctx context.Context, name string) ([]partition, error) {
+	seen := map[string]bool{}
+	var ps []partition
+	for {
+		var b pgx.Batch
+		b.Queue(`SELECT set_config('lock_timeout', $1::bigint::text, true)`, grantWait.Milliseconds())
+		b.Queue(adoptSQL, name, adoptBatch)
+		br := c.pool.SendBatch(ctx, &b)
+		n := 0
+		_, err := br.Exec()
+		if err == nil {
+			var rows pgx.Rows
+			if rows, err = br.Query(); err == nil {
+				for rows.Next() {
+					var part string
+					if err = rows.Scan(&part); err != nil {
+						break
+					}
+					n++
+					if !seen[part] {
+						seen[part] = true
+						ps = append(ps, partition{name: name, part: part})
+					}
+				}
+				rows.Close()
+				if err == nil {
+					err = rows.Err()
+				}
+			}
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return ps, err
+		}
+		if n < adoptBatch {
+			return ps, nil
+		}
+	}
 }
 
 const limitsSQL = `SELECT name, queue, kind, partition_by, coalesce(concurrency, 0), coalesce(rate, 0), coalesce(period_us, 0),
@@ -421,8 +514,9 @@ GROUP BY q.queue`
 const grantWait = time.Second
 
 // grant serves the partitions ps: it creates their slots, then hands free
-// slots to waiting jobs (grantSQL), in one transaction of two statements
-// sent together in one batch. It returns how many jobs it made available per queue.
+// slots to waiting jobs (grantSQL), and learns when the rates that still
+// hold jobs back free their next slots (nextRefillSQL, see refills), in
+// one transaction of statements sent together in one batch. It returns how many jobs it made available per queue.
 func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, error) {
 	if len(ps) == 0 {
 		return nil, nil
@@ -436,6 +530,7 @@ func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, err
 	b.Queue(`SELECT set_config('lock_timeout', $1::bigint::text, true)`, grantWait.Milliseconds())
 	b.Queue(ensureSlotsSQL, names, parts)
 	b.Queue(grantSQL, names, parts, grantBatch, insertChannel)
+	queueNextRefill(&b, names, parts)
 	// One batch is one implicit transaction, which the server commits
 	// at the batch's end without waiting for this client: a grant whose
 	// client froze after sending it holds no slot or job row.
@@ -461,6 +556,13 @@ func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, err
 			if err == nil {
 				err = rows.Err()
 			}
+		}
+	}
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			err = c.refills.record(ps, rows)
+			rows.Close()
 		}
 	}
 	if cerr := br.Close(); err == nil {

@@ -501,3 +501,56 @@ func TestGrantSkipsAHeldJob(t *testing.T) {
 		t.Fatalf("beside a held waiting job claimed %v, want job %d", got, ids[2])
 	}
 }
+
+// TestSetLimitAppliesToJobsInsertedBefore: a limit set after jobs were
+// inserted governs those that have not started: the available ones wait
+// for a slot at once, by the partition their args give, and a scheduled
+// one waits for a slot when its time comes.
+func TestSetLimitAppliesToJobsInsertedBefore(t *testing.T) {
+	c, db := newClient(t)
+	ctx := context.Background()
+	var ids []int64
+	for _, customer := range []int{1, 1, 1, 2, 2} {
+		ids = append(ids, enqueueN(t, c, queue.EnqueueParams{Queue: "late", Kind: "k", Args: fmt.Appendf(nil, `{"c":%d}`, customer)}, 1)...)
+	}
+	later := enqueueN(t, c, queue.EnqueueParams{Queue: "late", Kind: "k", Args: []byte(`{"c":1}`), ScheduledAt: time.Now().Add(time.Hour)}, 1)[0]
+	other := enqueueN(t, c, queue.EnqueueParams{Queue: "other", Kind: "k", Args: []byte(`{"c":1}`)}, 1)[0]
+	setLimit(t, c, pgqueue.Limit{Name: "per-customer", Queue: "late", PartitionBy: []string{"c"}, Concurrency: 1})
+
+	var states []string
+	for _, id := range ids {
+		states = append(states, string(stateOf(t, c, id)))
+	}
+	if want := "available limited limited available limited"; strings.Join(states, " ") != want {
+		t.Fatalf("states after SetLimit: %q, want %q (the oldest job of each customer granted, the rest waiting)", strings.Join(states, " "), want)
+	}
+	if s := stateOf(t, c, other); s != queue.StateAvailable {
+		t.Fatalf("a job of another queue is %s, want available", s)
+	}
+	jobs := claim(t, c, "late", 10, time.Minute)
+	if len(jobs) != 2 {
+		t.Fatalf("claimed %d jobs, want one per customer", len(jobs))
+	}
+	// The scheduled job's time comes: it waits behind its customer's.
+	if _, err := db.Pool.Exec(ctx, `UPDATE jobfence_jobs SET scheduled_at = now() - interval '1 second' WHERE id = $1`, later); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Promote(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	if s := stateOf(t, c, later); s != queue.StateLimited {
+		t.Fatalf("the scheduled job, due, is %s; want limited behind its customer's running job", s)
+	}
+	complete(t, c, jobs...)
+	var order []int64
+	for range 4 {
+		js := claim(t, c, "late", 10, time.Minute)
+		for _, j := range js {
+			order = append(order, j.ID)
+		}
+		complete(t, c, js...)
+	}
+	if want := []int64{ids[1], ids[4], ids[2], later}; !slices.Equal(order, want) {
+		t.Fatalf("the waiting jobs ran in the order %v, want %v (each customer's oldest first)", order, want)
+	}
+}

@@ -37,7 +37,11 @@ import (
 //
 // A due job that a limit governs becomes limited, to wait for a slot
 // (GrantWaiting), unless it is a retry that kept its slot through its
-// backoff (FailureHold): it is then available with that slot.
+// backoff (FailureHold): it is then available with that slot. A due job
+// that no limit governed when it was inserted, of a queue (and kind) that
+// has a limit now, comes under it (adopt: a probe of the limits' (queue,
+// kind) index, as an insert's), as SetLimit brings available jobs under
+// it.
 const promoteSQL = `
 WITH due AS (
     SELECT id FROM jobfence_jobs
@@ -47,15 +51,27 @@ WITH due AS (
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 ), keep AS MATERIALIZED (
-    SELECT due.id, j.limit_name IS NULL OR j.state = 'retryable' AND EXISTS (
+    SELECT due.id, adopt.name AS adopt_name, adopt.part AS adopt_part,
+        adopt.name IS NULL AND (j.limit_name IS NULL OR j.state = 'retryable' AND EXISTS (
         SELECT FROM jobfence_limit_slots s JOIN jobfence_limits l ON l.name = s.name
         WHERE s.name = j.limit_name AND s.part = j.limit_part AND s.kind = 0 AND s.slot = j.limit_slot
-          AND s.job_id = j.id AND l.hold_retrying) AS ready
+          AND s.job_id = j.id AND l.hold_retrying)) AS ready
     FROM due JOIN jobfence_jobs j ON j.id = due.id
+    LEFT JOIN LATERAL (
+        SELECT m.name, CASE WHEN cardinality(m.partition_by) = 0 THEN ''
+            ELSE (SELECT jsonb_agg(coalesce(j.args -> f, 'null'::jsonb) ORDER BY o)::text
+                  FROM unnest(m.partition_by) WITH ORDINALITY AS pb(f, o)) END AS part
+        FROM jobfence_limits m
+        WHERE j.limit_name IS NULL AND m.queue = j.queue AND m.kind IN (j.kind, '')
+        ORDER BY m.kind DESC
+        LIMIT 1
+    ) adopt ON true
 ), moved AS (
     UPDATE jobfence_jobs j
     SET state = CASE WHEN keep.ready THEN 'available' ELSE 'limited' END,
-        limit_slot = CASE WHEN keep.ready THEN j.limit_slot END
+        limit_slot = CASE WHEN keep.ready THEN j.limit_slot END,
+        limit_name = coalesce(j.limit_name, keep.adopt_name),
+        limit_part = coalesce(j.limit_part, keep.adopt_part)
     FROM keep
     WHERE j.id = keep.id
     RETURNING j.queue, j.state
