@@ -55,11 +55,14 @@ type UniqueOpts struct {
 	// back beside a duplicate inserted meanwhile.
 	ByState []State
 	// Debounce, instead of refusing a duplicate whose existing job has not
-	// started (available or scheduled), moves that job to the new insert's
-	// scheduled time (ScheduledAt, or now when zero): each insert of a
-	// burst puts the job off again, and it runs once, at the last one's
-	// time. EnqueueResult.Debounced reports the move. A duplicate of a
-	// running, retryable or finished job is refused as without Debounce.
+	// started (available, scheduled, or limited: waiting for a limit's
+	// slot), moves that job to the new insert's scheduled time
+	// (ScheduledAt, or now when zero): each insert of a burst puts the job
+	// off again, and it runs once, at the last one's time.
+	// EnqueueResult.Debounced reports the move. A job put off to a later
+	// time gives up a limit's slot it held and waits for one again when
+	// its time comes, ahead of the jobs inserted after it. A duplicate of
+	// a running, retryable or finished job is refused as without Debounce.
 	// Its args, priority, deadline and other fields stay as they were.
 	Debounce bool
 }

@@ -89,8 +89,16 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
+		var wait *pgqueue.LimitWait
+		if j.State == queue.StateLimited {
+			if wait, err = c.LimitWait(ctx, j.ID); err != nil {
+				return err
+			}
+		}
 		if *asJSON {
-			return writeJSON(stdout, toJobJSON(j))
+			out := toJobJSON(j)
+			out.Wait = toLimitWaitJSON(wait)
+			return writeJSON(stdout, out)
 		}
 		fmt.Fprintf(stdout, "job %d\n  queue %s, kind %s, priority %d\n  state %s, attempt %d of %d, fence %d\n",
 			j.ID, j.Queue, j.Kind, j.Priority, j.State, j.Attempt, j.MaxAttempts, j.Fence)
@@ -99,12 +107,8 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fmt.Fprintf(stdout, "  unique key %s\n", j.UniqueKey)
 		}
 		fmt.Fprintf(stdout, "  args %s\n  attempted by %v\n", j.EncodedArgs, j.AttemptedBy)
-		if j.State == queue.StateLimited {
-			why, err := c.WaitReason(ctx, j.ID)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "  %s\n", why)
+		if wait != nil {
+			fmt.Fprintf(stdout, "  %s\n", wait)
 		}
 		if j.WorkflowID != "" {
 			fmt.Fprintf(stdout, "  workflow %s, task %s\n", j.WorkflowID, j.TaskName)

@@ -39,6 +39,36 @@ type jobJSON struct {
 	Output     json.RawMessage `json:"output,omitempty"`
 	WorkflowID string          `json:"workflow_id,omitempty"`
 	TaskName   string          `json:"task_name,omitempty"`
+	// Wait says why a limited job waits (`jobs show` only); absent for
+	// a job that does not wait for a limit.
+	Wait *limitWaitJSON `json:"wait,omitempty"`
+}
+
+// limitWaitJSON is pgqueue.LimitWait, with the sentence the text output
+// prints.
+type limitWaitJSON struct {
+	Reason         string  `json:"reason"`
+	Limit          string  `json:"limit"`
+	Partition      string  `json:"partition"`
+	LimitGone      bool    `json:"limit_gone"`
+	Concurrency    int     `json:"concurrency"`
+	SlotsHeld      int     `json:"slots_held"`
+	Rate           int     `json:"rate"`
+	PeriodSeconds  float64 `json:"period_seconds"`
+	StartsInPeriod int     `json:"starts_in_period"`
+	Ahead          int64   `json:"ahead"`
+	AheadCapped    bool    `json:"ahead_capped"`
+}
+
+func toLimitWaitJSON(w *pgqueue.LimitWait) *limitWaitJSON {
+	if w == nil {
+		return nil
+	}
+	return &limitWaitJSON{
+		Reason: w.String(), Limit: w.Limit, Partition: w.Partition, LimitGone: w.LimitGone,
+		Concurrency: w.Concurrency, SlotsHeld: w.SlotsHeld, Rate: w.Rate, PeriodSeconds: w.Period.Seconds(),
+		StartsInPeriod: w.StartsInPeriod, Ahead: w.Ahead, AheadCapped: w.AheadCapped,
+	}
 }
 
 type attemptErrorJSON struct {

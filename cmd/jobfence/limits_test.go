@@ -55,6 +55,28 @@ func TestLimitsCLI(t *testing.T) {
 	if want := `waits for a slot of limit "provider", partition ["eu"]: 2 of 2 slots held; 0 jobs of the partition ahead of it`; code != 0 || !strings.Contains(out, want) {
 		t.Errorf("jobs show of a limited job: exit %d, stdout:\n%s\nwant it to contain %q", code, out, want)
 	}
+	out, _, code = cli(t, "jobs", "show", fmt.Sprint(ids[2]), "--json", "--database-url", db.URL)
+	var shown struct {
+		State string
+		Wait  map[string]any
+	}
+	if err := json.Unmarshal([]byte(out), &shown); code != 0 || err != nil || shown.State != "limited" || shown.Wait == nil {
+		t.Fatalf("jobs show --json of a limited job: exit %d, %v, stdout:\n%s", code, err, out)
+	}
+	want := map[string]any{
+		"reason": `waits for a slot of limit "provider", partition ["eu"]: 2 of 2 slots held; 0 jobs of the partition ahead of it`,
+		"limit": "provider", "partition": `["eu"]`, "limit_gone": false, "concurrency": float64(2), "slots_held": float64(2),
+		"rate": float64(0), "period_seconds": float64(0), "starts_in_period": float64(0), "ahead": float64(0), "ahead_capped": false,
+	}
+	for k, v := range want {
+		if shown.Wait[k] != v {
+			t.Errorf("jobs show --json: wait.%s = %v, want %v", k, shown.Wait[k], v)
+		}
+	}
+	out, _, code = cli(t, "jobs", "show", fmt.Sprint(ids[0]), "--json", "--database-url", db.URL)
+	if code != 0 || strings.Contains(out, `"wait"`) {
+		t.Errorf("jobs show --json of a running job: exit %d, want no wait; stdout:\n%s", code, out)
+	}
 	_, errs, code = cli(t, "limits", "set", "bad", "--queue", "calls", "--rate", "5", "--database-url", db.URL)
 	if want := "pgqueue: invalid limit: Period must be positive with a Rate"; code == 0 || !strings.Contains(errs, want) {
 		t.Errorf("set without a period: exit %d, stderr %q, want %q", code, errs, want)

@@ -73,14 +73,33 @@ var (
 	// insertHashedSQL inserts a job with UniqueOpts.
 	insertHashedSQL = fmt.Sprintf(insertSQL, `ON CONFLICT `+uniqueHashArbiter+` DO NOTHING`)
 	// insertDebouncedSQL inserts a job with UniqueOpts.Debounce: a
-	// duplicate that has not started takes the new job's scheduled time
-	// and the state that goes with it (both in every unique job's states,
-	// so the row stays in the index); one that has started is left alone
-	// and no row comes back.
+	// duplicate that has not started (available, scheduled, or limited:
+	// waiting for a limit's slot) takes the new job's scheduled time and
+	// the state that goes with it (each in every unique job's states, so
+	// the row stays in the index); one that has started is left alone and
+	// no row comes back. Put off to a later time, it is scheduled, and
+	// gives up a limit's slot it held (when its time comes, it waits for
+	// one again, ahead of the jobs inserted after it); moved to now, an
+	// available job stays available (with its slot), and one that a
+	// limit governs waits for a slot (debouncedState).
 	insertDebouncedSQL = fmt.Sprintf(insertSQL, `ON CONFLICT `+uniqueHashArbiter+`
-    DO UPDATE SET scheduled_at = EXCLUDED.scheduled_at, state = EXCLUDED.state
-    WHERE jobfence_jobs.state IN ('available', 'scheduled')`)
+    DO UPDATE SET scheduled_at = EXCLUDED.scheduled_at, state = `+debouncedState+`,
+        limit_name = CASE WHEN `+debouncedState+` = 'available' THEN jobfence_jobs.limit_name
+            ELSE coalesce(jobfence_jobs.limit_name, EXCLUDED.limit_name) END,
+        limit_part = CASE WHEN `+debouncedState+` = 'available' THEN jobfence_jobs.limit_part
+            ELSE coalesce(jobfence_jobs.limit_part, EXCLUDED.limit_part) END,
+        limit_slot = CASE WHEN `+debouncedState+` = 'available' THEN jobfence_jobs.limit_slot END
+    WHERE jobfence_jobs.state IN ('available', 'scheduled', 'limited')`)
 )
+
+// debouncedState is the state a debounced duplicate takes: scheduled for
+// a later time; else available if it was (it may hold a limit's slot);
+// else limited if a limit governs it (its own, or the insert's: one set
+// since it was inserted); else available.
+const debouncedState = `(CASE WHEN EXCLUDED.state = 'scheduled' THEN 'scheduled'
+        WHEN jobfence_jobs.state = 'available' THEN 'available'
+        WHEN coalesce(jobfence_jobs.limit_name, EXCLUDED.limit_name) IS NOT NULL THEN 'limited'
+        ELSE 'available' END)`
 
 // existingKeySQL and existingHashSQL find the job that refused an insert.
 const (
@@ -222,7 +241,8 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]
 			key, deadlineParam(p.Deadline), timeoutParam(p.Timeout), u.hash, u.states, p.LimitKey).Scan(&id, &ready, &state, &ins, nil, &limName, &limPart)
 		if err == nil {
 			var lim *partition
-			if state == queue.StateLimited && limName != nil && limPart != nil {
+			// A debounce that put a job off may have freed its slot.
+			if (state == queue.StateLimited || !ins) && limName != nil && limPart != nil {
 				lim = &partition{*limName, *limPart}
 			}
 			return queue.EnqueueResult{ID: id, Inserted: ins, State: state, Debounced: !ins}, ready, lim, nil

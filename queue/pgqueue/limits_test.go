@@ -554,3 +554,60 @@ func TestSetLimitAppliesToJobsInsertedBefore(t *testing.T) {
 		t.Fatalf("the waiting jobs ran in the order %v, want %v (each customer's oldest first)", order, want)
 	}
 }
+
+// TestDebounceMovesALimitedJob: a debounced insert moves a duplicate that
+// waits for a limit's slot as it moves a scheduled one: put off, it is
+// scheduled and waits for a slot again when its time comes; moved to now,
+// it waits for the slot. An available duplicate moved to now keeps its
+// slot; put off, it frees it for the next job.
+func TestDebounceMovesALimitedJob(t *testing.T) {
+	c, db := newClient(t)
+	ctx := context.Background()
+	setLimit(t, c, pgqueue.Limit{Name: "deb", Queue: "deb", Concurrency: 1})
+	u := &queue.UniqueOpts{ByArgs: true, Debounce: true}
+	ins := func(n int, at time.Time) queue.EnqueueResult {
+		t.Helper()
+		res, err := c.Enqueue(ctx, queue.EnqueueParams{Queue: "deb", Kind: "k", Args: fmt.Appendf(nil, `{"n":%d}`, n), ScheduledAt: at, Unique: u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	a, b := ins(1, time.Time{}), ins(2, time.Time{})
+	if sa, sb := stateOf(t, c, a.ID), stateOf(t, c, b.ID); sa != queue.StateAvailable || sb != queue.StateLimited {
+		t.Fatalf("inserted jobs are %s and %s, want available (granted) and limited", sa, sb)
+	}
+	later := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	if res := ins(2, later); !res.Debounced || res.ID != b.ID || res.State != queue.StateScheduled {
+		t.Fatalf("debounced the limited job to later: %+v, want job %d moved and scheduled", res, b.ID)
+	}
+	if j, err := c.Get(ctx, b.ID); err != nil || !j.ScheduledAt.Equal(later) {
+		t.Fatalf("the put-off job: %+v %v, want it scheduled at %v", j, err, later)
+	}
+	if res := ins(2, time.Time{}); !res.Debounced || res.ID != b.ID || res.State != queue.StateLimited {
+		t.Fatalf("debounced the put-off job to now: %+v, want it limited behind job %d's slot", res, a.ID)
+	}
+	if res := ins(1, time.Time{}); !res.Debounced || res.State != queue.StateAvailable {
+		t.Fatalf("debounced the available job to now: %+v, want it available with its slot", res)
+	}
+	if s := stateOf(t, c, b.ID); s != queue.StateLimited {
+		t.Fatalf("job %d is %s, want limited: the slot is still job %d's", b.ID, s, a.ID)
+	}
+	// Put off, the available job frees its slot for the waiting one.
+	if res := ins(1, later); !res.Debounced || res.State != queue.StateScheduled {
+		t.Fatalf("debounced the available job to later: %+v, want it scheduled", res)
+	}
+	if s := stateOf(t, c, b.ID); s != queue.StateAvailable {
+		t.Fatalf("job %d is %s, want available: the put-off job's slot is free", b.ID, s)
+	}
+	// Its time come, the put-off job waits for the slot again.
+	if _, err := db.Pool.Exec(ctx, `UPDATE jobfence_jobs SET scheduled_at = now() - interval '1 second' WHERE id = $1`, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Promote(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	if s := stateOf(t, c, a.ID); s != queue.StateLimited {
+		t.Fatalf("the put-off job, due, is %s; want limited", s)
+	}
+}

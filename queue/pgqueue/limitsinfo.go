@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -96,11 +97,56 @@ SELECT w.state, w.limit_name, w.limit_part, coalesce(l.concurrency, 0), coalesce
 FROM jobfence_jobs w LEFT JOIN jobfence_limits l ON l.name = w.limit_name
 WHERE w.id = $1`
 
-// WaitReason says why job id waits for a limit, in a sentence for people
-// (`jobfence jobs show`, the dashboard's job page), or "" when it does not
-// wait for one (it is not limited). An unknown ID wraps
+// LimitWait is why a limited job waits (Client.LimitWait): its limit and
+// partition and what holds the partition's slots.
+type LimitWait struct {
+	// Limit and Partition name the limit the job waits for and its
+	// partition ("" for a limit with one partition).
+	Limit, Partition string
+	// LimitGone says the limit was deleted: the workers' next grant pass
+	// releases the job.
+	LimitGone bool
+	// Concurrency and SlotsHeld: the partition's cap and the jobs that
+	// hold its slots now (zero Concurrency: none).
+	Concurrency, SlotsHeld int
+	// Rate, Period and StartsInPeriod: the partition's rate and the
+	// starts within the last Period (zero Rate: none).
+	Rate           int
+	Period         time.Duration
+	StartsInPeriod int
+	// Ahead is how many jobs of the partition wait ahead of it, counted up
+	// to the client's CountCap; AheadCapped says there are more.
+	Ahead       int64
+	AheadCapped bool
+}
+
+// String says why the job waits, in a sentence for people.
+func (w *LimitWait) String() string {
+	if w.LimitGone {
+		return fmt.Sprintf("waits on limit %q, which no longer exists: the workers' next grant pass releases it", w.Limit)
+	}
+	where := fmt.Sprintf("limit %q", w.Limit)
+	if w.Partition != "" {
+		where += fmt.Sprintf(", partition %s", w.Partition)
+	}
+	aheadText := fmt.Sprintf("%d", w.Ahead)
+	if w.AheadCapped {
+		aheadText = fmt.Sprintf("more than %d", w.Ahead)
+	}
+	var why []string
+	if w.Concurrency > 0 {
+		why = append(why, fmt.Sprintf("%d of %d slots held", w.SlotsHeld, w.Concurrency))
+	}
+	if w.Rate > 0 {
+		why = append(why, fmt.Sprintf("%d of %d starts in the last %s", w.StartsInPeriod, w.Rate, w.Period))
+	}
+	return fmt.Sprintf("waits for a slot of %s: %s; %s jobs of the partition ahead of it", where, strings.Join(why, ", "), aheadText)
+}
+
+// LimitWait says why job id waits for a limit, or returns nil when it
+// does not wait for one (it is not limited). An unknown ID wraps
 // queue.ErrJobNotFound.
-func (c *Client) WaitReason(ctx context.Context, id int64) (string, error) {
+func (c *Client) LimitWait(ctx context.Context, id int64) (*LimitWait, error) {
 	var (
 		state                string
 		name, part           *string
@@ -112,38 +158,30 @@ func (c *Client) WaitReason(ctx context.Context, id int64) (string, error) {
 	capN := int64(c.CountCap())
 	err := c.pool.QueryRow(ctx, waitSQL, id, capN+1).Scan(&state, &name, &part, &conc, &rate, &period, &held, &started, &ahead, &exists)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", fmt.Errorf("pgqueue: job %d: %w", id, queue.ErrJobNotFound)
+		return nil, fmt.Errorf("pgqueue: job %d: %w", id, queue.ErrJobNotFound)
 	}
 	if err != nil {
-		return "", fmt.Errorf("pgqueue: why job %d waits: %w", id, err)
+		return nil, fmt.Errorf("pgqueue: why job %d waits: %w", id, err)
 	}
 	if queue.State(state) != queue.StateLimited || name == nil || part == nil {
-		return "", nil
+		return nil, nil
 	}
-	if !exists {
-		return fmt.Sprintf("waits on limit %q, which no longer exists: the workers' next grant pass releases it", *name), nil
+	return &LimitWait{
+		Limit: *name, Partition: *part, LimitGone: !exists,
+		Concurrency: conc, SlotsHeld: int(held),
+		Rate: rate, Period: time.Duration(period) * time.Microsecond, StartsInPeriod: int(started),
+		Ahead: min(ahead, capN), AheadCapped: ahead > capN,
+	}, nil
+}
+
+// WaitReason says why job id waits for a limit, in a sentence for people
+// (`jobfence jobs show`, the dashboard's job page): LimitWait's String,
+// or "" when it does not wait for one. An unknown ID wraps
+// queue.ErrJobNotFound.
+func (c *Client) WaitReason(ctx context.Context, id int64) (string, error) {
+	w, err := c.LimitWait(ctx, id)
+	if err != nil || w == nil {
+		return "", err
 	}
-	where := fmt.Sprintf("limit %q", *name)
-	if *part != "" {
-		where += fmt.Sprintf(", partition %s", *part)
-	}
-	aheadText := fmt.Sprintf("%d", ahead)
-	if ahead > capN {
-		aheadText = fmt.Sprintf("more than %d", capN)
-	}
-	var why []string
-	if conc > 0 {
-		why = append(why, fmt.Sprintf("%d of %d slots held", held, conc))
-	}
-	if rate > 0 {
-		why = append(why, fmt.Sprintf("%d of %d starts in the last %s", started, rate, time.Duration(period)*time.Microsecond))
-	}
-	s := fmt.Sprintf("waits for a slot of %s: ", where)
-	for i, w := range why {
-		if i > 0 {
-			s += ", "
-		}
-		s += w
-	}
-	return s + fmt.Sprintf("; %s jobs of the partition ahead of it", aheadText), nil
+	return w.String(), nil
 }
