@@ -65,7 +65,7 @@ func TestLimitsCLI(t *testing.T) {
 	}
 	want := map[string]any{
 		"reason": `waits for a slot of limit "provider", partition ["eu"]: 2 of 2 slots held; 0 jobs of the partition ahead of it`,
-		"limit": "provider", "partition": `["eu"]`, "limit_gone": false, "concurrency": float64(2), "slots_held": float64(2),
+		"limit":  "provider", "partition": `["eu"]`, "limit_gone": false, "concurrency": float64(2), "slots_held": float64(2),
 		"rate": float64(0), "period_seconds": float64(0), "starts_in_period": float64(0), "ahead": float64(0), "ahead_capped": false,
 	}
 	for k, v := range want {
