@@ -32,6 +32,12 @@ type Point struct {
 	Sent bool
 	// Before, when set, runs just before the statement is sent.
 	Before func()
+	// Batch matches the statements queued in a batch (SendBatch) instead
+	// of those sent alone: the client freezes at the batch that holds the
+	// first match, once its last reply is in, or, with Sent, as soon as
+	// the whole batch is sent (the server runs it, in one implicit
+	// transaction that it commits at the batch's end).
+	Batch bool
 }
 
 // Freezer is a pool whose client a test can freeze; see the package doc.
@@ -110,7 +116,7 @@ type pointKey struct{}
 func (f *Freezer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	f.mu.Lock()
 	p := f.armed
-	if p == nil || !p.Match(data.SQL) {
+	if p == nil || p.Batch || !p.Match(data.SQL) {
 		f.mu.Unlock()
 		return ctx
 	}
@@ -137,6 +143,50 @@ func (f *Freezer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.
 
 // TraceQueryEnd implements pgx.QueryTracer.
 func (f *Freezer) TraceQueryEnd(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryEndData) {
+	if _, ok := ctx.Value(pointKey{}).(*Point); !ok {
+		return
+	}
+	f.proxy.SetMode(netfault.Stall)
+	f.frozen <- conn.PgConn().PID()
+}
+
+// TraceBatchStart implements pgx.BatchTracer (see Point.Batch).
+func (f *Freezer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	f.mu.Lock()
+	p := f.armed
+	match := false
+	if p != nil && p.Batch {
+		for _, q := range data.Batch.QueuedQueries {
+			match = match || p.Match(q.SQL)
+		}
+	}
+	if !match {
+		f.mu.Unlock()
+		return ctx
+	}
+	f.armed = nil
+	f.mu.Unlock()
+	if p.Before != nil {
+		p.Before()
+	}
+	if !p.Sent {
+		return context.WithValue(ctx, pointKey{}, p)
+	}
+	// Described beforehand, the batch goes out in one write, which the
+	// server runs to its end without waiting for the client.
+	for _, q := range data.Batch.QueuedQueries {
+		_, _ = conn.Prepare(ctx, q.SQL, q.SQL)
+	}
+	f.proxy.SetMode(netfault.StallReplies)
+	f.frozen <- conn.PgConn().PID()
+	return ctx
+}
+
+// TraceBatchQuery implements pgx.BatchTracer.
+func (f *Freezer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+// TraceBatchEnd implements pgx.BatchTracer.
+func (f *Freezer) TraceBatchEnd(ctx context.Context, conn *pgx.Conn, _ pgx.TraceBatchEndData) {
 	if _, ok := ctx.Value(pointKey{}).(*Point); !ok {
 		return
 	}
