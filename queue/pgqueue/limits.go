@@ -230,7 +230,7 @@ func (c *Client) adoptAvailable(ctx context.Context, name string) ([]partition, 
 	var ps []partition
 	for {
 		var b pgx.Batch
-		b.Queue(`SELECT set_config('lock_timeout', $1::bigint::text, true)`, grantWait.Milliseconds())
+		b.Queue(grantSettingsSQL, grantWait.Milliseconds())
 		b.Queue(adoptSQL, name, adoptBatch)
 		br := c.pool.SendBatch(ctx, &b)
 		n := 0
@@ -509,6 +509,14 @@ SELECT q.queue, count(*), pg_notify($4, q.queue)
 FROM (SELECT queue FROM g UNION ALL SELECT queue FROM o) q
 GROUP BY q.queue`
 
+// grantSettingsSQL sets, for a grant's transaction, its lock_timeout
+// ($1 ms, grantWait) and a generic plan for its statements: left to
+// choose, PostgreSQL planned grantSQL anew at every run (a custom plan),
+// and planning it cost several times what running it did
+// (docs/benchmarks/limits.md). The generic plan is the one that
+// TestGrantReadsNoWaitingJobs checks.
+const grantSettingsSQL = `SELECT set_config('lock_timeout', $1::bigint::text, true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+
 // grantWait bounds a grant's wait for a row another grant holds: its
 // statement's, never a client's (no grant runs in a caller's transaction).
 const grantWait = time.Second
@@ -527,7 +535,7 @@ func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, err
 		names[i], parts[i] = p.name, p.part
 	}
 	var b pgx.Batch
-	b.Queue(`SELECT set_config('lock_timeout', $1::bigint::text, true)`, grantWait.Milliseconds())
+	b.Queue(grantSettingsSQL, grantWait.Milliseconds())
 	b.Queue(ensureSlotsSQL, names, parts)
 	b.Queue(grantSQL, names, parts, grantBatch, insertChannel)
 	queueNextRefill(&b, names, parts)
