@@ -122,19 +122,31 @@ func (f *Freezer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.
 	}
 	f.armed = nil
 	f.mu.Unlock()
+	// Described beforehand, the statement goes out in one write, which
+	// the server runs without waiting for anything more from the client
+	// (the first use of a statement otherwise waits for its description).
+	// A statement without arguments goes out in one write anyway; it may
+	// hold several commands, which a prepared statement cannot.
+	var prepare []string
+	if len(data.Args) > 0 {
+		prepare = []string{data.SQL}
+	}
+	return f.reach(ctx, conn, p, prepare)
+}
+
+// reach is what a statement or batch does at the Point p it matched:
+// with p.Sent it prepares the statements named, so that what follows
+// goes out in one write, and freezes the client's replies; otherwise it
+// marks ctx for its end (TraceQueryEnd, TraceBatchEnd) to freeze.
+func (f *Freezer) reach(ctx context.Context, conn *pgx.Conn, p *Point, prepare []string) context.Context {
 	if p.Before != nil {
 		p.Before()
 	}
 	if !p.Sent {
 		return context.WithValue(ctx, pointKey{}, p)
 	}
-	// Described beforehand, the statement goes out in one write, which
-	// the server runs without waiting for anything more from the client
-	// (the first use of a statement otherwise waits for its description).
-	// A statement without arguments goes out in one write anyway; it may
-	// hold several commands, which a prepared statement cannot.
-	if len(data.Args) > 0 {
-		_, _ = conn.Prepare(ctx, data.SQL, data.SQL)
+	for _, sql := range prepare {
+		_, _ = conn.Prepare(ctx, sql, sql)
 	}
 	f.proxy.SetMode(netfault.StallReplies)
 	f.frozen <- conn.PgConn().PID()
@@ -166,20 +178,13 @@ func (f *Freezer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.
 	}
 	f.armed = nil
 	f.mu.Unlock()
-	if p.Before != nil {
-		p.Before()
-	}
-	if !p.Sent {
-		return context.WithValue(ctx, pointKey{}, p)
-	}
 	// Described beforehand, the batch goes out in one write, which the
 	// server runs to its end without waiting for the client.
-	for _, q := range data.Batch.QueuedQueries {
-		_, _ = conn.Prepare(ctx, q.SQL, q.SQL)
+	prepare := make([]string, len(data.Batch.QueuedQueries))
+	for i, q := range data.Batch.QueuedQueries {
+		prepare[i] = q.SQL
 	}
-	f.proxy.SetMode(netfault.StallReplies)
-	f.frozen <- conn.PgConn().PID()
-	return ctx
+	return f.reach(ctx, conn, p, prepare)
 }
 
 // TraceBatchQuery implements pgx.BatchTracer.
@@ -187,11 +192,7 @@ func (f *Freezer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQuer
 
 // TraceBatchEnd implements pgx.BatchTracer.
 func (f *Freezer) TraceBatchEnd(ctx context.Context, conn *pgx.Conn, _ pgx.TraceBatchEndData) {
-	if _, ok := ctx.Value(pointKey{}).(*Point); !ok {
-		return
-	}
-	f.proxy.SetMode(netfault.Stall)
-	f.frozen <- conn.PgConn().PID()
+	f.TraceQueryEnd(ctx, conn, pgx.TraceQueryEndData{})
 }
 
 // Backend is what pg_stat_activity says of a server backend.
