@@ -579,6 +579,14 @@ func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, err
 	if err != nil {
 		return nil, fmt.Errorf("pgqueue: grant limit slots: %w", err)
 	}
+	// Committed: this client's own fetch loops of those queues take the
+	// jobs now, without waiting for the NOTIFY to come back (a slot goes
+	// round a round trip sooner).
+	for q, n := range out {
+		if n > 0 {
+			c.listener.deliverLocal(insertChannel, q)
+		}
+	}
 	return out, nil
 }
 

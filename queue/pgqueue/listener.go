@@ -339,6 +339,25 @@ func (l *listener) dispatch(r *listenRun, n *pgconn.Notification, batch *[]*subs
 	*batch = b[:0]
 }
 
+// deliverLocal hands payload to this client's subscriptions of channel, as
+// a notification of it would: for work this client's own committed
+// statements did, its subscribers need not wait for the notification's
+// loop through the server (it comes too; a wake-up is idempotent).
+func (l *listener) deliverLocal(channel, payload string) {
+	var b []*subscription
+	l.mu.Lock()
+	for s := range l.subs[topic{channel: channel}] {
+		b = append(b, s)
+	}
+	for s := range l.subs[topic{channel: channel, key: payload, keyed: true}] {
+		b = append(b, s)
+	}
+	l.mu.Unlock()
+	for _, s := range b {
+		s.deliver(payload)
+	}
+}
+
 // sync LISTENs on the channels that have subscriptions, UNLISTENs those
 // that no longer have any, and tells each subscription not yet told that
 // its channel is listened on.
