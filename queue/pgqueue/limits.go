@@ -1,10 +1,12 @@
 package pgqueue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -517,6 +519,13 @@ GROUP BY q.queue`
 // TestGrantReadsNoWaitingJobs checks.
 const grantSettingsSQL = `SELECT set_config('lock_timeout', $1::bigint::text, true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 
+// grantChunk bounds the partitions one grantSQL statement serves: its
+// pairing of waiting jobs with free slots joins the partitions' rows to
+// each other's, a cost that grows as the square of their number (1,000
+// partitions took a second a grant); a grant of more partitions sends a
+// statement per chunk, in its one batch and transaction.
+const grantChunk = 32
+
 // grantWait bounds a grant's wait for a row another grant holds: its
 // statement's, never a client's (no grant runs in a caller's transaction).
 const grantWait = time.Second
@@ -524,53 +533,69 @@ const grantWait = time.Second
 // grant serves the partitions ps: it creates their slots, then hands free
 // slots to waiting jobs (grantSQL), and learns when the rates that still
 // hold jobs back free their next slots (nextRefillSQL, see refills), in
-// one transaction of statements sent together in one batch. It returns how many jobs it made available per queue.
+// one transaction of statements sent together in one batch, a chunk of
+// partitions a statement (grantChunk). It returns how many jobs it made
+// available per queue.
 func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
-	names := make([]string, len(ps))
-	parts := make([]string, len(ps))
-	for i, p := range ps {
-		names[i], parts[i] = p.name, p.part
+	// In one order, so that two grants lock their chunks' rows alike.
+	ps = slices.Clone(ps)
+	slices.SortFunc(ps, func(a, b partition) int {
+		return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.part, b.part))
+	})
+	var chunks [][]partition
+	for len(ps) > 0 {
+		n := min(len(ps), grantChunk)
+		chunks, ps = append(chunks, ps[:n]), ps[n:]
 	}
 	var b pgx.Batch
 	b.Queue(grantSettingsSQL, grantWait.Milliseconds())
-	b.Queue(ensureSlotsSQL, names, parts)
-	b.Queue(grantSQL, names, parts, grantBatch, insertChannel)
-	queueNextRefill(&b, names, parts)
+	for _, ch := range chunks {
+		names := make([]string, len(ch))
+		parts := make([]string, len(ch))
+		for i, p := range ch {
+			names[i], parts[i] = p.name, p.part
+		}
+		b.Queue(ensureSlotsSQL, names, parts)
+		b.Queue(grantSQL, names, parts, grantBatch, insertChannel)
+		queueNextRefill(&b, names, parts)
+	}
 	// One batch is one implicit transaction, which the server commits
 	// at the batch's end without waiting for this client: a grant whose
 	// client froze after sending it holds no slot or job row.
 	br := c.pool.SendBatch(ctx, &b)
 	out := map[string]int{}
 	_, err := br.Exec()
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		var rows pgx.Rows
-		rows, err = br.Query()
+	for _, ch := range chunks {
 		if err == nil {
-			for rows.Next() {
-				var q string
-				var n int
-				if err = rows.Scan(&q, &n, nil); err != nil {
-					break
-				}
-				out[q] += n
-			}
-			rows.Close()
+			_, err = br.Exec()
+		}
+		if err == nil {
+			var rows pgx.Rows
+			rows, err = br.Query()
 			if err == nil {
-				err = rows.Err()
+				for rows.Next() {
+					var q string
+					var n int
+					if err = rows.Scan(&q, &n, nil); err != nil {
+						break
+					}
+					out[q] += n
+				}
+				rows.Close()
+				if err == nil {
+					err = rows.Err()
+				}
 			}
 		}
-	}
-	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			err = c.refills.record(ps, rows)
-			rows.Close()
+		if err == nil {
+			var rows pgx.Rows
+			if rows, err = br.Query(); err == nil {
+				err = c.refills.record(ch, rows)
+				rows.Close()
+			}
 		}
 	}
 	if cerr := br.Close(); err == nil {
