@@ -22,6 +22,7 @@ var ClaimTurnSQL = claimTurnSQL
 
 // WakeSQL is the wake-up an insert sends in a transaction of its own.
 const WakeSQL = wakeSQL
+
 // The grant's statements, for the test that EXPLAINs them.
 var (
 	GrantSQL       = grantSQL
