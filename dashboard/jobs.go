@@ -154,7 +154,10 @@ type jobPage struct {
 	CanRetry, CanCancel, CanDelete bool
 }
 
-const finalizedSQL = `SELECT finalized_at FROM jobfence_jobs WHERE id = $1`
+const finalizedSQL = `SELECT finalized_at FROM jobfence_jobs WHERE id = $1
+UNION ALL
+SELECT finalized_at FROM jobfence_jobs_finished WHERE id = $1
+LIMIT 1`
 
 // job serves /jobs/{id}: the job, its arguments, every attempt with its
 // error and stack, and a timeline.

@@ -73,7 +73,10 @@ UNION ALL
 SELECT queue, 'limited', count(*), 0, NULL FROM jobfence_jobs WHERE state = 'limited' GROUP BY queue
 UNION ALL
 SELECT queue, 'completed', count(*) FILTER (WHERE finalized_at > now() - interval '5 minutes'), count(*), NULL
-FROM jobfence_jobs WHERE state = 'completed' AND finalized_at > now() - interval '1 hour' GROUP BY queue
+FROM (SELECT queue, finalized_at FROM jobfence_jobs WHERE state = 'completed' AND finalized_at > now() - interval '1 hour'
+      UNION ALL
+      SELECT queue, finalized_at FROM jobfence_jobs_finished WHERE finalized_at > now() - interval '1 hour') c
+GROUP BY queue
 UNION ALL
 SELECT name, 'paused', 0, 0, paused_at FROM jobfence_queues WHERE paused_at IS NOT NULL`
 }

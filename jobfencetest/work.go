@@ -87,6 +87,10 @@ type Result struct {
 	// Stale reports that the outcome changed nothing because the job was
 	// no longer this claim's (see worker.Ran).
 	Stale bool
+	// Deleted reports that the completion deleted the job, as it asked
+	// (queue.InsertOpts.DeleteOnComplete): Job is then the job as claimed,
+	// with State completed.
+	Deleted bool
 }
 
 // Work enqueues args with opts (nil for the defaults) and runs that job
@@ -222,6 +226,12 @@ func (w *Worker) WorkNext(ctx context.Context, t TestingT, q string) *Result {
 func (w *Worker) result(ctx context.Context, t TestingT, ran *worker.Ran) *Result {
 	t.Helper()
 	job, err := w.client.Get(ctx, ran.Job.ID)
+	if errors.Is(err, queue.ErrJobNotFound) && ran.Outcome == queue.OutcomeComplete && !ran.Stale {
+		// Its completion deleted it (DeleteOnComplete).
+		done := *ran.Job
+		done.State = queue.StateCompleted
+		return &Result{Job: &done, Outcome: ran.Outcome, Delay: ran.Delay, Deleted: true}
+	}
 	if err != nil {
 		t.Fatalf("jobfencetest: read job %d back: %v", ran.Job.ID, err)
 		return nil

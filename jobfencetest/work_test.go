@@ -81,6 +81,25 @@ func TestWorkReturnsEachOutcome(t *testing.T) {
 	}
 }
 
+// TestWorkReportsADeletedCompletion: a job inserted with
+// DeleteOnComplete is gone once it completes, and Work says so rather
+// than fail reading it back.
+func TestWorkReportsADeletedCompletion(t *testing.T) {
+	ctx := context.Background()
+	db := jobfencetest.NewDB(t)
+	w, client := newChargeWorker(t, db, worker.Config{})
+	r := jobfencetest.Work(ctx, t, w, charge{Cents: 1, Mode: "ok"}, &queue.InsertOpts{DeleteOnComplete: true})
+	if !r.Deleted || r.Job.State != queue.StateCompleted || r.Outcome != queue.OutcomeComplete {
+		t.Fatalf("Work = %s (deleted %v); want completed and deleted", r, r.Deleted)
+	}
+	if _, err := client.Get(ctx, r.Job.ID); !errors.Is(err, queue.ErrJobNotFound) {
+		t.Fatalf("Get after a deleting completion: %v, want ErrJobNotFound", err)
+	}
+	if kept := jobfencetest.Work(ctx, t, w, charge{Cents: 1, Mode: "ok"}, nil); kept.Deleted {
+		t.Fatalf("a job without DeleteOnComplete reported deleted: %s", kept)
+	}
+}
+
 func TestWorkRecoversAPanicAsTheWorkerDoes(t *testing.T) {
 	ctx := context.Background()
 	db := jobfencetest.NewDB(t)

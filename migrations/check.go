@@ -44,6 +44,7 @@ var relations = []string{
 	"jobfence_schedules.version", "jobfence_jobs.unique_hash",
 	"jobfence_jobs.output", "jobfence_jobs.workflow_id", "jobfence_jobs.run_anyway", "jobfence_workflows",
 	"jobfence_jobs.run_trace",
+	"jobfence_jobs.delete_on_complete", "jobfence_jobs_finished", "jobfence_finished_bounds",
 }
 
 // Querier is what Check needs of a connection: a *pgxpool.Pool, a *pgx.Conn

@@ -34,6 +34,10 @@ type InsertOpts struct {
 	// LimitKey is the job's partition of its limit; see
 	// EnqueueParams.LimitKey.
 	LimitKey string
+	// DeleteOnComplete deletes the job when it completes; see
+	// EnqueueParams.DeleteOnComplete. Set on the args type's InsertOpts,
+	// it holds for every job of the kind (a call cannot turn it off).
+	DeleteOnComplete bool
 }
 
 // InsertOptsProvider is implemented by an args type that carries its own
@@ -90,6 +94,7 @@ func (o InsertOpts) Merge(defaults InsertOpts) InsertOpts {
 	if o.LimitKey == "" {
 		o.LimitKey = defaults.LimitKey
 	}
+	o.DeleteOnComplete = o.DeleteOnComplete || defaults.DeleteOnComplete
 	return o
 }
 
@@ -125,6 +130,6 @@ func Params(args Args, opts *InsertOpts) (EnqueueParams, error) {
 		Kind: args.Kind(), Args: b,
 		Queue: o.Queue, Priority: o.Priority, ScheduledAt: o.ScheduledAt, MaxAttempts: o.MaxAttempts,
 		UniqueKey: o.UniqueKey, Unique: u, Metadata: o.Metadata, Timeout: o.Timeout, Deadline: o.Deadline,
-		LimitKey: o.LimitKey,
+		LimitKey: o.LimitKey, DeleteOnComplete: o.DeleteOnComplete,
 	}, nil
 }

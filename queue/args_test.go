@@ -20,7 +20,7 @@ var typeDefaults = queue.InsertOpts{
 	Queue: "billing", Priority: 3, ScheduledAt: time.Unix(1_000, 0), MaxAttempts: 5, UniqueKey: "type",
 	Unique:   &queue.UniqueOpts{ByArgs: true},
 	Metadata: map[string]string{"team": "billing", "tier": "gold"}, Timeout: 7 * time.Second, Deadline: time.Unix(2_000, 0),
-	LimitKey: "type-key",
+	LimitKey: "type-key", DeleteOnComplete: true,
 }
 
 func (defaultedArgs) InsertOpts() queue.InsertOpts { return typeDefaults }
@@ -37,7 +37,7 @@ func TestInsertOptsMergeEveryField(t *testing.T) {
 		Queue: "urgent", Priority: 1, ScheduledAt: time.Unix(3_000, 0), MaxAttempts: 2, UniqueKey: "call",
 		Unique:   &queue.UniqueOpts{ByQueue: true},
 		Metadata: map[string]string{"extra": "x"}, Timeout: time.Second, Deadline: time.Unix(4_000, 0),
-		LimitKey: "call-key",
+		LimitKey: "call-key", DeleteOnComplete: true,
 	}
 	for i := range typ.NumField() {
 		f := typ.Field(i)
@@ -91,7 +91,8 @@ func TestParamsTakeArgsDefaults(t *testing.T) {
 	}
 	want := queue.EnqueueParams{Kind: "defaulted", Args: []byte(`{"N":1}`), Queue: "billing", Priority: 2,
 		ScheduledAt: typeDefaults.ScheduledAt, MaxAttempts: 5, UniqueKey: "type", Unique: typeDefaults.Unique, Metadata: typeDefaults.Metadata,
-		Timeout: 7 * time.Second, Deadline: typeDefaults.Deadline, LimitKey: "type-key"}
+		Timeout: 7 * time.Second, Deadline: typeDefaults.Deadline, LimitKey: "type-key",
+		DeleteOnComplete: true}
 	if !reflect.DeepEqual(p, want) {
 		t.Fatalf("Params = %+v\nwant %+v", p, want)
 	}

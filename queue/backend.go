@@ -57,6 +57,42 @@ type Maintainer interface {
 	Prune(ctx context.Context, retention time.Duration, limit int) (int, error)
 }
 
+// FinishedMaintainer is implemented by backends that keep finished jobs
+// in time partitions, dropped whole once older than the retention, rather
+// than deleting them row by row (pgqueue: jobfence_jobs_finished). Every
+// worker calls it with its Prune (worker.Config.PruneInterval); any number
+// of instances may run it at once, and each call waits a bounded time for
+// each lock it needs.
+type FinishedMaintainer interface {
+	// MaintainFinished creates the partitions that finished jobs will go
+	// to, ahead of time, and drops those whose every job finished more
+	// than retention ago. A retention shorter than MinFinishedRetention is
+	// an error wrapping ErrRetentionTooShort: finished jobs then stay
+	// where Prune deletes them.
+	MaintainFinished(ctx context.Context, retention time.Duration) (FinishedMaintenance, error)
+}
+
+// MinFinishedRetention is the shortest retention that finished jobs are
+// kept for in partitions (FinishedMaintainer): each partition spans a
+// sixth of the retention, and a partition shorter than a minute would be
+// DDL at every pass.
+const MinFinishedRetention = time.Minute
+
+// ErrRetentionTooShort reports a retention below MinFinishedRetention.
+var ErrRetentionTooShort = errors.New("jobfence: retention too short for finished-job partitions")
+
+// FinishedMaintenance is what a MaintainFinished call did and found.
+type FinishedMaintenance struct {
+	// Created and Dropped count the partitions it created and dropped.
+	Created, Dropped int
+	// Partitions is how many partitions hold finished jobs now.
+	Partitions int
+	// Until is when the partitions made ahead run out: a completion after
+	// it keeps its job in the jobs table (where Prune deletes it) until
+	// maintenance runs again.
+	Until time.Time
+}
+
 // Promoter is implemented by backends whose claims read only jobs marked
 // available, so that jobs waiting for a time of their own (scheduled,
 // retrying after a backoff, snoozed) cost a claim nothing: something must

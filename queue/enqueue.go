@@ -61,6 +61,17 @@ type EnqueueParams struct {
 	// customer. It is ignored where no limit governs the job; a backend
 	// without limits (kafkaqueue) refuses it.
 	LimitKey string
+	// DeleteOnComplete, when set, makes the job's fenced completion delete
+	// it instead of keeping it finished for the retention: nothing of it
+	// is kept, its output included, for users who keep nothing of a
+	// finished job (River Pro's delete on completion). A job that must stay
+	// stored when it completes keeps its row all the same: one with a
+	// UniqueKey, or with Unique states that include completed (the key must
+	// keep refusing duplicates), a workflow task (its dependents read its
+	// output) and one a limit governs (its rate slot counts its start). A
+	// failed, discarded or cancelled job is kept as usual. A backend that
+	// keeps no finished jobs (kafkaqueue) ignores it.
+	DeleteOnComplete bool
 }
 
 // WithDefaults returns p with its zero fields set to the defaults.

@@ -98,9 +98,14 @@ type Config struct {
 	// about Lease + RescueInterval. Default: Lease/2.
 	RescueInterval time.Duration
 	// PruneInterval is how often final jobs older than Retention are
-	// deleted. Default: 1m.
+	// deleted, and, with a backend that keeps finished jobs in partitions
+	// (queue.FinishedMaintainer: pgqueue), how often partitions are made
+	// ahead and those past Retention dropped. Default: 1m.
 	PruneInterval time.Duration
-	// Retention is how long final jobs are kept. Default: 24h.
+	// Retention is how long final jobs are kept. Default: 24h. Under
+	// queue.MinFinishedRetention (a minute), pgqueue keeps completed jobs
+	// in the jobs table, deleted row by row, rather than in partitions
+	// dropped whole (docs/operations.md, "Finished jobs").
 	Retention time.Duration
 	// DisableMaintenance turns off rescuing and pruning in this worker
 	// (not promotion: see PromoteInterval).

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"time"
 
@@ -13,9 +14,12 @@ const (
 	pruneBatch  = 1000
 )
 
-// maintenanceLoop rescues expired jobs and prunes old final ones. Every
-// worker runs it; the backend's SKIP LOCKED batches keep instances off each
-// other's rows, so there is no leader to elect or lose.
+// maintenanceLoop rescues expired jobs and prunes old final ones, and,
+// with a backend that keeps finished jobs in partitions
+// (queue.FinishedMaintainer), creates and drops those before each prune.
+// Every worker runs it; the backend's SKIP LOCKED batches and bounded DDL
+// keep instances off each other's rows and locks, so there is no leader
+// to elect or lose.
 func (w *Worker) maintenanceLoop(ctx context.Context, m queue.Maintainer) {
 	defer w.bgWG.Done()
 	// Spread instances that started together.
@@ -24,6 +28,7 @@ func (w *Worker) maintenanceLoop(ctx context.Context, m queue.Maintainer) {
 	prune := time.NewTimer(jitter(w.cfg.PruneInterval))
 	defer rescue.Stop()
 	defer prune.Stop()
+	partitions := true // until the backend says the retention is too short
 	for {
 		select {
 		case <-ctx.Done():
@@ -38,11 +43,36 @@ func (w *Worker) maintenanceLoop(ctx context.Context, m queue.Maintainer) {
 			})
 			rescue.Reset(jitter(w.cfg.RescueInterval))
 		case <-prune.C:
+			w.maintainFinished(ctx, m, &partitions)
 			w.drain(ctx, "prune", pruneBatch, &w.stats.pruned, func(ctx context.Context) (int, error) {
 				return m.Prune(ctx, w.cfg.Retention, pruneBatch)
 			})
 			prune.Reset(jitter(w.cfg.PruneInterval))
 		}
+	}
+}
+
+// maintainFinished runs the backend's partition maintenance once, if it
+// has one and the retention allows it (*on): a retention below
+// queue.MinFinishedRetention is logged once, and finished jobs then stay
+// where Prune deletes them.
+func (w *Worker) maintainFinished(ctx context.Context, m queue.Maintainer, on *bool) {
+	fm, ok := m.(queue.FinishedMaintainer)
+	if !ok || !*on {
+		return
+	}
+	res, err := fm.MaintainFinished(ctx, w.cfg.Retention)
+	switch {
+	case errors.Is(err, queue.ErrRetentionTooShort):
+		*on = false
+		w.log.Info("jobfence: finished jobs stay in the jobs table, pruned row by row", "err", err)
+	case err != nil:
+		if ctx.Err() == nil {
+			w.log.Warn("jobfence: maintenance failed; will try again", "task", "finished partitions", "err", err)
+		}
+	case res.Created > 0 || res.Dropped > 0:
+		w.log.Info("jobfence: maintenance", "task", "finished partitions", "created", res.Created, "dropped", res.Dropped,
+			"partitions", res.Partitions, "until", res.Until)
 	}
 }
 

@@ -72,6 +72,7 @@ func runSoakBench(ctx context.Context, dbURL string, cfg benchConfig, settings s
 	r := res.soak
 	fmt.Fprintf(stdout, "soak target: %s\n", r.rateTarget())
 	fmt.Fprintf(stdout, "soak target: %s\n", r.growthTarget())
+	fmt.Fprintf(stdout, "soak finished: %s\n", r.finishedGrowth())
 	fmt.Fprintf(stdout, "soak end: %d rows in the jobs table (count(*) once the worker stopped) of %d jobs inserted; %d pruned\n",
 		r.rows, r.inserted, r.pruned)
 	return nil
@@ -129,6 +130,11 @@ const soakIndexesSQL = `SELECT ic.relname, pg_relation_size(ic.oid)
 FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
 WHERE i.indrelid = $1::regclass ORDER BY ic.relname`
 
+// soakFinishedSQL reads the size of the finished-jobs table (every
+// partition's pg_total_relation_size) and how many partitions it has.
+const soakFinishedSQL = `SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)::bigint, count(*)
+FROM pg_inherits i WHERE i.inhparent = to_regclass($1)`
+
 // relSize is a relation's size in bytes.
 type relSize struct {
 	name  string
@@ -161,6 +167,9 @@ type soakSample struct {
 	// none is.
 	vacuumRunning time.Duration
 	wal           uint64
+	// finished is the finished-jobs table's size, its partitions'
+	// together, and parts how many partitions it has.
+	finished, parts int64
 }
 
 // soakReporter reads a sample every interval on a connection of its own
@@ -169,6 +178,7 @@ type soakReporter struct {
 	cfg      soakConfig
 	duration time.Duration
 	table    string
+	finished string
 	conn     *pgx.Conn
 	log      *autovacuumLog
 	samples  []soakSample
@@ -178,7 +188,8 @@ type soakReporter struct {
 
 // newSoakReporter connects a reporter for schema's jobs table.
 func newSoakReporter(ctx context.Context, baseURL, schema string, cfg benchConfig) (*soakReporter, error) {
-	r := &soakReporter{cfg: cfg.soak, duration: cfg.duration, table: pgx.Identifier{schema, "jobfence_jobs"}.Sanitize()}
+	r := &soakReporter{cfg: cfg.soak, duration: cfg.duration, table: pgx.Identifier{schema, "jobfence_jobs"}.Sanitize(),
+		finished: pgx.Identifier{schema, "jobfence_jobs_finished"}.Sanitize()}
 	if cfg.soak.serverLog != "" {
 		var err error
 		if r.log, err = followAutovacuumLog(cfg.soak.serverLog, schema); err != nil {
@@ -250,6 +261,9 @@ func (r *soakReporter) read(ctx context.Context, at time.Duration, stats func() 
 	}
 	if running != nil {
 		s.vacuumRunning = max(time.Duration(*running*float64(time.Second)), time.Nanosecond)
+	}
+	if err := r.conn.QueryRow(ctx, soakFinishedSQL, r.finished).Scan(&s.finished, &s.parts); err != nil {
+		return s, fmt.Errorf("bench: soak: read the finished table's size: %w", err)
 	}
 	rows, err := r.conn.Query(ctx, soakIndexesSQL, r.table)
 	if err != nil {
@@ -324,6 +338,7 @@ func soakLine(a, b soakSample) string {
 	} else {
 		sb.WriteString("; WAL n/a bytes/job (no job completed)")
 	}
+	fmt.Fprintf(&sb, "; finished table %s in %d partitions", sizeText(b.finished), b.parts)
 	return sb.String()
 }
 
@@ -411,16 +426,23 @@ func (r *soakReport) rateTarget() string {
 	return s + fmt.Sprintf("%.0f / %.0f jobs/s = %.1f %%: %s", late, early, 100*ratio, verdict(ratio >= soakRateTarget))
 }
 
-// growthTarget compares the jobs table's and its indexes' sizes at the
-// run's middle (an hour's minute 30) with those at its end.
-func (r *soakReport) growthTarget() string {
-	end := r.samples[len(r.samples)-1]
-	mid := r.samples[1]
+// midAndEnd returns the samples at the run's middle (the last one at or
+// before it) and at its end.
+func (r *soakReport) midAndEnd() (mid, end soakSample) {
+	end = r.samples[len(r.samples)-1]
+	mid = r.samples[1]
 	for _, s := range r.samples[1:] {
 		if s.at <= r.duration/2 {
 			mid = s
 		}
 	}
+	return mid, end
+}
+
+// growthTarget compares the jobs table's and its indexes' sizes at the
+// run's middle (an hour's minute 30) with those at its end.
+func (r *soakReport) growthTarget() string {
+	mid, end := r.midAndEnd()
 	var parts []string
 	worst, worstName := -1.0, ""
 	add := func(name string, a, b int64) {
@@ -442,6 +464,20 @@ func (r *soakReport) growthTarget() string {
 	return fmt.Sprintf("no growth beyond %.0f %% over the last %s (%s-%s): %s; the most %+.1f %% (%s): %s",
 		100*soakGrowthTarget, end.at-mid.at, mid.at, end.at, strings.Join(parts, ", "), 100*worst, worstName,
 		verdict(worst <= soakGrowthTarget))
+}
+
+// finishedGrowth says how the finished-jobs table changed from the run's
+// middle to its end. It is no target: the table grows by the jobs of the
+// partition being filled and drops the oldest partition whole, so it saws
+// between its size at the retention and a partition's worth more.
+func (r *soakReport) finishedGrowth() string {
+	mid, end := r.midAndEnd()
+	if end.parts == 0 {
+		return "no partitions (finished jobs stay in the jobs table: a retention under a minute, or none made yet)"
+	}
+	return fmt.Sprintf("the finished table %s in %d partitions at %s, %s in %d at %s (%+.1f %%); it grows a partition at a time and drops the oldest whole",
+		sizeText(mid.finished), mid.parts, mid.at, sizeText(end.finished), end.parts, end.at,
+		100*float64(end.finished-mid.finished)/float64(max(mid.finished, 1)))
 }
 
 func verdict(pass bool) string {

@@ -85,3 +85,50 @@ func TestJobsShowOutput(t *testing.T) {
 		}
 	}
 }
+
+// TestJobsOfTheFinishedTable: a job completed once the finished-jobs
+// partitions exist lives in jobfence_jobs_finished; `jobs show` and `jobs
+// list` find it there, `jobs retry` refuses it, and `jobs retry --force`
+// moves it back into the jobs table, ready.
+func TestJobsOfTheFinishedTable(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := pgqueue.New(db.Pool, pgqueue.Config{})
+	if _, err := c.MaintainFinished(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "invoice", Args: []byte(`{"id":8}`), Queue: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := c.Claim(ctx, queue.ClaimParams{Queue: "billing", Limit: 1, Lease: time.Minute, WorkerID: "w"})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("claim: %v %v", jobs, err)
+	}
+	if _, err := c.Finish(ctx, []queue.Finish{{Lease: jobs[0].Lease(), Outcome: queue.OutcomeComplete, Output: []byte(`{"sent":true}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	var moved int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs_finished WHERE id = $1`, res.ID).Scan(&moved); err != nil || moved != 1 {
+		t.Fatalf("the completed job is not in the finished table: %d, %v", moved, err)
+	}
+	id := fmt.Sprint(res.ID)
+	for _, s := range []struct {
+		args     []string
+		wantCode int
+		want     string
+	}{
+		{[]string{"show", id}, 0, "state completed"},
+		{[]string{"show", id}, 0, `output {"sent": true}`},
+		{[]string{"list", "--state", "completed"}, 0, "billing  invoice  completed"},
+		{[]string{"retry", id}, 1, "pass --force to run it again anyway"},
+		{[]string{"retry", "--force", id}, 0, "running it again now"},
+		{[]string{"show", id}, 0, "state available"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(ctx, append([]string{"jobs", "--database-url", db.URL}, s.args...), &out, &errb)
+		if code != s.wantCode || !strings.Contains(out.String()+errb.String(), s.want) {
+			t.Fatalf("jobfence jobs %v: exit %d, out %q, err %q; want exit %d containing %q", s.args, code, out.String(), errb.String(), s.wantCode, s.want)
+		}
+	}
+}

@@ -13,7 +13,21 @@ import (
 	"github.com/jobfence/jobfence/queue"
 )
 
-const getSQL = `SELECT ` + jobColumns + ` FROM jobfence_jobs j WHERE j.id = $1`
+// getSQL reads job $1 where it is: in jobfence_jobs, or completed in
+// jobfence_jobs_finished (one statement, one snapshot: a job moving
+// between the two is found once).
+const getSQL = `SELECT ` + jobColumns + ` FROM jobfence_jobs j WHERE j.id = $1
+UNION ALL
+SELECT ` + jobColumns + ` FROM jobfence_jobs_finished j WHERE j.id = $1
+LIMIT 1`
+
+// allJobsSQL is every job, in jobfence_jobs and in jobfence_jobs_finished,
+// with every column of both: a simple UNION ALL, which the planner reads
+// as one relation, so that a filter and an ORDER BY id ... LIMIT reach
+// each table's indexes.
+const allJobsSQL = `(SELECT state, finalized_at, lease_expires_at, output, ` + finishedColumns + ` FROM jobfence_jobs
+    UNION ALL
+    SELECT state, finalized_at, lease_expires_at, output, ` + finishedColumns + ` FROM jobfence_jobs_finished)`
 
 // Get returns the stored job id, or an error wrapping queue.ErrJobNotFound.
 func (c *Client) Get(ctx context.Context, id int64) (*queue.Job, error) {
@@ -73,7 +87,13 @@ func listQuery(p ListParams) (string, []any) {
 		add("j.id > $%d", p.After)
 		order = "ASC"
 	}
-	q := `SELECT ` + jobColumns + ` FROM jobfence_jobs j`
+	// Only completed jobs are in the finished table: a list of another
+	// state does not read it (its filter would walk every finished job).
+	from := "jobfence_jobs"
+	if (p.State == "" || p.State == queue.StateCompleted) && !p.UnknownKind {
+		from = allJobsSQL
+	}
+	q := `SELECT ` + jobColumns + ` FROM ` + from + ` j`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -225,6 +245,27 @@ WITH r AS (
 )
 SELECT pg_notify($3, queue) FROM r`
 
+// retryFinishedSQL moves job $1 back from jobfence_jobs_finished into
+// jobfence_jobs, with its ID, ready now with one more attempt if it had
+// none left, and wakes its queue's workers (channel $2): one statement,
+// so the job is in one table or the other. Its next claim draws a new
+// fence, greater than every fence before. A job with UniqueOpts whose key
+// another job holds now breaches the key's index, as in retrySQL.
+const retryFinishedSQL = `
+WITH m AS (
+    DELETE FROM jobfence_jobs_finished WHERE id = $1 RETURNING *
+), r AS (
+    INSERT INTO jobfence_jobs (state, finalized_at, lease_expires_at, output, run_trace, ` + finishedColumns + `)
+    OVERRIDING SYSTEM VALUE
+    SELECT 'available', NULL, NULL, output, run_trace, id, queue, kind, args, priority, now(), attempt, greatest(max_attempts, attempt + 1),
+        fence, unique_key, errors, attempted_by, created_at, attempted_at, metadata, trace_context, idempotency_key, deadline,
+        timeout_us, unique_hash, unique_states, limit_name, limit_part, NULL, workflow_id, task_name, depends_on, dependents,
+        deps_left, run_anyway, delete_on_complete
+    FROM m
+    RETURNING queue
+)
+SELECT pg_notify($2, queue) FROM r`
+
 // Retry makes a job that is not running ready to run now, giving it one
 // more attempt if it had none left: the way back for a discarded or
 // cancelled job. It refuses a completed job with an error wrapping
@@ -242,6 +283,9 @@ func (c *Client) RetryForce(ctx context.Context, id int64) error {
 
 func (c *Client) retry(ctx context.Context, id int64, force bool) error {
 	err := c.pool.QueryRow(ctx, retrySQL, id, force, insertChannel).Scan(nil)
+	if errors.Is(err, pgx.ErrNoRows) && force {
+		err = c.pool.QueryRow(ctx, retryFinishedSQL, id, insertChannel).Scan(nil)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		j, gerr := c.Get(ctx, id)
 		if gerr != nil {
@@ -317,6 +361,10 @@ func deleteJobs(ctx context.Context, tx pgx.Tx, ids []int64) (deleted []int64, q
 	return deleted, queues, rows.Err()
 }
 
+// deleteFinishedSQL deletes job $1 from jobfence_jobs_finished, where a
+// completed job moves (see leavesSQL).
+const deleteFinishedSQL = `DELETE FROM jobfence_jobs_finished WHERE id = $1`
+
 // Delete removes a job that is not running, whatever its state; its unique
 // key, if any, is free again. A running job is refused with an error
 // wrapping ErrJobRunning; an unknown ID wraps queue.ErrJobNotFound. A
@@ -331,6 +379,14 @@ func (c *Client) Delete(ctx context.Context, id int64) error {
 		return err
 	})
 	if err == nil && len(deleted) == 0 {
+		// Completed, it may have moved to the finished table.
+		tag, ferr := c.pool.Exec(ctx, deleteFinishedSQL, id)
+		if ferr != nil {
+			return fmt.Errorf("pgqueue: delete job %d: %w", id, ferr)
+		}
+		if tag.RowsAffected() == 1 {
+			return nil
+		}
 		if _, gerr := c.Get(ctx, id); gerr != nil {
 			return gerr
 		}
@@ -342,10 +398,11 @@ func (c *Client) Delete(ctx context.Context, id int64) error {
 	return nil
 }
 
-const countSQL = `SELECT state, count(*) FROM jobfence_jobs WHERE ($1 = '' OR queue = $1) GROUP BY state`
+const countSQL = `SELECT state, count(*) FROM ` + allJobsSQL + ` j WHERE ($1 = '' OR queue = $1) GROUP BY state`
 
 // Counts returns how many jobs of queue q (all queues when empty) are in
-// each state.
+// each state, completed ones in jobfence_jobs_finished included: it reads
+// every job, so it suits tests and small tables; Queues counts with a cap.
 func (c *Client) Counts(ctx context.Context, q string) (map[queue.State]int64, error) {
 	rows, err := c.pool.Query(ctx, countSQL, q)
 	if err != nil {

@@ -56,7 +56,7 @@ func (c *Client) RetryMatching(ctx context.Context, p BulkParams) (int64, error)
 	case queue.StateCompleted:
 		return 0, fmt.Errorf("pgqueue: retry matching: %w: completed jobs ran successfully, and retrying them would repeat their effects; retry them one by one with RetryForce", ErrBulkState)
 	}
-	return c.bulk(ctx, "retry", p, `UPDATE jobfence_jobs j SET `+retrySet+` FROM batch WHERE j.id = batch.id`,
+	return c.bulk(ctx, "retry", p, "jobfence_jobs", `UPDATE jobfence_jobs j SET `+retrySet+` FROM batch WHERE j.id = batch.id`,
 		`j.state NOT IN ('running', 'completed') AND `+uniqueFree, true)
 }
 
@@ -67,17 +67,25 @@ func (c *Client) DeleteMatching(ctx context.Context, p BulkParams) (int64, error
 	if p.State == queue.StateRunning {
 		return 0, fmt.Errorf("pgqueue: delete matching: %w: running jobs are held by their workers; cancel them first", ErrBulkState)
 	}
-	return c.bulk(ctx, "delete", p, "", `j.state <> 'running'`, false)
+	n, err := c.bulk(ctx, "delete", p, "jobfence_jobs", "", `j.state <> 'running'`, false)
+	if err != nil || (p.State != "" && p.State != queue.StateCompleted) {
+		return n, err
+	}
+	// Completed jobs that moved to the finished table (see leavesSQL).
+	m, err := c.bulk(ctx, "delete", p, "jobfence_jobs_finished",
+		`DELETE FROM jobfence_jobs_finished j USING batch WHERE j.id = batch.id`, `true`, false)
+	return n + m, err
 }
 
-// bulk applies change (an UPDATE of jobfence_jobs j joined to batch; empty
-// for a delete, done as Delete does) to the jobs p selects that also meet
-// eligible, in
+// bulk applies change (an UPDATE of table j joined to batch, or a DELETE
+// of jobfence_jobs_finished; empty for a delete of jobfence_jobs, done as
+// Delete does) to the jobs of table (jobfence_jobs or
+// jobfence_jobs_finished) that p selects and that also meet eligible, in
 // batches in ascending ID order. The IDs walk forward from one batch to the
 // next and stop at the greatest ID when the call began, so a job is
 // changed once even when it still matches afterwards, and new jobs are
 // not touched. Rows locked by a claim are skipped.
-func (c *Client) bulk(ctx context.Context, what string, p BulkParams, change, eligible string, notify bool) (int64, error) {
+func (c *Client) bulk(ctx context.Context, what string, p BulkParams, table, change, eligible string, notify bool) (int64, error) {
 	if p.State != "" {
 		if _, err := queue.ParseState(string(p.State)); err != nil {
 			return 0, fmt.Errorf("pgqueue: %s matching: %w", what, err)
@@ -87,13 +95,13 @@ func (c *Client) bulk(ctx context.Context, what string, p BulkParams, change, el
 		p.BatchSize = DefaultBulkBatch
 	}
 	var last int64
-	if err := c.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM jobfence_jobs`).Scan(&last); err != nil {
+	if err := c.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM `+table).Scan(&last); err != nil {
 		return 0, fmt.Errorf("pgqueue: %s matching: %w", what, err)
 	}
 	where, args := jobFilters([]string{"j.id > $1", "j.id <= $2", eligible}, []any{int64(0), last, p.BatchSize},
 		p.Queue, p.Kind, p.State)
 	q := `WITH batch AS (
-    SELECT j.id FROM jobfence_jobs j WHERE ` + strings.Join(where, " AND ") + `
+    SELECT j.id FROM ` + table + ` j WHERE ` + strings.Join(where, " AND ") + `
     ORDER BY j.id LIMIT $3 FOR UPDATE SKIP LOCKED
 )
 ` + change + ` RETURNING j.id, j.queue`

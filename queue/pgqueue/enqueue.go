@@ -29,14 +29,15 @@ import (
 //
 // A job that a limit governs (limitOfSQL, $16 its limit key) is inserted
 // limited, to wait for a slot, unless it waits for a time of its own
-// first; the statement returns its limit's name and partition.
+// first; the statement returns its limit's name and partition. $17 is
+// its DeleteOnComplete, stored as NULL when false (see migration 00017).
 const insertSQL = `
 WITH ` + limitOfSQL + `, ins AS (
     INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context,
-                               idempotency_key, deadline, timeout_us, unique_hash, unique_states, limit_name, limit_part)
+                               idempotency_key, deadline, timeout_us, unique_hash, unique_states, limit_name, limit_part, delete_on_complete)
     VALUES ($1, $2, $3, CASE WHEN $4::timestamptz > now() THEN 'scheduled' WHEN EXISTS (SELECT FROM lim) THEN 'limited' ELSE 'available' END,
             $5, COALESCE($4::timestamptz, now()), $6, NULLIF($7, ''), $8, $10, $11, $12, $13, $14, $15,
-            (SELECT name FROM lim), (SELECT part FROM lim))
+            (SELECT name FROM lim), (SELECT part FROM lim), NULLIF($17::boolean, false))
     %s
     RETURNING id, queue, state, state = 'available' AS ready, idempotency_key = $11 AS inserted, limit_name, limit_part
 )
@@ -238,7 +239,7 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]
 		var limName, limPart *string
 		key := newJobKey()
 		err := db.QueryRow(ctx, u.insert, p.Queue, p.Kind, p.Args, at, p.Priority, p.MaxAttempts, p.UniqueKey, md, channel, tc,
-			key, deadlineParam(p.Deadline), timeoutParam(p.Timeout), u.hash, u.states, p.LimitKey).Scan(&id, &ready, &state, &ins, nil, &limName, &limPart)
+			key, deadlineParam(p.Deadline), timeoutParam(p.Timeout), u.hash, u.states, p.LimitKey, p.DeleteOnComplete).Scan(&id, &ready, &state, &ins, nil, &limName, &limPart)
 		if err == nil {
 			var lim *partition
 			// A debounce that put a job off may have freed its slot.
@@ -300,7 +301,7 @@ func uniqueOf(p queue.EnqueueParams) (uniqueness, error) {
 // and scheduled_at take their defaults ('available', the database's now()):
 // a host clock that runs ahead must not delay the jobs.
 var copyColumns = []string{"queue", "kind", "args", "priority", "max_attempts", "metadata", "trace_context",
-	"idempotency_key", "deadline", "timeout_us"}
+	"idempotency_key", "deadline", "timeout_us", "delete_on_complete"}
 
 // insertManySQL inserts the jobs of a batch that COPY cannot: those with a
 // unique key or a ScheduledAt (%[1]s: nothing; the conflict clause names
@@ -313,12 +314,12 @@ var copyColumns = []string{"queue", "kind", "args", "priority", "max_attempts", 
 // limits' partitions of the limited jobs it inserted.
 const insertManySQL = `
 INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context,
-                           idempotency_key, deadline, timeout_us, limit_name, limit_part%[1]s)
+                           idempotency_key, deadline, timeout_us, limit_name, limit_part, delete_on_complete%[1]s)
 SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' WHEN lim.name IS NOT NULL THEN 'limited' ELSE 'available' END,
-    p, COALESCE(s, now()), m, NULLIF(u, ''), md, tc, ik, dl, tm, lim.name, lim.part%[2]s
+    p, COALESCE(s, now()), m, NULLIF(u, ''), md, tc, ik, dl, tm, lim.name, lim.part, NULLIF(doc, false)%[2]s
 FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[], $8::jsonb[], $9::bytea[],
-            $10::uuid[], $11::timestamptz[], $12::bigint[], $13::text[]%[3]s)
-     AS t(q, k, a, p, s, m, u, md, tc, ik, dl, tm, lk%[2]s)
+            $10::uuid[], $11::timestamptz[], $12::bigint[], $13::text[], $14::boolean[]%[3]s)
+     AS t(q, k, a, p, s, m, u, md, tc, ik, dl, tm, lk, doc%[2]s)
 LEFT JOIN LATERAL (
     SELECT l.name,
         CASE WHEN lk <> '' THEN lk
@@ -335,7 +336,7 @@ RETURNING state = 'limited', limit_name, limit_part`
 
 var (
 	insertManyKeyedSQL  = fmt.Sprintf(insertManySQL, "", "", "", `(unique_key) WHERE unique_key IS NOT NULL`)
-	insertManyHashedSQL = fmt.Sprintf(insertManySQL, ", unique_hash, unique_states", ", uh, us", ", $14::bytea[], $15::smallint[]", uniqueHashArbiter)
+	insertManyHashedSQL = fmt.Sprintf(insertManySQL, ", unique_hash, unique_states", ", uh, us", ", $15::bytea[], $16::smallint[]", uniqueHashArbiter)
 )
 
 // limitedQueuesSQL says whether a limit governs any of the queues $1: the
@@ -471,7 +472,7 @@ func planMany(ps []queue.EnqueueParams, meta map[string]string) (*manyPlan, erro
 	copyRows := make([][]any, len(plain))
 	for i, p := range plain {
 		copyRows[i] = []any{p.Queue, p.Kind, p.Args, int16(p.Priority), int32(p.MaxAttempts), plainMD[i], plainTC[i],
-			plainKeys[i], deadlineParam(p.Deadline), timeoutParam(p.Timeout)}
+			plainKeys[i], deadlineParam(p.Deadline), timeoutParam(p.Timeout), deleteParam(p.DeleteOnComplete)}
 	}
 	return &manyPlan{ps: ps, plain: plain, meta: meta, plainKeys: plainKeys, plainMD: plainMD, plainTC: plainTC,
 		copyRows: copyRows, debounced: debounced, keyed: keyed, hashed: hashed, queues: queues}, nil
@@ -562,6 +563,7 @@ type manyRows struct {
 	dl      []*time.Time
 	tm      []*int64
 	lk      []string
+	doc     []bool
 	uh      [][]byte
 	us      []int16
 }
@@ -587,12 +589,22 @@ func (r *manyRows) add(p queue.EnqueueParams, md, tc []byte, key pgtype.UUID) {
 	r.dl = append(r.dl, deadlineParam(p.Deadline))
 	r.tm = append(r.tm, timeoutParam(p.Timeout))
 	r.lk = append(r.lk, p.LimitKey)
+	r.doc = append(r.doc, p.DeleteOnComplete)
+}
+
+// deleteParam is DeleteOnComplete as stored: true, or NULL for false (a
+// bit of the row's null bitmap rather than a byte).
+func deleteParam(del bool) *bool {
+	if !del {
+		return nil
+	}
+	return &del
 }
 
 // insert inserts the rows in one statement and returns how many it
 // inserted, calling limited with the partition of each limited job.
 func (r *manyRows) insert(ctx context.Context, tx pgx.Tx, limited func(*partition)) (int64, error) {
-	args := []any{r.q, r.k, r.a, r.p, r.s, r.m, r.u, r.md, r.tc, r.ik, r.dl, r.tm, r.lk}
+	args := []any{r.q, r.k, r.a, r.p, r.s, r.m, r.u, r.md, r.tc, r.ik, r.dl, r.tm, r.lk, r.doc}
 	q := insertManyKeyedSQL
 	if r.hashed {
 		q = insertManyHashedSQL

@@ -28,3 +28,10 @@ var (
 	GrantSQL       = grantSQL
 	EnsureSlotsSQL = ensureSlotsSQL
 )
+
+// The columns a move to the finished table copies, for the test that
+// checks them against the catalog.
+var FinishedColumns = finishedColumns
+
+// PartitionName names a finished-jobs partition of [lo, hi).
+var PartitionName = partitionName

@@ -32,13 +32,30 @@ import (
 // elements the plan is the one a prepared statement's generic plan uses.
 //
 // The output ($3) and a workflow task's run trace ($4) are written by the
-// same fenced update: an attempt whose fence is stale stores neither.
+// same fenced statement: an attempt whose fence is stale stores neither.
+//
+// The jobs are locked first (l), in the IDs' order, as the fenced
+// probes find them; the statement then moves each completed job whose row
+// leaves the jobs table (leavesSQL) into jobfence_jobs_finished, or
+// deletes it (DeleteOnComplete), and completes the others in place. Both
+// touch only rows l has locked, so rows are locked in ascending ID order
+// whatever the order in which the two run (see Finish).
 const completeSQL = `
-UPDATE jobfence_jobs j
-SET state = 'completed', finalized_at = now(), lease_expires_at = NULL, output = f.output, run_trace = f.trace
-FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::jsonb[]), (SELECT $4::bytea[])) AS f(id, fence, output, trace)
-WHERE j.id = f.id AND j.fence = f.fence AND j.state = 'running'
-RETURNING j.id, j.fence, j.limit_name, j.limit_part`
+WITH f AS (
+    SELECT * FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::jsonb[]), (SELECT $4::bytea[]))
+        AS f(id, fence, output, trace)
+), l AS (
+    SELECT j.id, f.output, f.trace, ` + leavesSQL + ` AS leaves, coalesce(j.delete_on_complete, false) AS drop_it
+    FROM jobfence_jobs j JOIN f ON j.id = f.id AND j.fence = f.fence
+    WHERE j.state = 'running'
+    FOR UPDATE OF j
+), ` + moveFinishedSQL + `, kept AS (
+    UPDATE jobfence_jobs j
+    SET state = 'completed', finalized_at = now(), lease_expires_at = NULL, output = l.output, run_trace = l.trace
+    FROM l
+    WHERE j.id = l.id AND NOT l.leaves AND j.state = 'running'
+    RETURNING j.id, j.fence, j.limit_name, j.limit_part
+)` + finishedReturnSQL
 
 // finishSQL applies any mix of outcomes (1 complete, 2 retry, 3 discard,
 // 4 snooze, 5 cancel), each only under its fence. A retry out of attempts
@@ -54,11 +71,14 @@ RETURNING j.id, j.fence, j.limit_name, j.limit_part`
 // worker's reportRun), and this is the database's clock's say, so that a
 // worker whose clock runs slow cannot schedule an attempt past the
 // deadline.
+//
+// A completion whose row leaves the jobs table moves (or is deleted) as
+// in completeSQL; every other outcome is applied in place.
 const finishSQL = `
 WITH f AS (
     SELECT * FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::smallint[]),
         (SELECT $4::bigint[]), (SELECT $5::jsonb[]), (SELECT $6::jsonb[]), (SELECT $7::bytea[])) AS f(id, fence, outcome, delay, err, output, trace)
-), n AS (
+), l AS (
     SELECT j.id, f.delay, f.err, f.outcome, f.output, f.trace, ` + finishLate + ` AS late,
         CASE WHEN ` + finishLate + ` THEN 'discarded' ELSE CASE f.outcome
             WHEN 1 THEN 'completed'
@@ -66,28 +86,30 @@ WITH f AS (
             WHEN 3 THEN 'discarded'
             WHEN 4 THEN CASE WHEN f.delay > 0 THEN 'scheduled' ELSE 'available' END
             WHEN 5 THEN 'cancelled'
-        END END AS state
+        END END AS state,
+        f.outcome = 1 AND ` + leavesSQL + ` AS leaves, coalesce(j.delete_on_complete, false) AS drop_it
     FROM jobfence_jobs j JOIN f ON j.id = f.id AND j.fence = f.fence
     WHERE j.state = 'running'
     FOR UPDATE OF j
-)
-UPDATE jobfence_jobs j
-SET state = n.state,
-    scheduled_at = CASE WHEN n.state IN ('retryable', 'scheduled', 'available') THEN now() + n.delay * interval '1 microsecond' ELSE j.scheduled_at END,
-    attempt = CASE WHEN n.outcome = 4 THEN j.attempt - 1 ELSE j.attempt END,
-    errors = CASE WHEN n.err IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(n.err) END
-        || CASE WHEN n.late THEN jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error',
-               'jobfence: job deadline passed: its next attempt would start at '
-               || (to_jsonb(now() + n.delay * interval '1 microsecond') #>> '{}')
-               || ', after its deadline ' || (to_jsonb(j.deadline) #>> '{}') || '; discarded'))
-           ELSE '[]'::jsonb END,
-    finalized_at = CASE WHEN n.state IN ('completed', 'discarded', 'cancelled') THEN now() END,
-    lease_expires_at = NULL,
-    output = CASE WHEN n.state = 'completed' THEN n.output ELSE j.output END,
-    run_trace = CASE WHEN n.state = 'completed' THEN n.trace ELSE j.run_trace END
-FROM n
-WHERE j.id = n.id AND j.state = 'running'
-RETURNING j.id, j.fence, j.limit_name, j.limit_part`
+), ` + moveFinishedSQL + `, kept AS (
+    UPDATE jobfence_jobs j
+    SET state = l.state,
+        scheduled_at = CASE WHEN l.state IN ('retryable', 'scheduled', 'available') THEN now() + l.delay * interval '1 microsecond' ELSE j.scheduled_at END,
+        attempt = CASE WHEN l.outcome = 4 THEN j.attempt - 1 ELSE j.attempt END,
+        errors = CASE WHEN l.err IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(l.err) END
+            || CASE WHEN l.late THEN jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error',
+                   'jobfence: job deadline passed: its next attempt would start at '
+                   || (to_jsonb(now() + l.delay * interval '1 microsecond') #>> '{}')
+                   || ', after its deadline ' || (to_jsonb(j.deadline) #>> '{}') || '; discarded'))
+               ELSE '[]'::jsonb END,
+        finalized_at = CASE WHEN l.state IN ('completed', 'discarded', 'cancelled') THEN now() END,
+        lease_expires_at = NULL,
+        output = CASE WHEN l.state = 'completed' THEN l.output ELSE j.output END,
+        run_trace = CASE WHEN l.state = 'completed' THEN l.trace ELSE j.run_trace END
+    FROM l
+    WHERE j.id = l.id AND NOT l.leaves AND j.state = 'running'
+    RETURNING j.id, j.fence, j.limit_name, j.limit_part
+)` + finishedReturnSQL
 
 // finishLate says, in finishSQL, that an outcome would make its job ready
 // again after its deadline.
@@ -213,7 +235,13 @@ func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks 
 // boundedTx runs fn in a transaction bounded as EnqueueMany's is
 // (boundedBegin) and commits it if fn succeeds.
 func (c *Client) boundedTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: boundedBegin})
+	return c.txFrom(ctx, boundedBegin, fn)
+}
+
+// txFrom runs fn in a transaction begun by begin (which sets its bounds)
+// and commits it if fn succeeds.
+func (c *Client) txFrom(ctx context.Context, begin string, fn func(tx pgx.Tx) error) error {
+	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
 	if err != nil {
 		return err
 	}

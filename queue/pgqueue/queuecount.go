@@ -88,7 +88,8 @@ const oldClaimIndex = `to_regclass('jobfence_jobs_claim') IS NOT NULL`
 //   - scheduled and retryable (migration 6 on), running, and completed and
 //     cancelled: their indexes do not start with the queue, so each is
 //     counted from its first {limit} rows over all queues (by due time,
-//     and by finalized_at, newest first): exact when they are all of them,
+//     and by finalized_at, newest first, in jobfence_jobs and in
+//     jobfence_jobs_finished, merged): exact when they are all of them,
 //     lower bounds otherwise. The due ones of the first set give their
 //     queues' oldest ready job, and the newest finished ones the
 //     completions of the last 5 minutes and hour.
@@ -133,8 +134,11 @@ WITH RECURSIVE avail(queue) AS (
     SELECT queue FROM jobfence_jobs
     WHERE state = 'running' AND lease_expires_at IS NOT NULL AND attempted_at IS NOT NULL LIMIT {limit}
 ), finished AS (
-    SELECT queue, state, finalized_at FROM jobfence_jobs
-    WHERE state IN ('completed', 'cancelled') ORDER BY finalized_at DESC LIMIT {limit}
+    SELECT queue, state, finalized_at FROM (
+        SELECT queue, state, finalized_at FROM jobfence_jobs WHERE state IN ('completed', 'cancelled')
+        UNION ALL
+        SELECT queue, state, finalized_at FROM jobfence_jobs_finished
+    ) f ORDER BY finalized_at DESC LIMIT {limit}
 )
 SELECT a.queue, 'available',
        (SELECT count(*) FROM (SELECT 1 FROM jobfence_jobs j WHERE j.state = 'available' AND j.queue = a.queue

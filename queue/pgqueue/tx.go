@@ -71,16 +71,25 @@ func (t *slotTx) Rollback(ctx context.Context) error {
 // frozen before its COMMIT would otherwise pin the job as running, its
 // lease long gone, until it woke. The main query reads the row as it was
 // before the update (a data-modifying WITH is not visible to it), lease
-// included, and returns a row only if the update did, that is if the
-// fence still held the job.
+// included, and returns a row only if the completion applied, that is if
+// the fence still held the job. A job whose row leaves the jobs table
+// moves (or is deleted) as in completeSQL.
 const completeOneSQL = `
-WITH done AS (
-    UPDATE jobfence_jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL, output = $3, run_trace = $4
-    WHERE id = $1 AND fence = $2 AND state = 'running'
+WITH l AS (
+    SELECT j.id, $3::jsonb AS output, $4::bytea AS trace, ` + leavesSQL + ` AS leaves,
+        coalesce(j.delete_on_complete, false) AS drop_it
+    FROM jobfence_jobs j
+    WHERE j.id = $1 AND j.fence = $2 AND j.state = 'running'
+    FOR UPDATE OF j
+), ` + moveFinishedSQL + `, done AS (
+    UPDATE jobfence_jobs j
+    SET state = 'completed', finalized_at = now(), lease_expires_at = NULL, output = l.output, run_trace = l.trace
+    FROM l
+    WHERE j.id = l.id AND NOT l.leaves
     RETURNING 1
 )
 SELECT` + txbound.Set + `
-FROM jobfence_jobs, done
+FROM jobfence_jobs, (SELECT 1 FROM gone UNION ALL SELECT 1 FROM done) d
 WHERE id = $1`
 
 // CompleteTx completes a job under its fence inside tx, so the job's
