@@ -8,7 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"runtime/pprof"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -55,8 +58,10 @@ type benchConfig struct {
 	claim claimConfig
 	// heartbeat mode
 	heartbeat heartbeatConfig
-	// fillfactor, when not zero, is set on the jobs table before a run.
-	fillfactor int
+	// fillfactor, when not zero, is set on the jobs table before a run,
+	// with tableOptions ("name=value").
+	fillfactor   int
+	tableOptions []string
 	// soak mode
 	soak soakConfig
 	// fanout is the width of --mode fanout's workflow.
@@ -122,6 +127,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.soak.interval, "report-interval", time.Minute, "soak: how often a line reports the rate, the jobs table's sizes, its tuples and autovacuum")
 	fs.IntVar(&cfg.fanout, "tasks", 10_000, "fanout: the tasks a workflow's root fans out to, which fan in to one task")
 	fs.IntVar(&cfg.fillfactor, "fillfactor", 0, "set the jobs table's fillfactor (10-100) before inserting (0: PostgreSQL's default, 100)")
+	fs.Func("table-options", "storage options set on the jobs table before inserting, comma-separated name=value (e.g. autovacuum_vacuum_cost_delay=0,autovacuum_vacuum_scale_factor=0.01)", func(v string) error {
+		opts, err := parseTableOptions(v)
+		cfg.tableOptions = opts
+		return err
+	})
 	cfg.limits.addFlags(fs)
 	fs.IntVar(&bf.runs, "runs", 1, "runs of each mode; the median is reported")
 	fs.BoolVar(&bf.unsafeFast, "unsafe-fast", false, "run the throwaway PostgreSQL with fsync, synchronous_commit and full_page_writes off: faster, not durable, not comparable")
@@ -436,4 +446,30 @@ func printSettings(ctx context.Context, dbURL string, stdout io.Writer) (serverS
 	fmt.Fprintf(stdout, "bench: server %s\n", s)
 	fmt.Fprintf(stdout, "bench: machine load average %s (1, 5, 15 min) before the first run\n", loadAverage())
 	return s, nil
+}
+
+// storageOptions are the options set on the jobs table before a run.
+func (c benchConfig) storageOptions() []string {
+	opts := slices.Clone(c.tableOptions)
+	if c.fillfactor != 0 {
+		opts = append(opts, fmt.Sprintf("fillfactor=%d", c.fillfactor))
+	}
+	return opts
+}
+
+// tableOptionRE is one storage option: a parameter name and a number or
+// a boolean, nothing that could end the ALTER TABLE it goes into.
+var tableOptionRE = regexp.MustCompile(`^[a-z_][a-z0-9_.]*=([0-9]+(\.[0-9]+)?|on|off|true|false)$`)
+
+// parseTableOptions splits --table-options into "name=value" options.
+func parseTableOptions(v string) ([]string, error) {
+	var opts []string
+	for _, o := range strings.Split(v, ",") {
+		o = strings.ReplaceAll(strings.TrimSpace(o), " ", "")
+		if !tableOptionRE.MatchString(o) {
+			return nil, fmt.Errorf("%q: want name=value, the value a number or on/off (a PostgreSQL storage parameter, e.g. autovacuum_vacuum_cost_delay=0)", o)
+		}
+		opts = append(opts, o)
+	}
+	return opts, nil
 }

@@ -64,7 +64,7 @@ func runClaimBench(ctx context.Context, baseURL string, cfg benchConfig, stdout 
 		return err
 	}
 	defer admin.Close(context.Background())
-	url, drop, err := runSchema(ctx, admin, baseURL, name, cfg.fillfactor)
+	url, drop, err := runSchema(ctx, admin, baseURL, name, cfg.storageOptions())
 	if err != nil {
 		return err
 	}

@@ -86,7 +86,7 @@ func fanoutOnce(ctx context.Context, baseURL string, cfg benchConfig, wf bool) (
 		return fanoutResult{}, err
 	}
 	defer admin.Close(context.Background())
-	url, drop, err := runSchema(ctx, admin, baseURL, name, cfg.fillfactor)
+	url, drop, err := runSchema(ctx, admin, baseURL, name, cfg.storageOptions())
 	if err != nil {
 		return fanoutResult{}, err
 	}

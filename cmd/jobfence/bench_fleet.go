@@ -80,7 +80,7 @@ func fleetOnce(ctx context.Context, fs fleetSetup, mode string, cfg benchConfig,
 	if err := migrations.Up(ctx, workURL); err != nil {
 		return fleetResult{}, err
 	}
-	if err := setFillfactor(ctx, pr.conn, name, cfg.fillfactor); err != nil {
+	if err := setTableOptions(ctx, pr.conn, name, cfg.storageOptions()); err != nil {
 		return fleetResult{}, err
 	}
 	res := fleetResult{instances: cfg.instances, via: "PostgreSQL directly"}

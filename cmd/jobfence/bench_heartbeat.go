@@ -71,7 +71,7 @@ func runHeartbeatBench(ctx context.Context, baseURL string, cfg benchConfig, std
 		return err
 	}
 	defer admin.Close(context.Background())
-	url, drop, err := runSchema(ctx, admin, baseURL, name, cfg.fillfactor)
+	url, drop, err := runSchema(ctx, admin, baseURL, name, cfg.storageOptions())
 	if err != nil {
 		return err
 	}

@@ -133,7 +133,7 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 		return latencyResult{}, err
 	}
 	defer pr.close()
-	url, drop, err := runSchema(ctx, pr.conn, baseURL, name, cfg.fillfactor)
+	url, drop, err := runSchema(ctx, pr.conn, baseURL, name, cfg.storageOptions())
 	if err != nil {
 		return latencyResult{}, err
 	}

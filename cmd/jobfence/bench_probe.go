@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -99,9 +100,10 @@ func withApplicationName(dbURL, name string) (string, error) {
 }
 
 // runSchema creates the schema name through conn, migrates it and sets
-// the jobs table's fillfactor when asked (--fillfactor). It returns a URL
-// whose search_path is the schema, and a function that drops it.
-func runSchema(ctx context.Context, conn *pgx.Conn, baseURL, name string, fillfactor int) (string, func(), error) {
+// the jobs table's storage options when asked (--fillfactor,
+// --table-options). It returns a URL whose search_path is the schema, and
+// a function that drops it.
+func runSchema(ctx context.Context, conn *pgx.Conn, baseURL, name string, options []string) (string, func(), error) {
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return "", nil, err
 	}
@@ -111,19 +113,20 @@ func runSchema(ctx context.Context, conn *pgx.Conn, baseURL, name string, fillfa
 		drop()
 		return "", nil, err
 	}
-	if err := setFillfactor(ctx, conn, name, fillfactor); err != nil {
+	if err := setTableOptions(ctx, conn, name, options); err != nil {
 		drop()
 		return "", nil, err
 	}
 	return url, drop, nil
 }
 
-// setFillfactor sets the fillfactor of schema's jobs table; zero leaves it.
-func setFillfactor(ctx context.Context, conn *pgx.Conn, schema string, fillfactor int) error {
-	if fillfactor == 0 {
+// setTableOptions sets storage options ("name=value", checked by
+// parseTableOptions) on schema's jobs table; none leaves it.
+func setTableOptions(ctx context.Context, conn *pgx.Conn, schema string, options []string) error {
+	if len(options) == 0 {
 		return nil
 	}
-	sql := fmt.Sprintf("ALTER TABLE %s SET (fillfactor = %d)", pgx.Identifier{schema, "jobfence_jobs"}.Sanitize(), fillfactor)
+	sql := fmt.Sprintf("ALTER TABLE %s SET (%s)", pgx.Identifier{schema, "jobfence_jobs"}.Sanitize(), strings.Join(options, ", "))
 	if _, err := conn.Exec(ctx, sql); err != nil {
 		return fmt.Errorf("bench: %s: %w", sql, err)
 	}

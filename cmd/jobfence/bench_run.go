@@ -150,7 +150,7 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, setti
 		return benchResult{}, err
 	}
 	defer pr.close()
-	url, drop, err := runSchema(ctx, pr.conn, baseURL, name, cfg.fillfactor)
+	url, drop, err := runSchema(ctx, pr.conn, baseURL, name, cfg.storageOptions())
 	if err != nil {
 		return benchResult{}, err
 	}

@@ -64,6 +64,9 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"bench", "--mode", "heartbeat", "--runs", "3"}, "--mode heartbeat runs once"},
 		{[]string{"bench", "--mode", "continuous", "--future", "10"}, "--future is for --mode claim, not --mode continuous"},
 		{[]string{"bench", "--mode", "heartbeat", "--fillfactor", "5"}, "--fillfactor 5: want 10 to 100"},
+		{[]string{"bench", "--mode", "soak", "--table-options", "fillfactor=70); DROP TABLE jobfence_jobs; --"},
+			`"fillfactor=70);DROPTABLEjobfence_jobs;--": want name=value, the value a number or on/off`},
+		{[]string{"bench", "--mode", "soak", "--table-options", "autovacuum_enabled"}, `"autovacuum_enabled": want name=value`},
 		{[]string{"bench", "--mode", "latency", "--rate", "1", "--lease-index"}, "--lease-index is for --mode heartbeat, not --mode latency"},
 	} {
 		var out, errb bytes.Buffer
@@ -234,7 +237,8 @@ func TestBenchModesOnYourServer(t *testing.T) {
 		// No access to the server's log: the soak says the autovacuum
 		// durations are unavailable rather than guess them.
 		{[]string{"--mode", "soak", "--duration", "3s", "--report-interval", "1s", "--retention", "1s", "--backlog", "1000",
-			"--batch", "500", "--concurrency", "20"}, []string{
+			"--batch", "500", "--concurrency", "20", "--table-options", "autovacuum_vacuum_cost_delay=0, autovacuum_vacuum_scale_factor=0.01"}, []string{
+			"jobs table options: fillfactor=70, autovacuum_vacuum_cost_delay=0, autovacuum_vacuum_scale_factor=0.01",
 			"soak: autovacuum durations are unavailable: with --database-url the bench cannot read the server's log",
 			"last took n/a (no server log)", "soak       3s: ", "soak target: ", "soak end: ",
 		}},
