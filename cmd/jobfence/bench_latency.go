@@ -98,28 +98,29 @@ func runLatencyBench(ctx context.Context, dbURL string, cfg benchConfig, runs in
 		rs = append(rs, res)
 		fmt.Fprintf(stdout, "latency    run %d: %s\n", r+1, res)
 	}
-	med := func(f func(latencyResult) time.Duration) time.Duration {
+	m := medianPercentiles(rs, func(r latencyResult) percentiles { return r.start })
+	db := medianPercentiles(rs, func(r latencyResult) percentiles { return r.dbStart })
+	fmt.Fprintf(stdout, "latency    median of %d at %.0f jobs/s: enqueue-to-start %s; database clock %s\n", len(rs), cfg.rate, m, db)
+	return nil
+}
+
+// medianPercentiles is, for each percentile, its median over the runs rs
+// of the figures f picks.
+func medianPercentiles(rs []latencyResult, f func(latencyResult) percentiles) percentiles {
+	med := func(g func(percentiles) time.Duration) time.Duration {
 		v := make([]time.Duration, len(rs))
 		for i, r := range rs {
-			v[i] = f(r)
+			v[i] = g(f(r))
 		}
 		slices.Sort(v)
 		return v[len(v)/2]
 	}
-	m := percentiles{
-		p50:  med(func(r latencyResult) time.Duration { return r.start.p50 }),
-		p90:  med(func(r latencyResult) time.Duration { return r.start.p90 }),
-		p99:  med(func(r latencyResult) time.Duration { return r.start.p99 }),
-		pmax: med(func(r latencyResult) time.Duration { return r.start.pmax }),
+	return percentiles{
+		p50:  med(func(p percentiles) time.Duration { return p.p50 }),
+		p90:  med(func(p percentiles) time.Duration { return p.p90 }),
+		p99:  med(func(p percentiles) time.Duration { return p.p99 }),
+		pmax: med(func(p percentiles) time.Duration { return p.pmax }),
 	}
-	db := percentiles{
-		p50:  med(func(r latencyResult) time.Duration { return r.dbStart.p50 }),
-		p90:  med(func(r latencyResult) time.Duration { return r.dbStart.p90 }),
-		p99:  med(func(r latencyResult) time.Duration { return r.dbStart.p99 }),
-		pmax: med(func(r latencyResult) time.Duration { return r.dbStart.pmax }),
-	}
-	fmt.Fprintf(stdout, "latency    median of %d at %.0f jobs/s: enqueue-to-start %s; database clock %s\n", len(rs), cfg.rate, m, db)
-	return nil
 }
 
 // latencyOnce offers cfg.rate jobs a second for cfg.duration to a worker
