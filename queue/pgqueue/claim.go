@@ -226,7 +226,7 @@ func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, 
 		// The queue may end before the claim position: look there at once
 		// rather than report fewer jobs than are waiting, unless a claim
 		// just did.
-		args[1], args[4] = p.Limit-len(jobs), headRetryInterval.Microseconds()
+		args[1], args[4] = p.Limit-len(jobs), pace.headRetryInterval().Microseconds()
 		more, _, tookMore, err := c.claim(ctx, p.Queue, turn, args...)
 		took += tookMore
 		if err != nil && len(jobs) == 0 {

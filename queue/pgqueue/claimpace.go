@@ -17,11 +17,18 @@ import (
 // unless any claim of the queue did within headRetryInterval: a worker
 // with room does not leave a job before the position waiting, and the
 // instances of a fleet whose queue runs dry do not each walk the index's
-// start on every claim.
+// start on every claim. The interval is twice the client's last claim's
+// duration, from headRetryMin to headRetryMax: a job that committed after
+// later ones (concurrent producers commit out of their scheduled_at and id
+// order all the time) waits about two claims for it, not a fixed interval
+// that would set the tail of enqueue-to-start latency on a fast server,
+// and fleet-wide there are at most a few such walks per claim's duration.
 const (
 	headIntervalMin    = 250 * time.Millisecond
 	headIntervalClaims = 4
-	headRetryInterval  = 20 * time.Millisecond
+	headRetryMin       = 2 * time.Millisecond
+	headRetryMax       = 20 * time.Millisecond
+	headRetryClaims    = 2
 )
 
 // claimTurns is how many turns a queue's claims take: claims of one turn
@@ -75,6 +82,14 @@ func (p *claimPace) headInterval() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return max(headIntervalMin, headIntervalClaims*p.took)
+}
+
+// headRetryInterval is how long after any claim read from the queue's
+// start a claim that came back short reads from it again.
+func (p *claimPace) headRetryInterval() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return min(headRetryMax, max(headRetryMin, headRetryClaims*p.took))
 }
 
 // claimed records how long a claim took.

@@ -7,7 +7,8 @@ import (
 
 // TestClaimPace: the interval between claims from the queue's start grows
 // with slow claims (a fleet's, on a busy server) and never falls below
-// 250 ms; a client's claims that run at once take turns of their own.
+// 250 ms; a short claim's retry from the start follows the claims'
+// duration; a client's claims that run at once take turns of their own.
 func TestClaimPace(t *testing.T) {
 	var p claimPace
 	if got := p.headInterval(); got != headIntervalMin {
@@ -20,6 +21,20 @@ func TestClaimPace(t *testing.T) {
 	p.claimed(300 * time.Millisecond)
 	if got := p.headInterval(); got != 1200*time.Millisecond {
 		t.Fatalf("interval after a claim of 300 ms %v, want 1.2s", got)
+	}
+
+	// The retry from the start after a short claim follows the claims'
+	// duration, within its bounds.
+	for _, c := range []struct{ took, want time.Duration }{
+		{0, headRetryMin},
+		{500 * time.Microsecond, headRetryMin},
+		{3 * time.Millisecond, 6 * time.Millisecond},
+		{300 * time.Millisecond, headRetryMax},
+	} {
+		p.claimed(c.took)
+		if got := p.headRetryInterval(); got != c.want {
+			t.Fatalf("retry interval after a claim of %v: %v, want %v", c.took, got, c.want)
+		}
 	}
 
 	a, _ := p.turn()
