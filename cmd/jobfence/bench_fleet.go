@@ -40,9 +40,9 @@ type fleetResult struct {
 
 func (r fleetResult) String() string {
 	return fmt.Sprintf("%d instances via %s: %s\n"+
-		"    server connections max %d; claim lock waits %.2f backends per sample (%.0f%% of samples); "+
+		"    server connections max %d; claims waiting for their turn %.2f backends per sample; claim lock waits %.2f backends per sample (%.0f%% of samples); "+
 		"lock waiters per sample by statement/wait event: %s",
-		r.instances, r.via, r.benchResult, r.act.maxConns,
+		r.instances, r.via, r.benchResult, r.act.maxConns, r.act.turnWaitMean(),
 		r.act.claimWaitMean(), 100*r.act.perSample(r.act.claimSamples), r.act.breakdown())
 }
 
@@ -238,11 +238,18 @@ type activity struct {
 	waits map[string]int
 }
 
-// claimWaitMean is the mean number of claims waiting for a lock per sample.
-func (a activity) claimWaitMean() float64 {
+// claimWaitMean is the mean number of claims waiting for a lock per
+// sample, once they have their turn.
+func (a activity) claimWaitMean() float64 { return a.waitMean("claim/") }
+
+// turnWaitMean is the mean number of claims waiting for their turn per
+// sample (claimTurnSQL's advisory lock).
+func (a activity) turnWaitMean() float64 { return a.waitMean("turn/") }
+
+func (a activity) waitMean(prefix string) float64 {
 	n := 0
 	for k, v := range a.waits {
-		if strings.HasPrefix(k, "claim/") {
+		if strings.HasPrefix(k, prefix) {
 			n += v
 		}
 	}
@@ -275,11 +282,13 @@ func (a activity) breakdown() string {
 }
 
 // activitySQL classifies the role's backends waiting for a lock
-// (wait_event_type 'Lock') by statement: a claim (FOR UPDATE SKIP
+// (wait_event_type 'Lock') by statement: a claim's wait for its turn (the
+// advisory lock of pgqueue's claimTurnSQL), a claim (FOR UPDATE SKIP
 // LOCKED), an insert (COPY) or an outcome or heartbeat.
 const activitySQL = `
 SELECT count(*), coalesce(string_agg(
-    CASE WHEN query LIKE '%SKIP LOCKED%' THEN 'claim'
+    CASE WHEN query LIKE '%pg_advisory_xact_lock%' THEN 'turn'
+        WHEN query LIKE '%SKIP LOCKED%' THEN 'claim'
         WHEN query LIKE 'COPY%' THEN 'insert' ELSE 'outcome' END
     || '/' || wait_event, ',') FILTER (WHERE wait_event_type = 'Lock'), '')
 FROM pg_stat_activity WHERE usename = $1 OR application_name = $1`
