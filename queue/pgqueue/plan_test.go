@@ -94,10 +94,11 @@ type planNode struct {
 	IndexCond string     `json:"Index Cond"`
 	Plans     []planNode `json:"Plans"`
 	// With EXPLAIN ANALYZE: the rows a node returned and filtered out
-	// per loop, and its loops.
-	Rows    float64 `json:"Actual Rows"`
-	Removed float64 `json:"Rows Removed by Filter"`
-	Loops   float64 `json:"Actual Loops"`
+	// (by its filter, and by its join filter) per loop, and its loops.
+	Rows        float64 `json:"Actual Rows"`
+	Removed     float64 `json:"Rows Removed by Filter"`
+	RemovedJoin float64 `json:"Rows Removed by Join Filter"`
+	Loops       float64 `json:"Actual Loops"`
 }
 
 func (p planNode) walk(f func(planNode)) {

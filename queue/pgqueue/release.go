@@ -32,6 +32,19 @@ import (
 // predicate of jobfence_jobs_finalized, and the planner read every final
 // job through that index rather than probe the primary key per ID.
 //
+// The planner cannot know how many dependents a release has: it guesses
+// 200 rows for a CTE. With that guess it scanned a table of some thousands
+// of rows (to lock the dependents, then to update them) rather than probe
+// it per dependent, and with a guess of a few rows it may join a CTE in a
+// nested loop, which compares each of a fan-out's 10,000 dependents with
+// every other. So no step depends on the guess: the closure and the lock
+// reach the jobs through LATERAL subqueries, which can only run as one
+// probe per outer row, and the update joins the jobs to the locked rows as
+// arrays, aggregated into one row (a) and unnested, which the planner
+// takes for 10 rows and probes (a table of a few pages, it may hash). A
+// release of any size reads a few rows and buffers per dependent
+// (TestReleaseOfAFanOutIsLinear, TestReleaseCostIndependentOfSize).
+//
 // The cost is one primary-key probe per dependent: a fan-in's counter row
 // is updated once per batch that completes some of its dependencies,
 // whatever the size of the workflow or of the table. Dependents are
@@ -39,27 +52,33 @@ import (
 // rows, which no claim, heartbeat or rescue locks, and each statement
 // holds them only while the server runs it. The available ones wake their
 // queues' workers at commit.
-const releaseSQL = releaseClosure + `, u AS (
+const releaseSQL = releaseClosure + `, a AS (
+    SELECT array_agg(id) AS ids, array_agg(n) AS ns, array_agg(cancel) AS cancels,
+           array_agg(cause) AS causes, array_agg(cause_state) AS cause_states FROM l
+), u AS (
     UPDATE jobfence_jobs j
-    SET state = CASE WHEN c.id IS NOT NULL THEN 'cancelled'
-                     WHEN j.deps_left - d.n > 0 THEN 'pending'
+    SET state = CASE WHEN c.cancel THEN 'cancelled'
+                     WHEN j.deps_left - c.n > 0 THEN 'pending'
                      WHEN j.scheduled_at > now() THEN 'scheduled'
                      WHEN j.limit_name IS NOT NULL THEN 'limited'
                      ELSE 'available' END,
-        deps_left = CASE WHEN c.id IS NOT NULL THEN j.deps_left ELSE greatest(j.deps_left - d.n, 0) END,
-        scheduled_at = CASE WHEN c.id IS NULL AND j.deps_left - d.n <= 0 THEN greatest(j.scheduled_at, now()) ELSE j.scheduled_at END,
-        finalized_at = CASE WHEN c.id IS NOT NULL THEN now() END,
-        errors = CASE WHEN c.id IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(jsonb_build_object(
+        deps_left = CASE WHEN c.cancel THEN j.deps_left ELSE greatest(j.deps_left - c.n, 0) END,
+        scheduled_at = CASE WHEN NOT c.cancel AND j.deps_left - c.n <= 0 THEN greatest(j.scheduled_at, now()) ELSE j.scheduled_at END,
+        finalized_at = CASE WHEN c.cancel THEN now() END,
+        errors = CASE WHEN NOT c.cancel THEN j.errors ELSE j.errors || jsonb_build_array(jsonb_build_object(
             'attempt', j.attempt, 'at', now(),
             'error', 'jobfence: dependency failed: task "' || c.cause || '" was ' || c.cause_state || '; cancelled')) END
-    FROM l LEFT JOIN cset c ON c.id = l.id LEFT JOIN dec d ON d.id = l.id
-    WHERE j.id = l.id AND j.state = 'pending'
+    FROM (SELECT unnest(a.ids) AS id, unnest(a.ns) AS n, unnest(a.cancels) AS cancel,
+                 unnest(a.causes) AS cause, unnest(a.cause_states) AS cause_state FROM a) c
+    WHERE j.id = c.id AND j.state = 'pending'
     RETURNING j.id, j.state, j.queue
 )
 SELECT pg_notify($2, r.queue) FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') r`
 
 // releaseClosure is the head of releaseSQL: what a release changes, and
-// its rows locked.
+// its rows locked (l: each row's ID, and either the dependencies it loses
+// (n) or, if cancel, the task whose failure cancels it and how it ended
+// (cause, cause_state)).
 const releaseClosure = `
 WITH RECURSIVE done AS MATERIALIZED (
     SELECT id, state, task_name, dependents FROM (
@@ -73,27 +92,35 @@ WITH RECURSIVE done AS MATERIALIZED (
 ), cx(id, cause, cause_state) AS (
     SELECT t.id, d.task_name, d.state
     FROM done d CROSS JOIN LATERAL unnest(d.dependents) AS u(id)
-    JOIN jobfence_jobs t ON t.id = u.id
-    WHERE d.state <> 'completed' AND t.state = 'pending' AND t.run_anyway IS NOT TRUE
+    CROSS JOIN LATERAL (
+        SELECT t.id FROM jobfence_jobs t
+        WHERE t.id = u.id AND t.state = 'pending' AND t.run_anyway IS NOT TRUE OFFSET 0) t
+    WHERE d.state <> 'completed'
   UNION
     SELECT t.id, p.task_name, 'cancelled'
-    FROM cx JOIN jobfence_jobs p ON p.id = cx.id
+    FROM cx CROSS JOIN LATERAL (SELECT p.task_name, p.dependents FROM jobfence_jobs p WHERE p.id = cx.id OFFSET 0) p
     CROSS JOIN LATERAL unnest(p.dependents) AS u(id)
-    JOIN jobfence_jobs t ON t.id = u.id
-    WHERE t.state = 'pending' AND t.run_anyway IS NOT TRUE
+    CROSS JOIN LATERAL (
+        SELECT t.id FROM jobfence_jobs t
+        WHERE t.id = u.id AND t.state = 'pending' AND t.run_anyway IS NOT TRUE OFFSET 0) t
 ), cset AS MATERIALIZED (
     SELECT DISTINCT ON (id) id, cause, cause_state FROM cx ORDER BY id, cause
 ), edges AS (
     SELECT u.id FROM done d CROSS JOIN LATERAL unnest(d.dependents) AS u(id)
   UNION ALL
-    SELECT u.id FROM cset c JOIN jobfence_jobs p ON p.id = c.id CROSS JOIN LATERAL unnest(p.dependents) AS u(id)
-), dec AS MATERIALIZED (
-    SELECT id, count(*)::int AS n FROM edges WHERE id NOT IN (SELECT id FROM cset) GROUP BY id
+    SELECT u.id FROM cset c
+    CROSS JOIN LATERAL (SELECT p.dependents FROM jobfence_jobs p WHERE p.id = c.id OFFSET 0) p
+    CROSS JOIN LATERAL unnest(p.dependents) AS u(id)
+), s AS (
+    SELECT id, count(*)::int AS n, false AS cancel, NULL::text AS cause, NULL::text AS cause_state
+    FROM edges WHERE id NOT IN (SELECT id FROM cset) GROUP BY id
+  UNION ALL
+    SELECT id, NULL, true, cause, cause_state FROM cset
 ), l AS MATERIALIZED (
-    SELECT j.id FROM jobfence_jobs j
-    WHERE j.id IN (SELECT id FROM dec UNION SELECT id FROM cset) AND j.state = 'pending'
-    ORDER BY j.id
-    FOR UPDATE OF j
+    SELECT s.id, s.n, s.cancel, s.cause, s.cause_state
+    FROM (SELECT * FROM s ORDER BY id OFFSET 0) s
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM jobfence_jobs j WHERE j.id = s.id AND j.state = 'pending' FOR UPDATE OF j) j
 )`
 
 // releaseLockSQL locks, as releaseSQL does, the rows a release of $1
