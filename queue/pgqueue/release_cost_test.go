@@ -45,14 +45,7 @@ SELECT 'other', 'k', 'completed', now() FROM generate_series(1, $1)`, unrelated)
 		}
 		prev = name
 	}
-	res, err := c.InsertWorkflow(ctx, p)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := db.Pool.Exec(ctx, `VACUUM ANALYZE jobfence_jobs`); err != nil {
-		tb.Fatal(err)
-	}
-	return res.Tasks["hub"]
+	return insertAnalyzed(ctx, tb, c, db, p, "hub")
 }
 
 // fanOutSetup inserts, through c, a workflow of the shape bench --mode
@@ -67,6 +60,14 @@ func fanOutSetup(ctx context.Context, tb testing.TB, c *pgqueue.Client, db *pgte
 		p.Tasks = append(p.Tasks, task(names[i], "fan", "root"))
 	}
 	p.Tasks = append(p.Tasks, task("sum", "fan", names...))
+	return insertAnalyzed(ctx, tb, c, db, p, "root")
+}
+
+// insertAnalyzed inserts the workflow p through c, vacuums and analyzes
+// the jobs table, as autovacuum would have after such an insert, and
+// returns the ID of p's task name.
+func insertAnalyzed(ctx context.Context, tb testing.TB, c *pgqueue.Client, db *pgtest.DB, p queue.WorkflowParams, name string) int64 {
+	tb.Helper()
 	res, err := c.InsertWorkflow(ctx, p)
 	if err != nil {
 		tb.Fatal(err)
@@ -74,7 +75,7 @@ func fanOutSetup(ctx context.Context, tb testing.TB, c *pgqueue.Client, db *pgte
 	if _, err := db.Pool.Exec(ctx, `VACUUM ANALYZE jobfence_jobs`); err != nil {
 		tb.Fatal(err)
 	}
-	return res.Tasks["root"]
+	return res.Tasks[name]
 }
 
 // releasePlan is what EXPLAIN (ANALYZE, BUFFERS) says of one release.
