@@ -10,28 +10,39 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/queue"
 )
 
-// claimSQL claims up to $2 ready jobs of queue $1 and replies with one
-// row: the claim's fence, the claimed jobs' IDs and the ctids of their new
-// row versions (in the queue's order), and whether it read from the
-// queue's start. SKIP LOCKED hands each row to one claimer only; the
-// single nextval is this claim's fence. The jobs' rows are read by
-// claimedSQL after this statement has committed.
+// claimSQL claims up to $2 ready jobs of queue $1. SKIP LOCKED hands
+// each row to one claimer only; the single nextval is this claim's fence.
+// Its reply is a summary row (the job columns NULL, then the claim's
+// fence, and the claimed jobs' IDs and the ctids of their new row
+// versions, in the queue's order) and, for a small claim, the jobs' own
+// rows (jobColumns, the summary's columns NULL). The jobs of a claim
+// that is not small are read by claimedSQL after this statement has
+// committed: a round trip more, which a worker that claims a few jobs at
+// a time (jobs enqueued one by one, each wanted at once) would pay every
+// job or two.
 //
-// The reply is one small row (22 bytes a job) so that
-// the server never waits on the claimer while the claim's locks are held:
-// PostgreSQL sends a statement's rows as it makes them and commits only
-// after the last is sent, so a claimer that stops reading (SIGSTOP, a
-// paused VM, a black-holed network, a full socket buffer behind PgBouncer)
-// while a reply of whole jobs (args, errors, metadata: megabytes for a
-// claim of 1,000) is on its way would hold their row locks, with no lease
-// to expire, for as long as it stayed silent. A reply this size fits in
-// the sockets' buffers and the claim commits whether or not anyone reads
-// it: its jobs then hold a lease, and a claim whose reply or fetch never
-// reaches its claimer is rescued when that lease expires.
+// The reply is bounded so that the server never waits on the claimer
+// while the claim's locks are held: PostgreSQL sends a statement's rows as
+// it makes them and commits only after the last is sent, so a claimer that
+// stops reading (SIGSTOP, a paused VM, a black-holed network, a full
+// socket buffer behind PgBouncer) while a reply of whole jobs (args,
+// errors, metadata: megabytes for a claim of 1,000) is on its way would
+// hold their row locks, with no lease to expire, for as long as it stayed
+// silent. The summary is 22 bytes a job; the jobs' rows come only when
+// there are at most $7 of them and claimRowBytes, which bounds a row's
+// size on the wire from above, sums to at most $8 bytes over them
+// (claimInlineBytes). A reply this size fits in the buffers of the
+// sockets between the server and the claimer, so the server's writes
+// complete and the claim commits whether or not anyone reads it
+// (TestSilentSmallClaimer): its jobs then hold a lease, and a claim whose
+// reply or fetch never reaches its claimer is rescued when that lease
+// expires. A workflow task's row (depends_on set) never comes in the
+// reply: its dependencies' traces (claimedSQL) have no bound here.
 //
 // Within the statement no claim waits for another: rows are taken with
 // SKIP LOCKED, the claim position (below) too (a claim that finds the
@@ -50,7 +61,7 @@ import (
 // row stamped in the future by hand; the index filters it without a heap
 // visit.
 //
-// Two ranges of the index are read, in the order of the queue:
+// Up to three ranges of the index are read, in the order of the queue:
 //   - hi: every priority band above the claim position's (lower numbers),
 //     from its start. An urgent job that arrives into a backlog of
 //     lower-priority work is taken by the next claim, whatever the
@@ -67,6 +78,16 @@ import (
 //     sorts before it (an earlier time: a put-back, a promoted retry, a
 //     transaction that committed late) waits at most that long. Which jobs
 //     a claim takes never decides safety, fences do.
+//   - wrap: when hi and lo found fewer than $2 jobs, the position's own
+//     band up to the position, unless a claim of the queue read from the
+//     start within $6 microseconds (w). A claim that would come back short
+//     so looks before the position in the same statement: the jobs that
+//     sort there are most often inserts whose transactions committed after
+//     a later one's (many producers, each job wanted at once), and they
+//     need not wait for the next claim. The interval keeps the instances of
+//     a fleet whose queue runs dry from each walking the dead entries
+//     before the position at every claim. The ranges do not overlap, so no
+//     row is locked twice.
 //
 // The fence is drawn only after every row of the claim is locked: f reads
 // all of next (count) before it calls nextval. Drawn first, a fence could
@@ -91,10 +112,11 @@ import (
 // wait early would free a rate slot that much early.
 //
 // The position moves on to the claim's last job. It moves back only when
-// the claim started before it (from the queue's start, or in a higher
-// band) and took its whole limit: jobs before the position may remain,
-// and the claims after this one go on from there, walking the dead entries
-// between once rather than at every claim.
+// the claim started before it (from the queue's start, in a higher band,
+// or in wrap) and took its whole limit: jobs before the position may
+// remain, and the claims after this one go on from there, walking the dead
+// entries between once rather than at every claim. After a full wrap that
+// is wrap's last job: the jobs left are between it and the position.
 const claimSQL = `
 WITH b AS MATERIALIZED (
     SELECT k.head, k.priority, k.scheduled_at, k.id FROM (
@@ -125,8 +147,24 @@ WITH b AS MATERIALIZED (
     ORDER BY priority, scheduled_at, id
     LIMIT $2 - (SELECT count(*) FROM hi)
     FOR UPDATE SKIP LOCKED
+), w AS MATERIALIZED (
+    SELECT NOT (SELECT head FROM b)
+        AND (SELECT count(*) FROM hi) + (SELECT count(*) FROM lo) < $2
+        AND NOT EXISTS (
+            SELECT FROM jobfence_claim_hints
+            WHERE queue = $1 AND head_at > now() - $6::bigint * interval '1 microsecond') AS wrap
+), wrap AS MATERIALIZED (
+    SELECT id, ctid FROM jobfence_jobs
+    WHERE state = 'available' AND queue = $1 AND scheduled_at <= now()
+      AND (priority, scheduled_at, id) <= ((SELECT priority FROM b), (SELECT scheduled_at FROM b), (SELECT id FROM b))
+      AND priority >= (SELECT priority FROM b)
+      AND (SELECT wrap FROM w)
+      AND NOT (SELECT paused FROM paused)
+    ORDER BY priority, scheduled_at, id
+    LIMIT $2 - (SELECT count(*) FROM hi) - (SELECT count(*) FROM lo)
+    FOR UPDATE SKIP LOCKED
 ), next AS MATERIALIZED (
-    SELECT id, ctid FROM hi UNION ALL SELECT id, ctid FROM lo
+    SELECT id, ctid FROM hi UNION ALL SELECT id, ctid FROM lo UNION ALL SELECT id, ctid FROM wrap
 ), f AS MATERIALIZED (
     SELECT nextval('jobfence_fence_seq') AS fence FROM (SELECT count(*) AS n FROM next) c WHERE c.n > 0
 ), u AS (
@@ -136,21 +174,25 @@ WITH b AS MATERIALIZED (
         attempted_at = statement_timestamp(), attempted_by = j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $4::text
     FROM f
     WHERE j.ctid = ANY (ARRAY(SELECT ctid FROM next))
-    RETURNING j.id, j.ctid, j.priority, j.scheduled_at
+    RETURNING j.ctid, ` + jobColumns + `
+), filled AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM next) >= $2 AS filled
 ), last AS (
     SELECT u.priority, u.scheduled_at, u.id,
-        ((SELECT head FROM b) OR EXISTS (SELECT FROM hi)) AND (SELECT count(*) FROM next) >= $2 AS back
+        ((SELECT head FROM b) OR EXISTS (SELECT FROM hi) OR EXISTS (SELECT FROM wrap)) AND (SELECT filled FROM filled) AS back
     FROM u
-    ORDER BY u.priority DESC, u.scheduled_at DESC, u.id DESC
+    ORDER BY (EXISTS (SELECT FROM wrap) AND (SELECT filled FROM filled)
+            AND (u.priority, u.scheduled_at, u.id) <= ((SELECT priority FROM b), (SELECT scheduled_at FROM b), (SELECT id FROM b))) DESC,
+        u.priority DESC, u.scheduled_at DESC, u.id DESC
     LIMIT 1
 ), moved AS (
     UPDATE jobfence_claim_hints h
     SET priority = CASE WHEN l.back OR (h.priority, h.scheduled_at, h.id) < (l.priority, l.scheduled_at, l.id) THEN l.priority ELSE h.priority END,
         scheduled_at = CASE WHEN l.back OR (h.priority, h.scheduled_at, h.id) < (l.priority, l.scheduled_at, l.id) THEN l.scheduled_at ELSE h.scheduled_at END,
         id = CASE WHEN l.back OR (h.priority, h.scheduled_at, h.id) < (l.priority, l.scheduled_at, l.id) THEN l.id ELSE h.id END,
-        head_at = CASE WHEN (SELECT head FROM b) THEN now() ELSE h.head_at END
+        head_at = CASE WHEN (SELECT head FROM b) OR (SELECT wrap FROM w) THEN now() ELSE h.head_at END
     FROM (SELECT) one LEFT JOIN last l ON true
-    WHERE h.queue = $1 AND ((SELECT head FROM b) OR l.id IS NOT NULL)
+    WHERE h.queue = $1 AND ((SELECT head FROM b) OR (SELECT wrap FROM w) OR l.id IS NOT NULL)
       AND h.queue IN (SELECT queue FROM jobfence_claim_hints WHERE queue = $1 FOR UPDATE SKIP LOCKED)
 ), added AS (
     INSERT INTO jobfence_claim_hints (queue, priority, scheduled_at, id, head_at)
@@ -159,8 +201,12 @@ WITH b AS MATERIALIZED (
     WHERE NOT EXISTS (SELECT FROM jobfence_claim_hints WHERE queue = $1)
     ON CONFLICT (queue) DO NOTHING
 )
-SELECT (SELECT fence FROM f), array_agg(u.id ORDER BY u.priority, u.scheduled_at, u.id),
-    array_agg(u.ctid ORDER BY u.priority, u.scheduled_at, u.id), (SELECT head FROM b) FROM u`
+SELECT ` + claimReplyNulls + `, (SELECT fence FROM f), array_agg(j.id ORDER BY j.priority, j.scheduled_at, j.id),
+    array_agg(j.ctid ORDER BY j.priority, j.scheduled_at, j.id) FROM u j
+UNION ALL
+SELECT ` + jobColumns + `, NULL, NULL, NULL FROM u j
+WHERE (SELECT count(*) FROM u) <= $7
+  AND (SELECT bool_and(j.depends_on IS NULL) AND sum(` + claimRowBytes + `) <= $8 FROM u j)`
 
 // claimedSQL reads the jobs that a claim ($2 the fence) took, by the
 // ctids ($1) of the row versions the claim wrote: one heap visit a job
@@ -194,6 +240,21 @@ const (
 	claimTurnWaitResetSQL = `SET LOCAL lock_timeout TO DEFAULT`
 )
 
+// claimRowBytes bounds from above the size on the wire of a claimed job's
+// row (jobColumns of u, alias j, with the summary's NULLs) that has no
+// depends_on: the variable columns' lengths (a jsonb's binary form is its
+// text and a version byte; an array element costs its length and 8 bytes
+// of header at most), and 400 bytes for the row's header, the columns'
+// lengths and the fixed-size columns (about 260).
+const claimRowBytes = `octet_length(j.queue) + octet_length(j.kind) + octet_length(j.args::text) + octet_length(j.errors::text)
+        + octet_length(j.metadata::text) + coalesce(octet_length(j.output::text), 0) + coalesce(octet_length(j.unique_key), 0)
+        + coalesce(octet_length(j.task_name), 0) + coalesce(octet_length(j.trace_context), 0)
+        + coalesce(octet_length(array_to_string(j.attempted_by, '')), 0) + 8 * coalesce(cardinality(j.attempted_by), 0) + 400`
+
+// claimReplyNulls fills the job columns of the claim's summary row: one
+// NULL for each of jobColumns.
+const claimReplyNulls = `NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL`
+
 // dependencyTraces reads, for a claimed workflow task, the run traces of
 // its first queue.MaxDependencyTraces dependencies (queue.Job.
 // DependencyTraces, $3 of them at most): a primary-key probe each, for a
@@ -217,50 +278,31 @@ func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, 
 	if own {
 		defer pace.done(turn)
 	}
-	args := []any{p.Queue, p.Limit, p.Lease.Microseconds(), p.WorkerID, pace.headInterval().Microseconds()}
-	jobs, head, took, err := c.claim(ctx, p.Queue, turn, args...)
+	args := []any{p.Queue, p.Limit, p.Lease.Microseconds(), p.WorkerID, pace.headInterval().Microseconds(),
+		pace.headRetryInterval().Microseconds(), claimInlineJobs, claimInlineBytes}
+	jobs, took, err := c.claim(ctx, p.Queue, turn, args...)
 	if err != nil {
 		return nil, err
-	}
-	if len(jobs) < p.Limit && !head {
-		// The queue may end before the claim position: look there at once
-		// rather than report fewer jobs than are waiting, unless a claim
-		// just did.
-		args[1], args[4] = p.Limit-len(jobs), pace.headRetryInterval().Microseconds()
-		more, _, tookMore, err := c.claim(ctx, p.Queue, turn, args...)
-		took += tookMore
-		if err != nil && len(jobs) == 0 {
-			return nil, err
-		}
-		// The jobs of the first claim are committed and ours even if the
-		// second failed.
-		jobs = append(jobs, more...)
 	}
 	pace.claimed(took)
 	return jobs, nil
 }
 
-// claim takes turn (claimTurnSQL), runs claimSQL, then claimedSQL for
-// the jobs it took, and reports whether it read from the queue's start and
-// how long it took from its turn on (the wait for the turn is not the
-// claim's cost: counted in, a fleet's claims seemed slow and read from the
-// start only every few seconds). A claim that waited claimTurnWait for its
-// turn runs without it.
-func (c *Client) claim(ctx context.Context, q string, turn int, args ...any) (jobs []*queue.Job, head bool, took time.Duration, err error) {
-	fail := func(err error) ([]*queue.Job, bool, time.Duration, error) {
-		return nil, false, 0, fmt.Errorf("pgqueue: claim from %q: %w", q, err)
+// claim takes turn (claimTurnSQL), runs claimSQL, then, unless the reply
+// held them, claimedSQL for the jobs it took, and reports how long it took
+// from its turn on (the wait for the turn is not the claim's cost: counted
+// in, a fleet's claims seemed slow and read from the start only every few
+// seconds). A claim that waited claimTurnWait for its turn runs without it.
+func (c *Client) claim(ctx context.Context, q string, turn int, args ...any) (jobs []*queue.Job, took time.Duration, err error) {
+	fail := func(err error) ([]*queue.Job, time.Duration, error) {
+		return nil, 0, fmt.Errorf("pgqueue: claim from %q: %w", q, err)
 	}
 	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
 		return fail(err)
 	}
 	defer conn.Release()
-	var (
-		fence *int64
-		ids   []int64
-		ctids []pgtype.TID
-		h     *bool
-	)
+	var reply claimReply
 	began := time.Now()
 	// One batch is one transaction: the turn is held until the claim
 	// commits, which it does without waiting for this client to read.
@@ -279,7 +321,10 @@ func (c *Client) claim(ctx context.Context, q string, turn int, args ...any) (jo
 		_, err = br.Exec()
 	}
 	if err == nil {
-		err = br.QueryRow().Scan(&fence, &ids, &ctids, &h)
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			err = reply.read(rows)
+		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -287,20 +332,82 @@ func (c *Client) claim(ctx context.Context, q string, turn int, args ...any) (jo
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
 		// The turn's holder is slow or stuck: claim beside it.
 		began = time.Now()
-		err = conn.QueryRow(ctx, claimSQL, args...).Scan(&fence, &ids, &ctids, &h)
+		reply = claimReply{}
+		var rows pgx.Rows
+		if rows, err = conn.Query(ctx, claimSQL, args...); err == nil {
+			err = reply.read(rows)
+		}
 	}
 	if err != nil {
 		return fail(err)
 	}
-	head = h != nil && *h
-	if fence == nil || len(ids) == 0 {
-		return nil, head, time.Since(began), nil
+	if reply.fence == nil || len(reply.ids) == 0 {
+		return nil, time.Since(began), nil
 	}
-	// From here the jobs are ours, leased: if a read fails, they are
-	// rescued when the lease expires, as the jobs of a claimer that died.
+	byID := reply.jobs
+	if len(byID) < len(reply.ids) {
+		// From here the jobs are ours, leased: if a read fails, they are
+		// rescued when the lease expires, as the jobs of a claimer that
+		// died.
+		if byID, err = readClaimed(ctx, conn, *reply.fence, reply.ids, reply.ctids); err != nil {
+			return fail(err)
+		}
+	}
+	// In the claim's order, which the reply's arrays keep.
+	jobs = make([]*queue.Job, 0, len(byID))
+	for _, id := range reply.ids {
+		if j := byID[id]; j != nil {
+			jobs = append(jobs, j)
+		}
+	}
+	return jobs, time.Since(began), nil
+}
+
+// claimReply is what claimSQL's reply says: the summary row's fence, IDs
+// and ctids, and the jobs' rows when the claim was small enough to send
+// them.
+type claimReply struct {
+	fence *int64
+	ids   []int64
+	ctids []pgtype.TID
+	jobs  map[int64]*queue.Job
+}
+
+// read reads claimSQL's rows: the summary row is the one without a job
+// ID, whatever its place among the jobs' rows.
+func (r *claimReply) read(rows pgx.Rows) error {
+	defer rows.Close()
+	summary := make([]any, claimJobColumns, claimJobColumns+3)
+	summary = append(summary, &r.fence, &r.ids, &r.ctids)
+	for rows.Next() {
+		if rows.RawValues()[0] == nil {
+			if err := rows.Scan(summary...); err != nil {
+				return err
+			}
+			continue
+		}
+		j, err := scanJob(rows, nil, nil, nil)
+		if err != nil {
+			return err
+		}
+		if r.jobs == nil {
+			r.jobs = make(map[int64]*queue.Job)
+		}
+		r.jobs[j.ID] = j
+	}
+	return rows.Err()
+}
+
+// claimJobColumns is how many of jobColumns scanJob reads.
+const claimJobColumns = 25
+
+// readClaimed reads the jobs (ids, their row versions ctids) that a claim
+// under fence took, after it committed: by ctid, and by ID those whose
+// row has moved since.
+func readClaimed(ctx context.Context, conn *pgxpool.Conn, fence int64, ids []int64, ctids []pgtype.TID) (map[int64]*queue.Job, error) {
 	byID := make(map[int64]*queue.Job, len(ids))
 	read := func(sql string, keys any) error {
-		rows, err := conn.Query(ctx, sql, keys, *fence, queue.MaxDependencyTraces)
+		rows, err := conn.Query(ctx, sql, keys, fence, queue.MaxDependencyTraces)
 		if err != nil {
 			return err
 		}
@@ -317,7 +424,7 @@ func (c *Client) claim(ctx context.Context, q string, turn int, args ...any) (jo
 		return rows.Err()
 	}
 	if err := read(claimedSQL, ctids); err != nil {
-		return fail(err)
+		return nil, err
 	}
 	if len(byID) < len(ids) {
 		var moved []int64
@@ -327,17 +434,10 @@ func (c *Client) claim(ctx context.Context, q string, turn int, args ...any) (jo
 			}
 		}
 		if err := read(claimedByIDSQL, moved); err != nil {
-			return fail(err)
+			return nil, err
 		}
 	}
-	// In the claim's order, which the reply's arrays keep.
-	jobs = make([]*queue.Job, 0, len(byID))
-	for _, id := range ids {
-		if j := byID[id]; j != nil {
-			jobs = append(jobs, j)
-		}
-	}
-	return jobs, head, time.Since(began), nil
+	return byID, nil
 }
 
 func scanJobs(rows pgx.Rows) ([]*queue.Job, error) {
@@ -374,7 +474,7 @@ func scanJob(row pgx.Row, more ...any) (*queue.Job, error) {
 	// One slice, sized for more too: appending more to a literal of
 	// exactly the columns would copy it, a second allocation for every job
 	// a claim returns.
-	dest := append(make([]any, 0, 25+len(more)), &j.ID, &j.Queue, &j.Kind, &j.EncodedArgs, &state, &priority, &j.Attempt, &j.MaxAttempts,
+	dest := append(make([]any, 0, claimJobColumns+len(more)), &j.ID, &j.Queue, &j.Kind, &j.EncodedArgs, &state, &priority, &j.Attempt, &j.MaxAttempts,
 		&j.Fence, &j.ScheduledAt, &j.CreatedAt, &attempted, &lease, &unique, &errs, &j.AttemptedBy, &meta, &tc,
 		&key, &deadline, &timeout, &output, &workflow, &task, &j.DependsOn)
 	if err := row.Scan(append(dest, more...)...); err != nil {

@@ -13,22 +13,36 @@ import (
 // through every entry of the jobs claimed since the last VACUUM
 // (docs/benchmarks/code.md).
 //
-// A claim that comes back short reads from the start in the same call,
-// unless any claim of the queue did within headRetryInterval: a worker
-// with room does not leave a job before the position waiting, and the
-// instances of a fleet whose queue runs dry do not each walk the index's
-// start on every claim. The interval is twice the client's last claim's
-// duration, from headRetryMin to headRetryMax: a job that committed after
-// later ones (concurrent producers commit out of their scheduled_at and id
-// order all the time) waits about two claims for it, not a fixed interval
-// that would set the tail of enqueue-to-start latency on a fast server,
-// and fleet-wide there are at most a few such walks per claim's duration.
+// A claim that would come back short also reads the position's band
+// before the position, in the same statement (claimSQL's wrap), unless any
+// claim of the queue read from the start within headRetryInterval: a
+// worker with room does not leave a job before the position waiting, and
+// the instances of a fleet whose queue runs dry do not each walk the
+// index's start on every claim. The interval is twice the client's last
+// claim's duration, from headRetryMin to headRetryMax: a job that
+// committed after later ones (concurrent producers commit out of their
+// scheduled_at and id order all the time) waits about two claims for it,
+// not a fixed interval that would set the tail of enqueue-to-start latency
+// on a fast server, and fleet-wide there are at most a few such walks per
+// claim's duration.
 const (
 	headIntervalMin    = 250 * time.Millisecond
 	headIntervalClaims = 4
 	headRetryMin       = 2 * time.Millisecond
 	headRetryMax       = 20 * time.Millisecond
 	headRetryClaims    = 2
+)
+
+// A claim's reply carries its jobs' rows when it took at most
+// claimInlineJobs jobs whose rows come to at most claimInlineBytes (see
+// claimSQL): far below what the sockets between the server and a claimer
+// hold (a TCP socket's send buffer starts at 16 kB and its receive buffer
+// at 128 kB on Linux, a Unix socket holds about 200 kB) and below the
+// 22 kB of the one-row reply of a claim of 1,000, which the same
+// guarantee already rests on.
+const (
+	claimInlineJobs  = 32
+	claimInlineBytes = 16 << 10
 )
 
 // claimTurns is how many turns a queue's claims take: claims of one turn
@@ -85,7 +99,7 @@ func (p *claimPace) headInterval() time.Duration {
 }
 
 // headRetryInterval is how long after any claim read from the queue's
-// start a claim that came back short reads from it again.
+// start a claim that would come back short reads before the position.
 func (p *claimPace) headRetryInterval() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -65,12 +65,14 @@ func TestClaimCursor(t *testing.T) {
 		t.Fatalf("claim of 1 took %d jobs, want job %d", len(got), more[0])
 	}
 	late := enqueue(1, 2, first[0].ScheduledAt)[0]
-	// A claim that came back short reads from the start in the same call
-	// unless any claim did within the last 20 ms (the draining claim did).
+	// A claim that finds too little after the position also reads its band
+	// before it, in the same statement, unless any claim read from the
+	// start within the retry interval (20 ms at most); its jobs come in the
+	// queue's order, the late job first.
 	time.Sleep(30 * time.Millisecond)
 	got = claim(t, c, "default", 2, time.Minute)
-	if len(got) != 2 || got[0].ID != more[1] || got[1].ID != late {
-		t.Fatalf("claim of 2 took %d jobs, want job %d after the cursor and the late job %d before it", len(got), more[1], late)
+	if len(got) != 2 || got[0].ID != late || got[1].ID != more[1] {
+		t.Fatalf("claim of 2 took %d jobs, want the late job %d before the cursor, then job %d after it", len(got), late, more[1])
 	}
 }
 
@@ -112,5 +114,47 @@ func TestClaimPositionShared(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if got := claim(t, b, "default", 1, time.Minute); len(got) != 1 || got[0].ID != between.ID {
 		t.Fatalf("claim from the start took %d jobs, want job %d", len(got), between.ID)
+	}
+}
+
+// TestClaimWrapMovesPositionBack: a claim that takes jobs after the
+// position and fills its limit with jobs before it (wrap) leaves the
+// position at the last of those, since the jobs it left are between that
+// job and the old position; the next claim starts there.
+func TestClaimWrapMovesPositionBack(t *testing.T) {
+	c, db := newClient(t)
+	ctx := context.Background()
+	enqueue := func(at time.Time) int64 {
+		t.Helper()
+		r, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", ScheduledAt: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.ID
+	}
+	for range 5 {
+		enqueue(time.Time{})
+	}
+	first := claim(t, c, "default", 5, time.Minute)
+	if len(first) != 5 {
+		t.Fatalf("first claim took %d jobs, want 5", len(first))
+	}
+	after := enqueue(time.Time{})
+	late := []int64{enqueue(first[0].ScheduledAt), enqueue(first[0].ScheduledAt), enqueue(first[0].ScheduledAt)}
+	// No claim read from the queue's start within the last 20 ms.
+	time.Sleep(30 * time.Millisecond)
+	got := claim(t, c, "default", 3, time.Minute)
+	if len(got) != 3 || got[0].ID != late[0] || got[1].ID != late[1] || got[2].ID != after {
+		t.Fatalf("claim of 3 took %d jobs, want the late jobs %d and %d, then %d after the position", len(got), late[0], late[1], after)
+	}
+	var pos int64
+	if err := db.Pool.QueryRow(ctx, "SELECT id FROM jobfence_claim_hints WHERE queue = 'default'").Scan(&pos); err != nil {
+		t.Fatal(err)
+	}
+	if pos != late[1] {
+		t.Fatalf("claim position at job %d, want the last late job claimed, %d", pos, late[1])
+	}
+	if got := claim(t, c, "default", 1, time.Minute); len(got) != 1 || got[0].ID != late[2] {
+		t.Fatalf("next claim took %d jobs, want the late job %d after the position", len(got), late[2])
 	}
 }

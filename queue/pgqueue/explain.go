@@ -46,8 +46,10 @@ func (c *Client) ExplainClaim(ctx context.Context, p queue.ClaimParams) (ClaimPl
 	}
 	defer tx.Rollback(context.Background())
 	var raw []byte
+	pace := c.paces.get(p.Queue)
 	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+claimSQL,
-		p.Queue, p.Limit, p.Lease.Microseconds(), p.WorkerID, c.paces.get(p.Queue).headInterval().Microseconds()).Scan(&raw)
+		p.Queue, p.Limit, p.Lease.Microseconds(), p.WorkerID, pace.headInterval().Microseconds(),
+		pace.headRetryInterval().Microseconds(), claimInlineJobs, claimInlineBytes).Scan(&raw)
 	if err != nil {
 		return ClaimPlan{}, fmt.Errorf("pgqueue: explain claim: %w", err)
 	}
@@ -68,7 +70,7 @@ func (c *Client) ExplainClaim(ctx context.Context, p queue.ClaimParams) (ClaimPl
 	if next := top.find("CTE next"); next != nil {
 		cp.Jobs = next.ActualRows
 	}
-	for _, name := range []string{"CTE hi", "CTE lo"} {
+	for _, name := range []string{"CTE hi", "CTE lo", "CTE wrap"} {
 		if find := top.find(name); find != nil {
 			cp.FindBuffers += find.SharedHit + find.SharedRead
 		}

@@ -1,0 +1,166 @@
+package pgqueue_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobfence/jobfence/internal/netfault"
+	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+)
+
+// readCounter counts the statements that read a claim's jobs after it
+// committed (pgqueue.ClaimedSQL and the read by ID after it).
+type readCounter struct{ reads atomic.Int64 }
+
+func (r *readCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.HasPrefix(d.SQL, pgqueue.ClaimedSQL[:40]) {
+		r.reads.Add(1)
+	}
+	return ctx
+}
+
+func (r *readCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestSmallClaimRepliesWithItsJobs: a claim of a few small jobs gets their
+// rows in its own reply, with no read after it; a claim of many jobs, or
+// of jobs whose rows are large, reads them after it committed. Either way
+// a claimed job is the job as stored after the claim, every field.
+func TestSmallClaimRepliesWithItsJobs(t *testing.T) {
+	db := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rc readCounter
+	cfg.ConnConfig.Tracer = &rc
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	c := pgqueue.New(pool, pgqueue.Config{})
+
+	for _, tt := range []struct {
+		name  string
+		jobs  int
+		args  int // bytes of padding in each job's args
+		reads int64
+	}{
+		{"a few small jobs", 5, 10, 0},
+		{"more jobs than a reply carries", 40, 10, 1},
+		{"jobs too large for a reply", 3, 8 << 10, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			q := strings.ReplaceAll(tt.name, " ", "-")
+			args := []byte(fmt.Sprintf(`{"pad": %q}`, strings.Repeat("x", tt.args)))
+			for i := range tt.jobs {
+				_, err := c.Enqueue(ctx, queue.EnqueueParams{
+					Kind: "k", Queue: q, Args: args, Priority: 2, MaxAttempts: 7,
+					UniqueKey: fmt.Sprintf("%s-%d", q, i), Metadata: map[string]string{"tenant": "a"},
+					Timeout: time.Minute, Deadline: time.Now().Add(time.Hour),
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := rc.reads.Load()
+			got := claim(t, c, q, 100, time.Minute)
+			if len(got) != tt.jobs {
+				t.Fatalf("claim took %d jobs, want %d", len(got), tt.jobs)
+			}
+			if reads := rc.reads.Load() - before; reads != tt.reads {
+				t.Fatalf("the claim read its jobs in %d statements after it, want %d", reads, tt.reads)
+			}
+			for i, j := range got {
+				if i > 0 && got[i-1].ID > j.ID {
+					t.Fatalf("claimed jobs out of the queue's order: %d before %d", got[i-1].ID, j.ID)
+				}
+				stored, err := c.Get(ctx, j.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(j, stored) {
+					t.Fatalf("claimed job\n%+v\nwant it as stored\n%+v", *j, *stored)
+				}
+				if j.State != queue.StateRunning || j.Attempt != 1 || j.Fence == 0 || j.UniqueKey == "" || j.Metadata["tenant"] != "a" {
+					t.Fatalf("claimed job %+v: want running, attempt 1, fenced, its unique key and metadata", *j)
+				}
+			}
+		})
+	}
+}
+
+// TestSilentSmallClaimer: a claimer that stops reading while a small
+// claim is in flight (the server's replies held by a proxy) does not keep
+// the server waiting: the claim commits, so its jobs' row locks are
+// released and the jobs hold a lease. Jobs of a few bytes come in the
+// claim's reply; jobs of 4 MB each must not: eight of them, 32 MB, are
+// more than the sockets' buffers hold (4 MB did fit on loopback), and the
+// server would wait, their locks held, for the claimer to read.
+func TestSilentSmallClaimer(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		args int
+	}{
+		{"small jobs, in the reply", 10},
+		{"large jobs, read after", 4 << 20},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			const jobs = 8
+			db := pgtest.New(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			c := pgqueue.New(db.Pool, pgqueue.Config{})
+			args := []byte(fmt.Sprintf(`{"pad": %q}`, strings.Repeat("x", tt.args)))
+			for range jobs {
+				if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", Args: args}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			proxy := netfault.New(t, netfault.TargetOf(t, db.URL), netfault.Forward)
+			pool := db.NewPoolVia(t, proxy.Addr(), 1)
+			silent := pgqueue.New(pool, pgqueue.Config{})
+			// Connected, and its statements prepared, before it goes silent.
+			if _, err := silent.Claim(ctx, queue.ClaimParams{Queue: "empty", Limit: 1, Lease: time.Minute, WorkerID: "silent"}); err != nil {
+				t.Fatal(err)
+			}
+			proxy.SetMode(netfault.StallReplies)
+			silentCtx, stopSilent := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer proxy.Close()
+			defer stopSilent()
+			wg.Go(func() {
+				_, _ = silent.Claim(silentCtx, queue.ClaimParams{Queue: "default", Limit: 8, Lease: time.Minute, WorkerID: "silent"})
+			})
+			// Committed: another session sees the jobs claimed. A server
+			// blocked sending the reply would not have committed.
+			testwatch.WaitFor(t, 30*time.Second, "the silent claim to commit", func() bool {
+				var n int
+				err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE state = 'running' AND 'silent' = ANY(attempted_by)`).Scan(&n)
+				return err == nil && n == jobs
+			})
+			var writing int
+			if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'ClientWrite' AND query LIKE '%jobfence_jobs%'`).Scan(&writing); err != nil {
+				t.Fatal(err)
+			}
+			if writing != 0 {
+				t.Fatalf("%d server sessions wait to send a claim's reply, want none", writing)
+			}
+		})
+	}
+}
