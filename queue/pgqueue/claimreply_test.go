@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/jobfence/jobfence/internal/netfault"
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
@@ -131,22 +129,7 @@ func TestSilentSmallClaimer(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			proxy := netfault.New(t, netfault.TargetOf(t, db.URL), netfault.Forward)
-			pool := db.NewPoolVia(t, proxy.Addr(), 1)
-			silent := pgqueue.New(pool, pgqueue.Config{})
-			// Connected, and its statements prepared, before it goes silent.
-			if _, err := silent.Claim(ctx, queue.ClaimParams{Queue: "empty", Limit: 1, Lease: time.Minute, WorkerID: "silent"}); err != nil {
-				t.Fatal(err)
-			}
-			proxy.SetMode(netfault.StallReplies)
-			silentCtx, stopSilent := context.WithCancel(ctx)
-			var wg sync.WaitGroup
-			defer wg.Wait()
-			defer proxy.Close()
-			defer stopSilent()
-			wg.Go(func() {
-				_, _ = silent.Claim(silentCtx, queue.ClaimParams{Queue: "default", Limit: 8, Lease: time.Minute, WorkerID: "silent"})
-			})
+			goSilent(ctx, t, db, 8, time.Minute)
 			// Committed: another session sees the jobs claimed. A server
 			// blocked sending the reply would not have committed.
 			testwatch.WaitFor(t, 30*time.Second, "the silent claim to commit", func() bool {

@@ -50,24 +50,7 @@ func silentClaimer(t *testing.T, db, via *pgtest.DB) {
 		t.Fatal(err)
 	}
 
-	proxy := netfault.New(t, netfault.TargetOf(t, via.URL), netfault.Forward)
-	pool := via.NewPoolVia(t, proxy.Addr(), 1)
-	silent := pgqueue.New(pool, pgqueue.Config{})
-	// Connected, and its statements prepared, before it goes silent: it
-	// stops reading in the middle of a claim, not before one.
-	if _, err := silent.Claim(ctx, queue.ClaimParams{Queue: "empty", Limit: 1, Lease: lease, WorkerID: "silent"}); err != nil {
-		t.Fatal(err)
-	}
-	proxy.SetMode(netfault.StallReplies)
-	silentCtx, stopSilent := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer proxy.Close()
-	defer stopSilent()
-	wg.Go(func() {
-		// It never returns before the proxy closes: nothing comes back.
-		_, _ = silent.Claim(silentCtx, queue.ClaimParams{Queue: "default", Limit: 1000, Lease: lease, WorkerID: "silent"})
-	})
+	goSilent(ctx, t, via, 1000, lease)
 	// The silent claim reached the server: its session blocks sending
 	// rows, or its claim committed and nobody reads the reply.
 	testwatch.WaitFor(t, 30*time.Second, "the silent claim to reach the server", func() bool {
@@ -122,4 +105,30 @@ func silentClaimer(t *testing.T, db, via *pgtest.DB) {
 	if len(seen) != jobs {
 		t.Fatalf("%d of %d jobs claimed by the live claimer %v after the silent claim's lease of %v, want all", len(seen), jobs, lease+20*time.Second, lease)
 	}
+}
+
+// goSilent starts a claim of up to limit jobs of the default queue by a
+// claimer, on via's server, that stops reading once its claim is sent: a
+// proxy holds every reply from then on. It returns at once; the claim
+// ends, unanswered, when the test does.
+func goSilent(ctx context.Context, t *testing.T, via *pgtest.DB, limit int, lease time.Duration) {
+	t.Helper()
+	proxy := netfault.New(t, netfault.TargetOf(t, via.URL), netfault.Forward)
+	pool := via.NewPoolVia(t, proxy.Addr(), 1)
+	silent := pgqueue.New(pool, pgqueue.Config{})
+	// Connected, and its statements prepared, before it goes silent: it
+	// stops reading in the middle of a claim, not before one.
+	if _, err := silent.Claim(ctx, queue.ClaimParams{Queue: "empty", Limit: 1, Lease: lease, WorkerID: "silent"}); err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetMode(netfault.StallReplies)
+	silentCtx, stopSilent := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	t.Cleanup(proxy.Close)
+	t.Cleanup(stopSilent)
+	wg.Go(func() {
+		// It never returns before the proxy closes: nothing comes back.
+		_, _ = silent.Claim(silentCtx, queue.ClaimParams{Queue: "default", Limit: limit, Lease: lease, WorkerID: "silent"})
+	})
 }
