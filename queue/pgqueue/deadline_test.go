@@ -137,7 +137,10 @@ func TestDeadlineValidation(t *testing.T) {
 func TestPromoteDiscardsPastDeadline(t *testing.T) {
 	c, _ := newClient(t)
 	ctx := context.Background()
-	deadline := time.Now().Add(2 * time.Second)
+	// The retry below (due in a second) must be finished well before the
+	// deadline however slow the machine: the inserts, the claim and the
+	// finish get five seconds.
+	deadline := time.Now().Add(6 * time.Second)
 	enqueue := func(q string, d time.Time) int64 {
 		t.Helper()
 		res, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", Queue: q, Deadline: d})
