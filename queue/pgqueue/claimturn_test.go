@@ -18,7 +18,7 @@ func TestClaimTurnWaitIsBounded(t *testing.T) {
 	c, db := newClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for range 3 {
+	for range 5 {
 		if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k"}); err != nil {
 			t.Fatal(err)
 		}
@@ -43,11 +43,17 @@ func TestClaimTurnWaitIsBounded(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	began = time.Now()
-	if jobs := claim(t, c, queue.DefaultQueue, 1, time.Minute); len(jobs) != 1 {
-		t.Fatalf("claim with the turn free took %d jobs, want 1", len(jobs))
+	// The quickest of three claims: one that waited for the turn would
+	// wait every time, a load spike on a busy machine slows one.
+	quickest := time.Hour
+	for range 3 {
+		began = time.Now()
+		if jobs := claim(t, c, queue.DefaultQueue, 1, time.Minute); len(jobs) != 1 {
+			t.Fatalf("claim with the turn free took %d jobs, want 1", len(jobs))
+		}
+		quickest = min(quickest, time.Since(began))
 	}
-	if waited := time.Since(began); waited > 900*time.Millisecond {
-		t.Fatalf("claim with the turn free took %v, want no wait", waited)
+	if quickest > 900*time.Millisecond {
+		t.Fatalf("the quickest of three claims with the turn free took %v, want no wait", quickest)
 	}
 }
