@@ -42,7 +42,9 @@ import (
 // (TestSilentSmallClaimer): its jobs then hold a lease, and a claim whose
 // reply or fetch never reaches its claimer is rescued when that lease
 // expires. A workflow task's row (depends_on set) never comes in the
-// reply: its dependencies' traces (claimedSQL) have no bound here.
+// reply: its dependencies' traces (claimedSQL) have no bound here. The
+// update returns whole rows (u.job) only when it took at most $7 jobs, so
+// that a large claim copies none.
 //
 // Within the statement no claim waits for another: rows are taken with
 // SKIP LOCKED, the claim position (below) too (a claim that finds the
@@ -174,7 +176,7 @@ WITH b AS MATERIALIZED (
         attempted_at = statement_timestamp(), attempted_by = j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $4::text
     FROM f
     WHERE j.ctid = ANY (ARRAY(SELECT ctid FROM next))
-    RETURNING j.ctid, ` + jobColumns + `
+    RETURNING j.ctid, j.id, j.priority, j.scheduled_at, CASE WHEN (SELECT count(*) FROM next) <= $7 THEN j END AS job
 ), filled AS MATERIALIZED (
     SELECT (SELECT count(*) FROM next) >= $2 AS filled
 ), last AS (
@@ -201,12 +203,12 @@ WITH b AS MATERIALIZED (
     WHERE NOT EXISTS (SELECT FROM jobfence_claim_hints WHERE queue = $1)
     ON CONFLICT (queue) DO NOTHING
 )
-SELECT ` + claimReplyNulls + `, (SELECT fence FROM f), array_agg(j.id ORDER BY j.priority, j.scheduled_at, j.id),
-    array_agg(j.ctid ORDER BY j.priority, j.scheduled_at, j.id) FROM u j
+SELECT ` + claimReplyNulls + `, (SELECT fence FROM f), array_agg(u.id ORDER BY u.priority, u.scheduled_at, u.id),
+    array_agg(u.ctid ORDER BY u.priority, u.scheduled_at, u.id) FROM u
 UNION ALL
-SELECT ` + jobColumns + `, NULL, NULL, NULL FROM u j
+SELECT ` + jobColumns + `, NULL, NULL, NULL FROM (SELECT (u.job).* FROM u) j
 WHERE (SELECT count(*) FROM u) <= $7
-  AND (SELECT bool_and(j.depends_on IS NULL) AND sum(` + claimRowBytes + `) <= $8 FROM u j)`
+  AND (SELECT bool_and(j.depends_on IS NULL) AND sum(` + claimRowBytes + `) <= $8 FROM (SELECT (u.job).* FROM u) j)`
 
 // claimedSQL reads the jobs that a claim ($2 the fence) took, by the
 // ctids ($1) of the row versions the claim wrote: one heap visit a job
