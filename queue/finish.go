@@ -64,6 +64,13 @@ type Finish struct {
 	// Job.DependencyTraces, so that their attempt spans link to it. Nil
 	// stores none.
 	Trace []byte
+	// Limit and LimitPartition are the job's (Job.Limit): a backend that
+	// hands limit slots out (pgqueue) sends the grant of the slot this
+	// outcome frees in the outcome's round trip. Empty: it grants after
+	// the outcome instead, in a round trip of its own, in the partition
+	// the outcome returned. A wrong value costs a grant that finds nothing.
+	Limit          string
+	LimitPartition string
 }
 
 // MaxOutputBytes is the default cap on a job's recorded output

@@ -72,6 +72,11 @@ type Job struct {
 	// the dependencies' ID order. Telemetry links the task's attempt span
 	// to each.
 	DependencyTraces []string
+	// Limit names the limit that governs the job (pgqueue's Limit), and
+	// LimitPartition its partition of that limit; both are empty for a job
+	// no limit governs. A worker passes them back in the job's Finish.
+	Limit          string
+	LimitPartition string
 }
 
 // IdempotencyKey returns a key that is the same for every attempt of the job

@@ -290,7 +290,8 @@ func (w *Worker) reportRun(job *queue.Job, r *running, o queue.Outcome, delay ti
 	if d, derr := w.pastDeadlineOutcome(job, r, o, delay, err); d != o {
 		o, err, putBacks = d, derr, 0
 	}
-	f := queue.Finish{Lease: job.Lease(), Outcome: o, Delay: delay, Workflow: job.WorkflowID != ""}
+	f := queue.Finish{Lease: job.Lease(), Outcome: o, Delay: delay, Workflow: job.WorkflowID != "",
+		Limit: job.Limit, LimitPartition: job.LimitPartition}
 	if o == queue.OutcomeComplete {
 		f.Output, f.Trace = r.recordedOutput(), w.taskTrace(job, r)
 	}

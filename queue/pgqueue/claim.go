@@ -251,11 +251,12 @@ const (
 const claimRowBytes = `octet_length(j.queue) + octet_length(j.kind) + octet_length(j.args::text) + octet_length(j.errors::text)
         + octet_length(j.metadata::text) + coalesce(octet_length(j.output::text), 0) + coalesce(octet_length(j.unique_key), 0)
         + coalesce(octet_length(j.task_name), 0) + coalesce(octet_length(j.trace_context), 0)
+        + coalesce(octet_length(j.limit_name), 0) + coalesce(octet_length(j.limit_part), 0)
         + coalesce(octet_length(array_to_string(j.attempted_by, '')), 0) + 8 * coalesce(cardinality(j.attempted_by), 0) + 400`
 
 // claimReplyNulls fills the job columns of the claim's summary row: one
 // NULL for each of jobColumns.
-const claimReplyNulls = `NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL`
+const claimReplyNulls = `NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL`
 
 // dependencyTraces reads, for a claimed workflow task, the run traces of
 // its first queue.MaxDependencyTraces dependencies (queue.Job.
@@ -268,7 +269,7 @@ const dependencyTraces = `CASE WHEN j.depends_on IS NOT NULL THEN ARRAY(
 // jobColumns are the columns scanJob reads, in order.
 const jobColumns = `j.id, j.queue, j.kind, j.args, j.state, j.priority, j.attempt, j.max_attempts, j.fence,
     j.scheduled_at, j.created_at, j.attempted_at, j.lease_expires_at, j.unique_key, j.errors, j.attempted_by, j.metadata, j.trace_context,
-    j.idempotency_key, j.deadline, j.timeout_us, j.output, j.workflow_id, j.task_name, j.depends_on`
+    j.idempotency_key, j.deadline, j.timeout_us, j.output, j.workflow_id, j.task_name, j.depends_on, j.limit_name, j.limit_part`
 
 // Claim implements queue.Backend.
 func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, error) {
@@ -401,7 +402,7 @@ func (r *claimReply) read(rows pgx.Rows) error {
 }
 
 // claimJobColumns is how many of jobColumns scanJob reads.
-const claimJobColumns = 25
+const claimJobColumns = 27
 
 // readClaimed reads the jobs (ids, their row versions ctids) that a claim
 // under fence took, after it committed: by ctid, and by ID those whose
@@ -472,13 +473,15 @@ func scanJob(row pgx.Row, more ...any) (*queue.Job, error) {
 		output    []byte
 		workflow  pgtype.UUID
 		task      *string
+		limName   *string
+		limPart   *string
 	)
 	// One slice, sized for more too: appending more to a literal of
 	// exactly the columns would copy it, a second allocation for every job
 	// a claim returns.
 	dest := append(make([]any, 0, claimJobColumns+len(more)), &j.ID, &j.Queue, &j.Kind, &j.EncodedArgs, &state, &priority, &j.Attempt, &j.MaxAttempts,
 		&j.Fence, &j.ScheduledAt, &j.CreatedAt, &attempted, &lease, &unique, &errs, &j.AttemptedBy, &meta, &tc,
-		&key, &deadline, &timeout, &output, &workflow, &task, &j.DependsOn)
+		&key, &deadline, &timeout, &output, &workflow, &task, &j.DependsOn, &limName, &limPart)
 	if err := row.Scan(append(dest, more...)...); err != nil {
 		return nil, err
 	}
@@ -506,6 +509,9 @@ func scanJob(row pgx.Row, more ...any) (*queue.Job, error) {
 	}
 	if task != nil {
 		j.TaskName = *task
+	}
+	if limName != nil && limPart != nil {
+		j.Limit, j.LimitPartition = *limName, *limPart
 	}
 	if len(errs) > 2 {
 		if err := json.Unmarshal(errs, &j.Errors); err != nil {

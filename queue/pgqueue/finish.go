@@ -120,8 +120,10 @@ const finishLate = `coalesce((f.outcome = 4 OR f.outcome = 2 AND j.attempt < j.m
 // outcome is a completion (the hot path), finishSQL otherwise. A job absent
 // from the update was fenced out and its lease is returned as stale. The
 // slots that the applied outcomes of limited jobs freed go to the next
-// waiting jobs of their partitions at once, in a statement of its own
-// (grant): a failure there leaves them to the workers' next grant pass.
+// waiting jobs of their partitions at once, in a transaction of its own
+// (grant): sent with the outcomes, in their round trip, for the partitions
+// the Finishes name (finishAndGrant), after them for the others. A failure
+// there leaves them to the workers' next grant pass.
 // When the batch holds workflow tasks, releaseSQL follows the outcomes in
 // the same transaction (see finishBatch).
 func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, error) {
@@ -172,7 +174,20 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 		}
 		sql, args = finishSQL, []any{ids, fences, outcomes, delays, errs, outputs, traces}
 	}
-	applied, lims, err := c.finishBatch(ctx, sql, args, tasks)
+	var (
+		applied map[queue.Lease]bool
+		lims    []partition
+		err     error
+	)
+	if held := heldPartitions(sorted); len(held) > 0 && len(tasks) == 0 {
+		// The grant goes out with the outcomes (finishAndGrant), in the
+		// partitions the claim gave; those the outcomes returned beside
+		// them are granted after.
+		applied, lims, err = c.finishAndGrant(ctx, sql, args, held)
+		lims = without(lims, held)
+	} else {
+		applied, lims, err = c.finishBatch(ctx, sql, args, tasks)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)
 	}
@@ -205,19 +220,7 @@ func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks 
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var l queue.Lease
-			var limName, limPart *string
-			if err := rows.Scan(&l.ID, &l.Fence, &limName, &limPart); err != nil {
-				return err
-			}
-			applied[l] = true
-			if limName != nil && limPart != nil && !slices.Contains(lims, partition{*limName, *limPart}) {
-				lims = append(lims, partition{*limName, *limPart})
-			}
-		}
-		return rows.Err()
+		return scanFinished(rows, applied, &lims)
 	}
 	if len(tasks) == 0 {
 		return applied, lims, run(c.pool)

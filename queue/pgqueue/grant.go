@@ -217,7 +217,27 @@ func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, err
 	if len(ps) == 0 {
 		return nil, nil
 	}
-	// In one order, so that two grants lock their chunks' rows alike.
+	chunks := grantChunks(ps)
+	var b pgx.Batch
+	queueGrant(&b, chunks, true)
+	// One batch is one implicit transaction, which the server commits
+	// at the batch's end without waiting for this client: a grant whose
+	// client froze after sending it holds no slot or job row.
+	br := c.pool.SendBatch(ctx, &b)
+	out, err := c.readGrant(br, chunks, true)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: grant limit slots: %w", err)
+	}
+	c.wakeGranted(out)
+	return out, nil
+}
+
+// grantChunks sorts ps, so that two grants lock their chunks' rows alike,
+// and splits them into chunks of grantChunk partitions.
+func grantChunks(ps []partition) [][]partition {
 	ps = slices.Clone(ps)
 	slices.SortFunc(ps, func(a, b partition) int {
 		return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.part, b.part))
@@ -227,7 +247,22 @@ func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, err
 		n := min(len(ps), grantChunk)
 		chunks, ps = append(chunks, ps[:n]), ps[n:]
 	}
-	var b pgx.Batch
+	return chunks
+}
+
+// queueGrant queues in b the statements of a grant of chunks: its
+// settings, then per chunk ensureSlotsSQL (if ensure), grantSQL and
+// nextRefillSQL. They must run in one transaction of their own, that no
+// statement queued before them is part of (its commit would wait for the
+// grant's).
+//
+// A grant of the partitions whose slots jobs just gave back (a
+// completion's) leaves ensure out: those slots exist, and the statement
+// was a quarter of the grant's statements. What it would add there, the
+// slots of a limit raised or given a rate since, the next grant pass adds
+// (GrantWaiting, and SetLimit's own); until then the partition is granted
+// fewer slots than its limit, never more.
+func queueGrant(b *pgx.Batch, chunks [][]partition, ensure bool) {
 	b.Queue(grantSettingsSQL, grantWait.Milliseconds())
 	for _, ch := range chunks {
 		names := make([]string, len(ch))
@@ -235,18 +270,22 @@ func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, err
 		for i, p := range ch {
 			names[i], parts[i] = p.name, p.part
 		}
-		b.Queue(ensureSlotsSQL, names, parts)
+		if ensure {
+			b.Queue(ensureSlotsSQL, names, parts)
+		}
 		b.Queue(grantSQL, names, parts, grantBatch, insertChannel)
-		queueNextRefill(&b, names, parts)
+		queueNextRefill(b, names, parts)
 	}
-	// One batch is one implicit transaction, which the server commits
-	// at the batch's end without waiting for this client: a grant whose
-	// client froze after sending it holds no slot or job row.
-	br := c.pool.SendBatch(ctx, &b)
+}
+
+// readGrant reads the replies to the statements queueGrant queued for
+// chunks (with ensure as it was given), and returns how many jobs the
+// grant made available per queue.
+func (c *Client) readGrant(br pgx.BatchResults, chunks [][]partition, ensure bool) (map[string]int, error) {
 	out := map[string]int{}
 	_, err := br.Exec()
 	for _, ch := range chunks {
-		if err == nil {
+		if err == nil && ensure {
 			_, err = br.Exec()
 		}
 		if err == nil {
@@ -275,21 +314,19 @@ func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, err
 			}
 		}
 	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pgqueue: grant limit slots: %w", err)
-	}
-	// Committed: this client's own fetch loops of those queues take the
-	// jobs now, without waiting for the NOTIFY to come back (a slot goes
-	// round a round trip sooner).
+	return out, err
+}
+
+// wakeGranted tells this client's own fetch loops of the queues a
+// committed grant made jobs available in: they take the jobs now, without
+// waiting for the NOTIFY to come back (a slot goes round a round trip
+// sooner).
+func (c *Client) wakeGranted(out map[string]int) {
 	for q, n := range out {
 		if n > 0 {
 			c.listener.deliverLocal(insertChannel, q)
 		}
 	}
-	return out, nil
 }
 
 // waitingPartitionsSQL lists up to $3 partitions that have limited jobs,

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
@@ -183,6 +186,13 @@ func TestZombieCannotFreeASlot(t *testing.T) {
 	}
 	if err := c.Complete(ctx, zombie[0].Lease()); !errors.Is(err, queue.ErrStaleFence) {
 		t.Fatalf("zombie's completion = %v, want ErrStaleFence", err)
+	}
+	// Naming its partition, as a worker does, sends a grant with it,
+	// which finds no free slot.
+	stale, err := c.Finish(ctx, []queue.Finish{{Lease: zombie[0].Lease(), Outcome: queue.OutcomeComplete,
+		Limit: zombie[0].Limit, LimitPartition: zombie[0].LimitPartition}})
+	if err != nil || len(stale) != 1 || zombie[0].Limit != "one" {
+		t.Fatalf("zombie's Finish naming limit %q = %v stale, %v; want its lease stale", zombie[0].Limit, stale, err)
 	}
 	if _, err := c.GrantWaiting(ctx, 100); err != nil {
 		t.Fatal(err)
@@ -432,6 +442,29 @@ func TestLimitedJobIsUnfinishedToUniqueness(t *testing.T) {
 	}
 }
 
+// heldSequence sets a sequence on queue q, inserts 2 jobs and claims the
+// first (got), and holds the second's row in a transaction (tx) that the
+// test ends, as a frozen client inside a transaction would hold it.
+func heldSequence(t *testing.T, c *pgqueue.Client, db *pgtest.DB, q string) (ids []int64, got []*queue.Job, tx pgx.Tx) {
+	t.Helper()
+	ctx := context.Background()
+	setLimit(t, c, pgqueue.Limit{Name: q, Queue: q, Sequence: true})
+	ids = enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: q}, 2)
+	got = claim(t, c, q, 10, time.Minute)
+	if len(got) != 1 || got[0].ID != ids[0] {
+		t.Fatalf("claimed %v", got)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, `SELECT FROM jobfence_jobs WHERE id = $1 FOR UPDATE`, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	return ids, got, tx
+}
+
 // TestGrantWaitIsBounded: a sequence's grant waits for its oldest waiting
 // job's row (it must go first) only as long as the batch's lock_timeout: a
 // session that holds the row and stays silent, as a frozen client inside
@@ -441,24 +474,11 @@ func TestLimitedJobIsUnfinishedToUniqueness(t *testing.T) {
 func TestGrantWaitIsBounded(t *testing.T) {
 	c, db := newClient(t)
 	ctx := context.Background()
-	setLimit(t, c, pgqueue.Limit{Name: "b", Queue: "bw", Sequence: true})
-	ids := enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: "bw"}, 2)
-	got := claim(t, c, "bw", 10, time.Minute)
-	if len(got) != 1 || got[0].ID != ids[0] {
-		t.Fatalf("claimed %v", got)
-	}
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT FROM jobfence_jobs WHERE id = $1 FOR UPDATE`, ids[1]); err != nil {
-		t.Fatal(err)
-	}
+	ids, got, tx := heldSequence(t, c, db, "bw")
 	// The completion applies; its grant gives up on the held row (logged).
 	complete(t, c, got[0])
 	began := time.Now()
-	_, err = c.GrantWaiting(ctx, 100)
+	_, err := c.GrantWaiting(ctx, 100)
 	if err == nil || !strings.Contains(err.Error(), "55P03") {
 		t.Fatalf("grant beside a held row = %v, want a lock timeout (55P03)", err)
 	}

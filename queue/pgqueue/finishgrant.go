@@ -1,0 +1,126 @@
+package pgqueue
+
+import (
+	"context"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jobfence/jobfence/internal/txbound"
+	"github.com/jobfence/jobfence/queue"
+)
+
+// finishBoundsSQL bounds the transaction of outcomes that finishAndGrant
+// opens, as boundedTx bounds a workflow's: a client frozen while its batch
+// was only partly sent holds the outcomes' rows txbound.Idle at most.
+var finishBoundsSQL = txbound.Bounds(txbound.Idle, txbound.LockWait)
+
+// heldPartitions returns the limit partitions that the jobs of fs held a
+// slot of when they were claimed (queue.Finish.Limit), once each.
+func heldPartitions(fs []queue.Finish) []partition {
+	var ps []partition
+	seen := map[partition]bool{}
+	for _, f := range fs {
+		if p := (partition{f.Limit, f.LimitPartition}); f.Limit != "" && !seen[p] {
+			seen[p] = true
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// finishAndGrant applies a finish statement (sql, args) and grants in the
+// partitions held in one round trip: one batch of two transactions, the
+// outcomes' (an explicit BEGIN ... COMMIT) and then the grant's (the
+// implicit one the batch's end commits). A slot a completion frees went
+// round in four round trips in a row (the completion, its grant, the
+// grant's NOTIFY, a claim); this saves the second's.
+//
+// The grant is in a transaction of its own, after the outcomes' commit: in
+// theirs, the outcomes would stay uncommitted, their rows locked, while
+// the grant ran and waited (grantWait) for other grants' rows. Its
+// snapshot is taken after that commit, so it sees the slots they freed.
+// It creates no slots (see queueGrant): the jobs held them.
+// Both commit without waiting for this client (the server runs a batch to
+// its end), so a client frozen after sending it holds no row of either. A
+// failed outcome statement skips the grant (the server skips the rest of a
+// batch after an error); a failed grant is logged, as grantAfter's: the
+// outcomes are committed, and the workers' next grant pass grants instead.
+//
+// It returns what finishBatch does: the leases applied and every partition
+// the applied outcomes freed a slot of, held or not.
+func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, held []partition) (map[queue.Lease]bool, []partition, error) {
+	applied := make(map[queue.Lease]bool, len(args[0].([]int64)))
+	var lims []partition
+	chunks := grantChunks(held)
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	b.Queue(finishBoundsSQL)
+	b.Queue(sql, args...)
+	b.Queue("COMMIT")
+	queueGrant(&b, chunks, false)
+	br := c.pool.SendBatch(ctx, &b)
+	_, err := br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			err = scanFinished(rows, applied, &lims)
+		}
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err != nil {
+		br.Close()
+		return nil, nil, err
+	}
+	granted, err := c.readGrant(br, chunks, false)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		c.cfg.Logger.Warn("pgqueue: granting limit slots failed; the workers' next pass grants them", "err", err)
+		return applied, lims, nil
+	}
+	c.wakeGranted(granted)
+	return applied, lims, nil
+}
+
+// without returns the partitions of ps that are not in drop.
+func without(ps, drop []partition) []partition {
+	if len(ps) == 0 {
+		return ps
+	}
+	gone := make(map[partition]bool, len(drop))
+	for _, p := range drop {
+		gone[p] = true
+	}
+	return slices.DeleteFunc(ps, func(p partition) bool { return gone[p] })
+}
+
+// scanFinished reads the rows of a finish statement (completeSQL,
+// finishSQL): each applied lease goes in applied, and the limit partition
+// of its job, if any, in lims, once.
+func scanFinished(rows pgx.Rows, applied map[queue.Lease]bool, lims *[]partition) error {
+	defer rows.Close()
+	seen := map[partition]bool{}
+	for _, p := range *lims {
+		seen[p] = true
+	}
+	for rows.Next() {
+		var l queue.Lease
+		var limName, limPart *string
+		if err := rows.Scan(&l.ID, &l.Fence, &limName, &limPart); err != nil {
+			return err
+		}
+		applied[l] = true
+		if p := (partition{deref(limName), deref(limPart)}); limName != nil && limPart != nil && !seen[p] {
+			seen[p] = true
+			*lims = append(*lims, p)
+		}
+	}
+	return rows.Err()
+}
