@@ -16,20 +16,31 @@ import (
 // yet: it is left out, and its job's start is followed by its outcome's
 // grant. It runs in a grant's transaction, after the grant, so it sees
 // the slots that grant took.
+//
+// The partitions whose limit has a rate are found first (r, materialized),
+// so that a grant of limits without one reads nothing else: planned as a
+// join, it probed each partition's waiting jobs and slots before it
+// dropped the partitions for want of a rate, a sixth of the server's
+// statement time under 1,000 partitions of a concurrency limit
+// (docs/benchmarks/limits.md).
 const nextRefillSQL = `
-SELECT p.n, p.pt, (extract(epoch FROM min(CASE WHEN j.state IS DISTINCT FROM 'available'
-        THEN greatest(s.granted_at, j.attempted_at) + l.period_us * interval '1 microsecond' END) - now()) * 1e6)::bigint
-FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
-JOIN jobfence_limits l ON l.name = p.n AND l.rate IS NOT NULL
-JOIN jobfence_limit_slots s ON s.name = p.n AND s.part = p.pt AND s.kind = 1 AND s.slot < l.rate
+WITH r AS MATERIALIZED (
+    SELECT p.n, p.pt, l.rate, l.period_us
+    FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
+    JOIN jobfence_limits l ON l.name = p.n AND l.rate IS NOT NULL
+)
+SELECT r.n, r.pt, (extract(epoch FROM min(CASE WHEN j.state IS DISTINCT FROM 'available'
+        THEN greatest(s.granted_at, j.attempted_at) + r.period_us * interval '1 microsecond' END) - now()) * 1e6)::bigint
+FROM r
+JOIN jobfence_limit_slots s ON s.name = r.n AND s.part = r.pt AND s.kind = 1 AND s.slot < r.rate
 LEFT JOIN jobfence_jobs j ON j.id = s.job_id
 WHERE EXISTS (SELECT FROM jobfence_jobs w WHERE w.state = 'limited'
-    AND (w.limit_name, w.limit_part, w.id) > (p.n, p.pt, 0)
-    AND (w.limit_name, w.limit_part, w.id) <= (p.n, p.pt, 9223372036854775807))
-GROUP BY p.n, p.pt
-HAVING bool_and(s.granted_at IS NOT NULL) AND count(*) >= max(l.rate)
+    AND (w.limit_name, w.limit_part, w.id) > (r.n, r.pt, 0)
+    AND (w.limit_name, w.limit_part, w.id) <= (r.n, r.pt, 9223372036854775807))
+GROUP BY r.n, r.pt
+HAVING bool_and(s.granted_at IS NOT NULL) AND count(*) >= max(r.rate)
    AND min(CASE WHEN j.state IS DISTINCT FROM 'available'
-        THEN greatest(s.granted_at, j.attempted_at) + l.period_us * interval '1 microsecond' END) > now()`
+        THEN greatest(s.granted_at, j.attempted_at) + r.period_us * interval '1 microsecond' END) > now()`
 
 // maxRefills bounds the partitions a client remembers a refill time for;
 // past it, the workers' grant pass (PromoteInterval) serves the rest.
