@@ -385,6 +385,7 @@ func raced(err error) bool {
 	switch pgErr.Code {
 	case "42P07", // duplicate_table
 		"23505", // unique_violation (two CREATE TABLEs of one name)
+		"42710", // duplicate_object ("type ... already exists": the same race, seen from pg_type)
 		"42P01", // undefined_table
 		"42P17", // invalid_object_definition (overlap, already a partition)
 		"42809", // wrong_object_type
