@@ -196,10 +196,16 @@ func TestOutlivedLeaseIsFencedOut(t *testing.T) {
 	})
 	backendA := &blockingHeartbeats{Client: pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quietLogger()}), release: make(chan struct{})}
 	// One slot, held by the paused handler: A claims nothing else meanwhile,
-	// as a paused process would not.
-	a := startWorker(t, backendA, regA, worker.Config{ID: "A", Lease: 300 * time.Millisecond, DisableMaintenance: true,
+	// as a paused process would not. The lease is long enough for A's claim
+	// to come back on a loaded machine (a claim is cut off at the lease,
+	// and A, which rescues nothing, would never see that claim's job again).
+	a := startWorker(t, backendA, regA, worker.Config{ID: "A", Lease: 2 * time.Second, DisableMaintenance: true,
 		Queues: map[string]int{"default": 1}})
-	<-aStarted
+	select {
+	case <-aStarted:
+	case <-time.After(time.Minute):
+		t.Fatal("A did not start the job")
+	}
 
 	regB := worker.NewRegistry()
 	worker.AddTx(regB, func(ctx context.Context, tx pgx.Tx, job *worker.Job[effectArgs]) error {
