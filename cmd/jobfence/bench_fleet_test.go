@@ -21,6 +21,9 @@ func TestSampleActivityCountsTurnWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The holder's transaction ends at the test's end at the latest (the
+	// deferred rollback), which ends the waiter's wait; the waiter's
+	// session closes with the test too.
 	defer holder.Rollback(ctx)
 	if _, err := holder.Exec(ctx, `SELECT pg_advisory_xact_lock(42)`); err != nil {
 		t.Fatal(err)

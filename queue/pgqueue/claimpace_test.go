@@ -7,7 +7,7 @@ import (
 
 // TestClaimPace: the interval between claims from the queue's start grows
 // with slow claims (a fleet's, on a busy server) and never falls below
-// 250 ms; a short claim's retry from the start follows the claims'
+// headIntervalMin; a short claim's retry from the start follows the claims'
 // duration; a client's claims that run at once take turns of their own.
 func TestClaimPace(t *testing.T) {
 	var p claimPace

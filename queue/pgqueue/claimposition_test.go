@@ -67,7 +67,7 @@ func TestClaimCursor(t *testing.T) {
 	late := enqueue(1, 2, first[0].ScheduledAt)[0]
 	// A claim that finds too little after the position also reads its band
 	// before it, in the same statement, unless any claim read from the
-	// start within the retry interval (20 ms at most); its jobs come in the
+	// start within the retry interval (headRetryMax at most); its jobs come in the
 	// queue's order, the late job first.
 	time.Sleep(30 * time.Millisecond)
 	got = claim(t, c, "default", 2, time.Minute)
@@ -141,7 +141,7 @@ func TestClaimWrapMovesPositionBack(t *testing.T) {
 	}
 	after := enqueue(time.Time{})
 	late := []int64{enqueue(first[0].ScheduledAt), enqueue(first[0].ScheduledAt), enqueue(first[0].ScheduledAt)}
-	// No claim read from the queue's start within the last 20 ms.
+	// No claim read from the queue's start within the retry interval.
 	time.Sleep(30 * time.Millisecond)
 	got := claim(t, c, "default", 3, time.Minute)
 	if len(got) != 3 || got[0].ID != late[0] || got[1].ID != late[1] || got[2].ID != after {

@@ -81,8 +81,10 @@ ON CONFLICT DO NOTHING`
 // sequence's (ordered: Concurrency 1, holding through retries) are waited
 // for, so that the job with the lowest ID goes first, each wait for one
 // statement of another grant or an admin command, bounded by the batch's
-// lock_timeout (grantWait); other limits' are taken with SKIP LOCKED, the
-// oldest that no one holds, and wait for nothing.
+// lock_timeout (grantWait), so a frozen holder delays a grant by that
+// much and no more (TestGrantWaitIsBounded, TestFrozenGranterHoldsUpNoGrant);
+// other limits' are taken with SKIP LOCKED, the oldest that no one holds,
+// and wait for nothing.
 const grantSQL = `
 WITH l AS MATERIALIZED (
     SELECT p.n, p.pt, m.concurrency, m.rate, m.period_us, m.hold_retrying, m.hold_discarded
@@ -189,7 +191,7 @@ FROM (SELECT queue FROM g UNION ALL SELECT queue FROM o) q
 GROUP BY q.queue`
 
 // grantSettingsSQL sets, for a grant's transaction, its lock_timeout
-// ($1 ms, grantWait) and a generic plan for its statements: left to
+// (grantWait, in milliseconds) and a generic plan for its statements: left to
 // choose, PostgreSQL planned grantSQL anew at every run (a custom plan),
 // and planning it cost several times what running it did
 // (docs/benchmarks/limits.md). The generic plan is the one that
