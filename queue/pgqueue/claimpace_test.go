@@ -1,6 +1,7 @@
 package pgqueue
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -48,5 +49,16 @@ func TestClaimPace(t *testing.T) {
 	p.done(a)
 	if c, _ := p.turn(); c != 0 {
 		t.Fatalf("a claim after turn 0 was given back took turn %d, want 0", c)
+	}
+}
+
+// TestClaimReplyNullsMatchJobColumns: the claim's first reply row pads the
+// job columns with one NULL each, written out by hand; a column added to
+// jobColumns without a NULL here would shift every small claim's reply.
+func TestClaimReplyNullsMatchJobColumns(t *testing.T) {
+	cols := strings.Count(jobColumns, ",") + 1
+	nulls := strings.Count(claimReplyNulls, "NULL")
+	if cols != nulls {
+		t.Fatalf("jobColumns has %d columns, claimReplyNulls %d NULLs", cols, nulls)
 	}
 }
