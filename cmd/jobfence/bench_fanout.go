@@ -26,11 +26,14 @@ type fanoutResult struct {
 	// the fan-out) committed, from the insert's start.
 	firstDone time.Duration
 	load      string
+	// cost is what the run cost the server (its statements with
+	// --statements).
+	cost cost
 }
 
 func (r fanoutResult) String() string {
 	return fmt.Sprintf("%.0f ms (insert %.0f ms, first completion at %.0f ms), loadavg %s",
-		ms(r.total), ms(r.insert), ms(r.firstDone), r.load)
+		ms(r.total), ms(r.insert), ms(r.firstDone), r.load) + r.cost.topStatements(5)
 }
 
 // runFanoutBench compares, in alternating pairs, a workflow of one task
@@ -127,6 +130,10 @@ func fanoutOnce(ctx context.Context, baseURL string, cfg benchConfig, wf bool) (
 	}()
 	total := int64(cfg.fanout + 2)
 	var res fanoutResult
+	before, err := readCounters(ctx, admin, cfg.statements)
+	if err != nil {
+		return fanoutResult{}, err
+	}
 	start := time.Now()
 	if wf {
 		err = insertFanout(ctx, client, cfg.fanout)
@@ -162,6 +169,11 @@ func fanoutOnce(ctx context.Context, baseURL string, cfg benchConfig, wf bool) (
 		time.Sleep(time.Millisecond)
 	}
 	res.load = loadAverage()
+	after, err := readCounters(ctx, admin, cfg.statements)
+	if err != nil {
+		return fanoutResult{}, err
+	}
+	res.cost = costBetween(before, after, total)
 	return res, nil
 }
 
