@@ -189,8 +189,8 @@ func (c cost) topStatements(k int) string {
 		if i == k {
 			break
 		}
-		fmt.Fprintf(&b, "\n    %5.1f%% of statement time, %.3f calls/job, %.3f ms mean: %s",
-			100*d.total/c.totalTime(), float64(d.calls)/float64(max(c.jobs, 1)), d.total/float64(d.calls), d.query)
+		fmt.Fprintf(&b, "\n    %5.1f%% of statement time (%.0f ms, %d calls), %.3f calls/job, %.3f ms mean: %s",
+			100*d.total/c.totalTime(), d.total, d.calls, float64(d.calls)/float64(max(c.jobs, 1)), d.total/float64(d.calls), d.query)
 	}
 	return b.String()
 }
