@@ -152,8 +152,9 @@ ON CONFLICT (name) DO UPDATE SET queue = EXCLUDED.queue, kind = EXCLUDED.kind, p
 // SetLimit stores l, replacing the limit of the same name. It applies to
 // the jobs inserted from then on, and to those of its queue (and kind)
 // that no limit governed yet and have not started: available ones wait
-// for a slot from then on (adoptAvailable), and scheduled or retrying ones
-// when their time comes (promoteSQL). Jobs already running are not
+// for a slot from then on (adoptAvailable), scheduled or retrying ones
+// when their time comes (promoteSQL), and a workflow's pending tasks when
+// their dependencies release them (releaseSQL). Jobs already running are not
 // counted: they finish, and the limit counts the jobs it grants. A changed
 // Concurrency, Rate or OnFailure applies at once to the jobs it governs
 // already (every grant reads it). Changing a limit's Queue, Kind or

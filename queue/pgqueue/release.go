@@ -21,7 +21,13 @@ import (
 //   - completed: every pending dependent gets one dependency fewer
 //     (deps_left), and becomes available at zero (or scheduled, if its
 //     time is still to come, or limited, if a limit governs it: the
-//     limits' grant gives it a slot, as to any other job).
+//     limits' grant gives it a slot, as to any other job). A task that no
+//     limit governed when it was inserted, of a queue (and kind) that has
+//     one now, comes under it as it is released (adopt, promoteSQL's
+//     rule), as SetLimit brings available jobs under it: a limit set
+//     while a workflow waits governs its tasks too. The probe of the
+//     limits runs only when some limit exists (the uncorrelated EXISTS is
+//     evaluated once), so a release with no limits pays nothing for it.
 //   - discarded or cancelled: its pending dependents are cancelled, with
 //     the reason recorded, and so are theirs in turn (the recursive cx);
 //     a dependent marked run_anyway is not, and counts the dependency as
@@ -54,14 +60,19 @@ import (
 // queues' workers at commit.
 const releaseSQL = releaseClosure + `, a AS (
     SELECT array_agg(id) AS ids, array_agg(n) AS ns, array_agg(cancel) AS cancels,
-           array_agg(cause) AS causes, array_agg(cause_state) AS cause_states FROM l
+           array_agg(cause) AS causes, array_agg(cause_state) AS cause_states,
+           array_agg(adopt_name) AS adopt_names, array_agg(adopt_part) AS adopt_parts FROM l
 ), u AS (
     UPDATE jobfence_jobs j
     SET state = CASE WHEN c.cancel THEN 'cancelled'
                      WHEN j.deps_left - c.n > 0 THEN 'pending'
                      WHEN j.scheduled_at > now() THEN 'scheduled'
-                     WHEN j.limit_name IS NOT NULL THEN 'limited'
+                     WHEN coalesce(j.limit_name, c.adopt_name) IS NOT NULL THEN 'limited'
                      ELSE 'available' END,
+        limit_name = CASE WHEN NOT c.cancel AND j.deps_left - c.n <= 0 AND j.scheduled_at <= now()
+                          THEN coalesce(j.limit_name, c.adopt_name) ELSE j.limit_name END,
+        limit_part = CASE WHEN NOT c.cancel AND j.deps_left - c.n <= 0 AND j.scheduled_at <= now() AND j.limit_name IS NULL
+                          THEN c.adopt_part ELSE j.limit_part END,
         deps_left = CASE WHEN c.cancel THEN j.deps_left ELSE greatest(j.deps_left - c.n, 0) END,
         scheduled_at = CASE WHEN NOT c.cancel AND j.deps_left - c.n <= 0 THEN greatest(j.scheduled_at, now()) ELSE j.scheduled_at END,
         finalized_at = CASE WHEN c.cancel THEN now() END,
@@ -69,7 +80,8 @@ const releaseSQL = releaseClosure + `, a AS (
             'attempt', j.attempt, 'at', now(),
             'error', 'jobfence: dependency failed: task "' || c.cause || '" was ' || c.cause_state || '; cancelled')) END
     FROM (SELECT unnest(a.ids) AS id, unnest(a.ns) AS n, unnest(a.cancels) AS cancel,
-                 unnest(a.causes) AS cause, unnest(a.cause_states) AS cause_state FROM a) c
+                 unnest(a.causes) AS cause, unnest(a.cause_states) AS cause_state,
+                 unnest(a.adopt_names) AS adopt_name, unnest(a.adopt_parts) AS adopt_part FROM a) c
     WHERE j.id = c.id AND j.state = 'pending'
     RETURNING j.id, j.state, j.queue
 )
@@ -117,10 +129,21 @@ WITH RECURSIVE done AS MATERIALIZED (
   UNION ALL
     SELECT id, NULL, true, cause, cause_state FROM cset
 ), l AS MATERIALIZED (
-    SELECT s.id, s.n, s.cancel, s.cause, s.cause_state
+    SELECT s.id, s.n, s.cancel, s.cause, s.cause_state, adopt.name AS adopt_name, adopt.part AS adopt_part
     FROM (SELECT * FROM s ORDER BY id OFFSET 0) s
     CROSS JOIN LATERAL (
-        SELECT j.id FROM jobfence_jobs j WHERE j.id = s.id AND j.state = 'pending' FOR UPDATE OF j) j
+        SELECT j.id, j.queue, j.kind, j.args, j.limit_name FROM jobfence_jobs j
+        WHERE j.id = s.id AND j.state = 'pending' FOR UPDATE OF j) j
+    LEFT JOIN LATERAL (
+        SELECT m.name, CASE WHEN cardinality(m.partition_by) = 0 THEN ''
+            ELSE (SELECT jsonb_agg(coalesce(j.args -> f, 'null'::jsonb) ORDER BY o)::text
+                  FROM unnest(m.partition_by) WITH ORDINALITY AS pb(f, o)) END AS part
+        FROM jobfence_limits m
+        WHERE (SELECT EXISTS (SELECT FROM jobfence_limits)) AND j.limit_name IS NULL AND NOT s.cancel
+          AND m.queue = j.queue AND m.kind IN (j.kind, '')
+        ORDER BY m.kind DESC
+        LIMIT 1
+    ) adopt ON true
 )`
 
 // releaseLockSQL locks, as releaseSQL does, the rows a release of $1

@@ -436,6 +436,43 @@ func TestWorkflowTasksUnderALimit(t *testing.T) {
 	}
 }
 
+// TestLimitSetWhileAWorkflowWaits: a limit set after a workflow was
+// inserted governs its tasks as they are released, as it does the jobs
+// already available when it is set: root's completion releases a and b
+// limited, not available, and the limit lets one run at a time.
+func TestLimitSetWhileAWorkflowWaits(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	const q = "later"
+	res, err := c.InsertWorkflow(ctx, queue.WorkflowParams{Name: "later", Tasks: []queue.WorkflowTask{
+		task("root", q), task("a", q, "root"), task("b", q, "root"),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := claimOne(t, c, q)
+	if err := c.SetLimit(ctx, pgqueue.Limit{Name: "later", Queue: q, Concurrency: 1}); err != nil {
+		t.Fatal(err)
+	}
+	finish(t, c, queue.Finish{Lease: root.Lease(), Outcome: queue.OutcomeComplete, Workflow: true})
+	w, err := c.Workflow(ctx, res.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range w.Tasks {
+		if tk.TaskName != "root" && (tk.State != queue.StateLimited || tk.Limit != "later") {
+			t.Fatalf("%s is %s under limit %q after root completed, want limited under the limit set meanwhile", tk.TaskName, tk.State, tk.Limit)
+		}
+	}
+	if _, err := c.GrantWaiting(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	got := states(t, c, res.ID)
+	if n := btoi(got["a"] == queue.StateAvailable) + btoi(got["b"] == queue.StateAvailable); n != 1 {
+		t.Fatalf("states after a grant = %v, want one of a and b available (concurrency 1)", got)
+	}
+}
+
 func btoi(b bool) int {
 	if b {
 		return 1
