@@ -65,6 +65,14 @@ type Config struct {
 	// them costs the same at a million jobs as at a thousand. Zero means
 	// DefaultCountCap (10,000).
 	CountCap int
+	// LimitSettle bounds how long SetLimit waits for the transactions that
+	// were open when it stored a limit: an insert in one of them read the
+	// limits before the new one existed, and its job would run unlimited.
+	// SetLimit brings such jobs under the limit once they have committed,
+	// or once LimitSettle has passed (it then logs how many transactions
+	// were still open: the jobs they insert later are not governed). Zero
+	// means DefaultLimitSettle (5s).
+	LimitSettle time.Duration
 }
 
 // DefaultTxReserve is the default of Config.TxReserve: one connection for
@@ -118,6 +126,9 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 	}
 	if cfg.PausePollInterval <= 0 {
 		cfg.PausePollInterval = DefaultPausePollInterval
+	}
+	if cfg.LimitSettle <= 0 {
+		cfg.LimitSettle = DefaultLimitSettle
 	}
 	c := &Client{pool: pool, cfg: cfg}
 	c.refills.wake = make(chan struct{}, 1)

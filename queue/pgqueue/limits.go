@@ -151,7 +151,9 @@ ON CONFLICT (name) DO UPDATE SET queue = EXCLUDED.queue, kind = EXCLUDED.kind, p
 
 // SetLimit stores l, replacing the limit of the same name. It applies to
 // the jobs inserted from then on, and to those of its queue (and kind)
-// that no limit governed yet and have not started: available ones wait
+// that no limit governed yet and have not started, those of inserts in
+// flight included (it waits for them, Config.LimitSettle at most; see
+// settleLimit): available ones wait
 // for a slot from then on (adoptAvailable), scheduled or retrying ones
 // when their time comes (promoteSQL), and a workflow's pending tasks when
 // their dependencies release them (releaseSQL). Jobs already running are not
@@ -171,6 +173,7 @@ func (c *Client) SetLimit(ctx context.Context, l Limit) error {
 	if err != nil {
 		return fmt.Errorf("pgqueue: set limit %q: %w", l.Name, err)
 	}
+	c.settleLimit(ctx, l.Name)
 	adopted, err := c.adoptAvailable(ctx, l.Name)
 	if err != nil {
 		return fmt.Errorf("pgqueue: set limit %q: stored, but bringing the jobs already available under it failed (set it again to retry): %w", l.Name, err)
@@ -190,6 +193,64 @@ func (c *Client) SetLimit(ctx context.Context, l Limit) error {
 			"limit", l.Name, "err", err)
 	}
 	return nil
+}
+
+// DefaultLimitSettle is the default of Config.LimitSettle.
+const DefaultLimitSettle = 5 * time.Second
+
+// limitSettlePoll is how often settleLimit looks for the transactions it
+// waits for.
+const limitSettlePoll = 20 * time.Millisecond
+
+// olderTransactionsSQL counts the other transactions that began before
+// $1 and hold the lock an insert takes on this schema's jobs table: a
+// statement takes its table's locks before its snapshot, and a transaction
+// keeps them until it ends, so every transaction that inserted, or is
+// inserting, with a snapshot older than $1 is among them. Those of other
+// roles show no xact_start to a role without pg_read_all_stats and are not
+// counted.
+const olderTransactionsSQL = `SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'relation' AND l.relation = 'jobfence_jobs'::regclass AND l.mode = 'RowExclusiveLock' AND l.granted
+  AND l.pid <> pg_backend_pid() AND a.xact_start < $1`
+
+// settleLimit waits, Config.LimitSettle at most, until every transaction
+// that began before the limit was stored and writes to the jobs table
+// (olderTransactionsSQL) has ended. An insert reads the
+// limits with its statement's snapshot, so one whose snapshot predates the
+// limit's commit inserts its job available and ungoverned, and may commit
+// after adoptSQL has run. A transaction that began after the limit
+// committed sees it in every statement. Waiting for the others first lets
+// adoptSQL find their jobs. The wait is on other sessions, so it is
+// bounded: one frozen or left open (a caller's EnqueueTx that never ends)
+// costs SetLimit LimitSettle, and its jobs are not governed, which is
+// logged (TestSetLimitWaitsForInsertsInFlight freezes one).
+func (c *Client) settleLimit(ctx context.Context, name string) {
+	var since time.Time
+	if err := c.pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&since); err != nil {
+		c.cfg.Logger.Warn("pgqueue: limit set, but reading the server's clock failed; not waiting for inserts in flight", "limit", name, "err", err)
+		return
+	}
+	deadline := time.Now().Add(c.cfg.LimitSettle)
+	for {
+		var open int
+		if err := c.pool.QueryRow(ctx, olderTransactionsSQL, since).Scan(&open); err != nil {
+			c.cfg.Logger.Warn("pgqueue: limit set, but reading the open transactions failed; not waiting for inserts in flight", "limit", name, "err", err)
+			return
+		}
+		if open == 0 {
+			return
+		}
+		if !time.Now().Before(deadline) {
+			c.cfg.Logger.Warn("pgqueue: limit set while transactions were open, and some still are; the jobs they insert are not governed by it",
+				"limit", name, "open", open, "waited", c.cfg.LimitSettle)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(limitSettlePoll):
+		}
+	}
 }
 
 // adoptSQL brings up to $2 available jobs of limit $1's queue (and kind)

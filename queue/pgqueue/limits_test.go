@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/jobfence/jobfence/internal/logbuf"
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
@@ -629,5 +632,83 @@ func TestDebounceMovesALimitedJob(t *testing.T) {
 	}
 	if s := stateOf(t, c, a.ID); s != queue.StateLimited {
 		t.Fatalf("the put-off job, due, is %s; want limited", s)
+	}
+}
+
+// TestSetLimitWaitsForInsertsInFlight: jobs inserted by a transaction
+// that read the limits before a new one was stored, and committed after,
+// come under it: SetLimit waits for that transaction before it brings
+// the available jobs under the limit. A transaction that stays open (its
+// client frozen) holds SetLimit up for Config.LimitSettle only, which it
+// logs; the limit is stored all the same.
+func TestSetLimitWaitsForInsertsInFlight(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: slog.New(slog.DiscardHandler), LimitSettle: time.Minute})
+	const q = "inflight"
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var ids []int64
+	for range 2 {
+		res, err := c.EnqueueTx(ctx, tx, queue.EnqueueParams{Queue: q, Kind: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.ID)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.SetLimit(ctx, pgqueue.Limit{Name: q, Queue: q, Concurrency: 1}) }()
+	testwatch.WaitFor(t, time.Minute, "the limit stored", func() bool {
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_limits WHERE name = $1`, q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("SetLimit did not return")
+	}
+	var got []string
+	for _, id := range ids {
+		j, err := c.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(j.State)+"/"+j.Limit)
+	}
+	slices.Sort(got)
+	if want := []string{"available/" + q, "limited/" + q}; !slices.Equal(got, want) {
+		t.Fatalf("the jobs inserted in flight are %v, want %v (under the limit: one granted, one waiting)", got, want)
+	}
+
+	// A transaction left open, as by a frozen client that inserted.
+	frozen, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer frozen.Rollback(ctx)
+	if _, err := c.EnqueueTx(ctx, frozen, queue.EnqueueParams{Queue: "other", Kind: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logbuf.Buffer{}
+	short := pgqueue.New(db.Pool, pgqueue.Config{Logger: slog.New(slog.NewTextHandler(logs, nil)), LimitSettle: 100 * time.Millisecond})
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := short.SetLimit(sctx, pgqueue.Limit{Name: "other", Queue: "other", Concurrency: 1}); err != nil {
+		t.Fatalf("SetLimit beside an open transaction: %v", err)
+	}
+	if !strings.Contains(logs.String(), "some still are") {
+		t.Fatalf("SetLimit beside an open transaction logged %q, want the warning that its jobs are not governed", logs.String())
 	}
 }
