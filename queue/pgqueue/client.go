@@ -113,6 +113,8 @@ type Client struct {
 	}
 	// refills remembers when rate slots free for waiting jobs.
 	refills refills
+	// routes remembers which limits' grants need grantSQL.
+	routes grantRoutes
 }
 
 // New returns a Client on pool. The pool's search_path decides the schema

@@ -25,8 +25,9 @@ const WakeSQL = wakeSQL
 
 // The grant's statements, for the test that EXPLAINs them.
 var (
-	GrantSQL       = grantSQL
-	EnsureSlotsSQL = ensureSlotsSQL
+	GrantSQL            = grantSQL
+	GrantConcurrencySQL = grantConcurrencySQL
+	EnsureSlotsSQL      = ensureSlotsSQL
 )
 
 // The columns a move to the finished table copies, for the test that

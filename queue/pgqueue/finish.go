@@ -120,10 +120,11 @@ const finishLate = `coalesce((f.outcome = 4 OR f.outcome = 2 AND j.attempt < j.m
 // outcome is a completion (the hot path), finishSQL otherwise. A job absent
 // from the update was fenced out and its lease is returned as stale. The
 // slots that the applied outcomes of limited jobs freed go to the next
-// waiting jobs of their partitions at once, in a transaction of its own
-// (grant): sent with the outcomes, in their round trip, for the partitions
-// the Finishes name (finishAndGrant), after them for the others. A failure
-// there leaves them to the workers' next grant pass.
+// waiting jobs of their partitions at once: sent with the outcomes, in
+// their round trip, for the partitions the Finishes name (finishAndGrant:
+// a plain concurrency limit's in the outcomes' transaction, the others'
+// in one of its own), after them for the others (grant). A failed grant
+// of its own leaves them to the workers' next grant pass.
 // When the batch holds workflow tasks, releaseSQL follows the outcomes in
 // the same transaction (see finishBatch).
 func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, error) {
@@ -183,8 +184,9 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 		// The grant goes out with the outcomes (finishAndGrant), in the
 		// partitions the claim gave; those the outcomes returned beside
 		// them are granted after.
-		applied, lims, err = c.finishAndGrant(ctx, sql, args, held)
-		lims = without(lims, held)
+		var declined []partition
+		applied, lims, declined, err = c.finishAndGrant(ctx, sql, args, held)
+		lims = append(without(lims, held), declined...)
 	} else {
 		applied, lims, err = c.finishBatch(ctx, sql, args, tasks)
 	}

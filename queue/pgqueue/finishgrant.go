@@ -3,6 +3,7 @@ package pgqueue
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -36,30 +37,52 @@ func heldPartitions(fs []queue.Finish) []partition {
 // round in four round trips in a row (the completion, its grant, the
 // grant's NOTIFY, a claim); this saves the second's.
 //
-// The grant is in a transaction of its own, after the outcomes' commit: in
-// theirs, the outcomes would stay uncommitted, their rows locked, while
-// the grant ran and waited (grantWait) for other grants' rows. Its
-// snapshot is taken after that commit, so it sees the slots they freed.
-// It creates no slots (see queueGrant): the jobs held them.
-// Both commit without waiting for this client (the server runs a batch to
-// its end), so a client frozen after sending it holds no row of either. A
+// The partitions of a plain concurrency limit (see grantRoutes) are
+// granted in the outcomes' own transaction, after them, by
+// grantConcurrencySQL: it waits for no lock, so it holds their commit up
+// by its own run only, and it saves the grant's commit (a WAL flush on a
+// durable server) and statements. Its statement sees the slots the
+// outcomes freed (a statement sees its transaction's earlier writes). Its
+// failure fails the outcomes too: Finish returns the error and the worker
+// sends them again, as after a lost connection.
+//
+// The others' grant (grantSQL) is in a transaction of its own, after the
+// outcomes' commit: in theirs, the outcomes would stay uncommitted, their
+// rows locked, while the grant ran and waited (grantWait) for other
+// grants' rows. Its snapshot is taken after that commit, so it sees the
+// slots they freed.
+//
+// Neither creates slots (see queueGrant): the jobs held them. Both
+// commit without waiting for this client (the server runs a batch to its
+// end), so a client frozen after sending it holds no row of either. A
 // failed outcome statement skips the grant (the server skips the rest of a
-// batch after an error); a failed grant is logged, as grantAfter's: the
+// batch after an error); a failed grantSQL is logged, as grantAfter's: the
 // outcomes are committed, and the workers' next grant pass grants instead.
 //
-// It returns what finishBatch does: the leases applied and every partition
-// the applied outcomes freed a slot of, held or not.
-func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, held []partition) (map[queue.Lease]bool, []partition, error) {
+// It returns what finishBatch does, the leases applied and every partition
+// the applied outcomes freed a slot of, held or not, and the held
+// partitions that grantConcurrencySQL found it could not serve: the
+// caller grants both after.
+func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, held []partition) (map[queue.Lease]bool, []partition, []partition, error) {
 	applied := make(map[queue.Lease]bool, len(args[0].([]int64)))
 	var lims []partition
-	chunks := grantChunks(held)
+	g := c.planGrant(held, false)
 	var b pgx.Batch
 	b.Queue("BEGIN")
 	b.Queue(finishBoundsSQL)
 	b.Queue(sql, args...)
+	if len(g.conc) > 0 {
+		b.Queue(genericPlanSQL)
+		queueConcGrant(&b, g.conc)
+	}
 	b.Queue("COMMIT")
-	queueGrant(&b, chunks, false)
+	if len(g.full) > 0 {
+		b.Queue(grantSettingsSQL, grantWait.Milliseconds())
+		queueFullGrant(&b, g.full)
+	}
 	br := c.pool.SendBatch(ctx, &b)
+	granted := map[string]int{}
+	var declined []partition
 	_, err := br.Exec()
 	if err == nil {
 		_, err = br.Exec()
@@ -70,23 +93,34 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, hel
 			err = scanFinished(rows, applied, &lims)
 		}
 	}
+	if err == nil && len(g.conc) > 0 {
+		if _, err = br.Exec(); err == nil {
+			declined, err = readConcGrant(br, g.conc, granted)
+		}
+	}
 	if err == nil {
 		_, err = br.Exec()
 	}
 	if err != nil {
 		br.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	granted, err := c.readGrant(br, chunks, false)
+	if len(g.full) > 0 {
+		if _, err = br.Exec(); err == nil {
+			err = c.readFullGrant(br, g.full, granted)
+		}
+	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		c.cfg.Logger.Warn("pgqueue: granting limit slots failed; the workers' next pass grants them", "err", err)
-		return applied, lims, nil
 	}
 	c.wakeGranted(granted)
-	return applied, lims, nil
+	if len(declined) > 0 {
+		c.routes.markFull(declined, time.Now())
+	}
+	return applied, lims, declined, nil
 }
 
 // without returns the partitions of ps that are not in drop.

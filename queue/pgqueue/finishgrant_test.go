@@ -170,3 +170,38 @@ func TestFinishAppliesWhenItsGrantTimesOut(t *testing.T) {
 		t.Fatalf("after the holder let go claimed %v, want job %d", got, ids[1])
 	}
 }
+
+// TestGrantFollowsALimitGivenARate: a client whose grants of a limit went
+// to the statement for plain concurrency limits must not go on granting
+// it there once the limit has a rate: the completions' grants find the
+// rate, the next job gets the one start the rate allows per hour, and the
+// job after it waits.
+func TestGrantFollowsALimitGivenARate(t *testing.T) {
+	c, db := newClient(t)
+	l := pgqueue.Limit{Name: "gr", Queue: "gr", Concurrency: 1}
+	setLimit(t, c, l)
+	ids := enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: "gr"}, 4)
+	next := func(want int64) []*queue.Job {
+		t.Helper()
+		got := claim(t, c, "gr", 10, time.Minute)
+		if len(got) != 1 || got[0].ID != want {
+			t.Fatalf("claimed %v, want job %d alone", got, want)
+		}
+		return got
+	}
+	finishHeld(t, c, next(ids[0])...)
+	second := next(ids[1])
+	// Another instance sets the rate, so that this client learns of it
+	// only from its completion's grant.
+	l.Rate, l.Period = 1, time.Hour
+	setLimit(t, pgqueue.New(db.Pool, pgqueue.Config{}), l)
+	// The rate's one slot is free: job 2 started before it existed.
+	finishHeld(t, c, second...)
+	finishHeld(t, c, next(ids[2])...)
+	if got := claim(t, c, "gr", 10, time.Minute); len(got) != 0 {
+		t.Fatalf("claimed %d jobs after job %d spent the rate of 1 an hour", len(got), ids[2])
+	}
+	if st := stateOf(t, c, ids[3]); st != queue.StateLimited {
+		t.Fatalf("job %d is %s, want limited until the rate's hour has passed", ids[3], st)
+	}
+}

@@ -17,17 +17,26 @@ import (
 // lock, the jobs it granted are claimed by another instance, and that
 // instance's grants of the same limit go on at once, never over the
 // limit. docs/limits.md states the bound: a grant waits for another
-// grant's statement, never for a client.
+// grant's statement, never for a client. A plain concurrency limit is
+// granted by one statement, one with a rate by another: each is frozen.
 func TestFrozenGranterHoldsUpNoGrant(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		sent bool
-	}{{"batch sent, replies held", true}, {"replies read", false}} {
+		rate int
+	}{
+		{"batch sent, replies held", true, 0}, {"replies read", false, 0},
+		{"rate, batch sent, replies held", true, 1000}, {"rate, replies read", false, 1000},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c, db := newClient(t)
 			ctx := context.Background()
 			const limit = 2
-			setLimit(t, c, pgqueue.Limit{Name: "fz", Queue: "fz", Concurrency: limit})
+			l := pgqueue.Limit{Name: "fz", Queue: "fz", Concurrency: limit}
+			if tt.rate > 0 {
+				l.Rate, l.Period = tt.rate, time.Hour
+			}
+			setLimit(t, c, l)
 			enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: "fz"}, 3*limit)
 			running := claim(t, c, "fz", 10, time.Minute)
 			if len(running) != limit {
@@ -43,14 +52,23 @@ func TestFrozenGranterHoldsUpNoGrant(t *testing.T) {
 					t.Fatalf("%d jobs hold the limit's slots, the limit is %d", n, limit)
 				}
 			}
+			a, fz := frozenClient(t, db)
+			// A first grant, of no slot, teaches the instance which
+			// statement the limit's grants take (see grantRoutes).
+			if _, err := a.GrantWaiting(ctx, 100); err != nil {
+				t.Fatal(err)
+			}
 			// The running jobs finish without their completion's grant,
 			// so that the frozen instance's grant is the one that hands
 			// their slots on.
 			if _, err := db.Pool.Exec(ctx, `UPDATE jobfence_jobs SET state = 'completed', finalized_at = now() WHERE queue = 'fz' AND state = 'running'`); err != nil {
 				t.Fatal(err)
 			}
-			a, fz := frozenClient(t, db)
-			fz.Arm(sqlfreeze.Point{Match: mentions("WITH l AS MATERIALIZED"), Sent: tt.sent, Batch: true})
+			stmt := "WITH fr AS MATERIALIZED" // grantConcurrencySQL
+			if tt.rate > 0 {
+				stmt = "WITH l AS MATERIALIZED" // grantSQL
+			}
+			fz.Arm(sqlfreeze.Point{Match: mentions(stmt), Sent: tt.sent, Batch: true})
 			done := make(chan error, 1)
 			go func() {
 				_, err := a.GrantWaiting(ctx, 100)

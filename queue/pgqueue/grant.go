@@ -210,31 +210,46 @@ const grantChunk = 32
 const grantWait = time.Second
 
 // grant serves the partitions ps: it creates their slots, then hands free
-// slots to waiting jobs (grantSQL), and learns when the rates that still
-// hold jobs back free their next slots (nextRefillSQL, see refills), in
-// one transaction of statements sent together in one batch, a chunk of
-// partitions a statement (grantChunk). It returns how many jobs it made
+// slots to waiting jobs, and learns when the rates that still hold jobs
+// back free their next slots (nextRefillSQL, see refills), in one
+// transaction of statements sent together in one batch, a chunk of
+// partitions a statement (grantChunk). Partitions of a plain concurrency
+// limit go to grantConcurrencySQL, the others to grantSQL (see
+// grantRoutes); those that the first finds it cannot serve are granted
+// by the second in a batch after. It returns how many jobs it made
 // available per queue.
 func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
-	chunks := grantChunks(ps)
-	var b pgx.Batch
-	queueGrant(&b, chunks, true)
-	// One batch is one implicit transaction, which the server commits
-	// at the batch's end without waiting for this client: a grant whose
-	// client froze after sending it holds no slot or job row.
-	br := c.pool.SendBatch(ctx, &b)
-	out, err := c.readGrant(br, chunks, true)
-	if cerr := br.Close(); err == nil {
-		err = cerr
+	out := map[string]int{}
+	declined, err := c.grantBatch(ctx, c.planGrant(ps, true), out)
+	if err == nil && len(declined) > 0 {
+		c.routes.markFull(declined, time.Now())
+		_, err = c.grantBatch(ctx, grantPlan{full: grantChunks(declined), ensure: false}, out)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pgqueue: grant limit slots: %w", err)
 	}
 	c.wakeGranted(out)
 	return out, nil
+}
+
+// grantBatch sends the grant g in one batch, adds the jobs it made
+// available per queue to out, and returns the partitions that
+// grantConcurrencySQL did not serve.
+func (c *Client) grantBatch(ctx context.Context, g grantPlan, out map[string]int) ([]partition, error) {
+	var b pgx.Batch
+	queueGrant(&b, g)
+	// One batch is one implicit transaction, which the server commits
+	// at the batch's end without waiting for this client: a grant whose
+	// client froze after sending it holds no slot or job row.
+	br := c.pool.SendBatch(ctx, &b)
+	declined, err := c.readGrant(br, g, out)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return declined, err
 }
 
 // grantChunks sorts ps, so that two grants lock their chunks' rows alike,
@@ -252,11 +267,11 @@ func grantChunks(ps []partition) [][]partition {
 	return chunks
 }
 
-// queueGrant queues in b the statements of a grant of chunks: its
-// settings, then per chunk ensureSlotsSQL (if ensure), grantSQL and
-// nextRefillSQL. They must run in one transaction of their own, that no
-// statement queued before them is part of (its commit would wait for the
-// grant's).
+// queueGrant queues in b the statements of the grant g: its settings,
+// then ensureSlotsSQL per chunk (if g.ensure), grantConcurrencySQL per
+// chunk of g.conc, and grantSQL and nextRefillSQL per chunk of g.full.
+// They must run in one transaction of their own, that no statement
+// queued before them is part of (its commit would wait for the grant's).
 //
 // A grant of the partitions whose slots jobs just gave back (a
 // completion's) leaves ensure out: those slots exist, and the statement
@@ -264,32 +279,53 @@ func grantChunks(ps []partition) [][]partition {
 // slots of a limit raised or given a rate since, the next grant pass adds
 // (GrantWaiting, and SetLimit's own); until then the partition is granted
 // fewer slots than its limit, never more.
-func queueGrant(b *pgx.Batch, chunks [][]partition, ensure bool) {
+func queueGrant(b *pgx.Batch, g grantPlan) {
 	b.Queue(grantSettingsSQL, grantWait.Milliseconds())
-	for _, ch := range chunks {
-		names := make([]string, len(ch))
-		parts := make([]string, len(ch))
-		for i, p := range ch {
-			names[i], parts[i] = p.name, p.part
-		}
-		if ensure {
+	if g.ensure {
+		for _, ch := range append(slices.Clone(g.conc), g.full...) {
+			names, parts := chunkArrays(ch)
 			b.Queue(ensureSlotsSQL, names, parts)
 		}
+	}
+	queueConcGrant(b, g.conc)
+	queueFullGrant(b, g.full)
+}
+
+// queueFullGrant queues grantSQL and nextRefillSQL for each chunk.
+func queueFullGrant(b *pgx.Batch, chunks [][]partition) {
+	for _, ch := range chunks {
+		names, parts := chunkArrays(ch)
 		b.Queue(grantSQL, names, parts, grantBatch, insertChannel)
 		queueNextRefill(b, names, parts)
 	}
 }
 
-// readGrant reads the replies to the statements queueGrant queued for
-// chunks (with ensure as it was given), and returns how many jobs the
-// grant made available per queue.
-func (c *Client) readGrant(br pgx.BatchResults, chunks [][]partition, ensure bool) (map[string]int, error) {
-	out := map[string]int{}
-	_, err := br.Exec()
-	for _, ch := range chunks {
-		if err == nil && ensure {
-			_, err = br.Exec()
+// readGrant reads the replies to the statements queueGrant queued for g,
+// adds the jobs the grant made available per queue to out, and returns
+// the partitions grantConcurrencySQL did not serve.
+func (c *Client) readGrant(br pgx.BatchResults, g grantPlan, out map[string]int) ([]partition, error) {
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	if g.ensure {
+		for range len(g.conc) + len(g.full) {
+			if _, err := br.Exec(); err != nil {
+				return nil, err
+			}
 		}
+	}
+	declined, err := readConcGrant(br, g.conc, out)
+	if err != nil {
+		return nil, err
+	}
+	return declined, c.readFullGrant(br, g.full, out)
+}
+
+// readFullGrant reads the replies of queueFullGrant's statements, adding
+// the jobs made available per queue to out.
+func (c *Client) readFullGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int) error {
+	var err error
+	for _, ch := range chunks {
 		if err == nil {
 			var rows pgx.Rows
 			rows, err = br.Query()
@@ -316,7 +352,7 @@ func (c *Client) readGrant(br pgx.BatchResults, chunks [][]partition, ensure boo
 			}
 		}
 	}
-	return out, err
+	return err
 }
 
 // wakeGranted tells this client's own fetch loops of the queues a

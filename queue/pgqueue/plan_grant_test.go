@@ -58,19 +58,26 @@ func TestGrantReadsNoWaitingJobs(t *testing.T) {
 			}
 			// As a statement planned for its parameters, and as a
 			// prepared one's generic plan.
-			for _, mode := range []string{"auto", "force_generic_plan"} {
-				explainGrant(t, ctx, db.Pool, l, mode, free, float64(2*limit+4*free))
+			// grantConcurrencySQL serves a limit without a rate.
+			stmts := []string{pgqueue.GrantSQL}
+			if l.Rate == 0 {
+				stmts = append(stmts, pgqueue.GrantConcurrencySQL)
+			}
+			for _, sql := range stmts {
+				for _, mode := range []string{"auto", "force_generic_plan"} {
+					explainGrant(t, ctx, db.Pool, sql, l, mode, free, float64(2*limit+4*free))
+				}
 			}
 		})
 	}
 }
 
-// explainGrant EXPLAINs (ANALYZE) a grant of l's partition, rolled back,
+// explainGrant EXPLAINs (ANALYZE) a grant (sql) of l's partition, rolled back,
 // with plan_cache_mode mode, and fails t if it made other than free jobs
 // available or read more than bound rows of the jobs table: each slot's
 // holder probed (twice at most: the free slots' and the count of holders
 // above the limit), and each granted job read and locked.
-func explainGrant(t *testing.T, ctx context.Context, pool *pgxpool.Pool, l pgqueue.Limit, mode string, free int, bound float64) {
+func explainGrant(t *testing.T, ctx context.Context, pool *pgxpool.Pool, sql string, l pgqueue.Limit, mode string, free int, bound float64) {
 	t.Helper()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -81,7 +88,7 @@ func explainGrant(t *testing.T, ctx context.Context, pool *pgxpool.Pool, l pgque
 		t.Fatal(err)
 	}
 	var raw []byte
-	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+pgqueue.GrantSQL, pgx.QueryExecModeDescribeExec,
+	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, pgx.QueryExecModeDescribeExec,
 		[]string{l.Name}, []string{""}, 1000, "x").Scan(&raw)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,197 @@
+package pgqueue
+
+import (
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// grantConcurrencySQL is grantSQL for the common case: partitions ($1
+// names, $2 parts) whose limit is a concurrency cap alone, with no rate
+// and not a sequence (Concurrency 1 holding through retries). It hands
+// their free concurrency slots to their oldest limited jobs, up to $3 a
+// partition, and makes those jobs available, waking their queues
+// (channel $4). Its reply is a row per queue (its name, NULL, the jobs
+// made available) and a row per partition it did not serve (its limit's
+// name and the partition, then NULLs): a limit with a rate, a sequence, or
+// none at all (a deleted limit's orphans), which grantSQL serves.
+//
+// It keeps grantSQL's guarantees with a smaller plan, whose start-up and
+// windows were most of a grant's server time for one slot
+// (docs/benchmarks/limits.md): each partition's slots are read once,
+// with their holders (holdsSQL), into an array of its free slots and
+// their generations and a count of the holders at or above the limit (a
+// lowered limit), which the free slots must first make up for; its
+// waiting jobs are locked oldest first with SKIP LOCKED, and paired with
+// the free slots by position (a multi-argument unnest), not by window
+// functions. Each slot is then taken by compare-and-set on its
+// generation, as in grantSQL, and skipped if another grant holds it, so
+// that two grants never wait for each other and no slot goes to two jobs.
+// A job becomes available only with the slot taken for it.
+//
+// It waits for no lock: every row it locks it takes with SKIP LOCKED,
+// and it updates only rows it has locked. That is what lets a Finish run
+// it in the outcomes' own transaction (finishAndGrant): it cannot hold
+// their commit up.
+const grantConcurrencySQL = `
+WITH fr AS MATERIALIZED (
+    SELECT l.name, p.pt, f.slots, f.gens, greatest(0, least($3::int, cardinality(f.slots) - f.above)) AS k
+    FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
+    JOIN jobfence_limits l ON l.name = p.n AND l.rate IS NULL AND NOT (l.concurrency = 1 AND l.hold_retrying)
+    CROSS JOIN LATERAL (
+        SELECT coalesce(array_agg(s.slot ORDER BY s.slot) FILTER (WHERE s.slot < l.concurrency AND j.id IS NULL), '{}') AS slots,
+            array_agg(s.gen ORDER BY s.slot) FILTER (WHERE s.slot < l.concurrency AND j.id IS NULL) AS gens,
+            count(j.id) FILTER (WHERE s.slot >= l.concurrency) AS above
+        FROM jobfence_limit_slots s
+        LEFT JOIN jobfence_jobs j ON j.id = s.job_id AND ` + holdsSQL + `
+        WHERE s.name = l.name AND s.part = p.pt AND s.kind = 0
+    ) f
+), z AS MATERIALIZED (
+    SELECT fr.name, fr.pt, z.slot, z.gen, z.id FROM fr CROSS JOIN LATERAL unnest(fr.slots, fr.gens, ARRAY(
+        SELECT id FROM jobfence_jobs
+        WHERE state = 'limited' AND (limit_name, limit_part, id) > (fr.name, fr.pt, 0)
+          AND (limit_name, limit_part, id) <= (fr.name, fr.pt, 9223372036854775807)
+        ORDER BY limit_name, limit_part, id
+        LIMIT fr.k
+        FOR UPDATE SKIP LOCKED)) AS z(slot, gen, id)
+    WHERE fr.k > 0 AND z.id IS NOT NULL AND z.slot IS NOT NULL
+), lc AS MATERIALIZED (
+    SELECT z.id, x.slot, x.ctid FROM z CROSS JOIN LATERAL (
+        SELECT s.slot, s.ctid FROM jobfence_limit_slots s
+        WHERE s.name = z.name AND s.part = z.pt AND s.kind = 0 AND s.slot = z.slot AND s.gen = z.gen
+        FOR UPDATE SKIP LOCKED) x
+), uc AS (
+    UPDATE jobfence_limit_slots s SET job_id = (SELECT lc.id FROM lc WHERE lc.ctid = s.ctid), gen = s.gen + 1, granted_at = now()
+    WHERE s.ctid = ANY (ARRAY(SELECT ctid FROM lc))
+    RETURNING s.job_id, s.slot
+), g AS (
+    UPDATE jobfence_jobs j
+    SET state = 'available', limit_slot = (SELECT uc.slot FROM uc WHERE uc.job_id = j.id), scheduled_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT job_id FROM uc)) AND j.state = 'limited'
+    RETURNING j.queue
+)
+SELECT g.queue, NULL::text, count(*), pg_notify($4, g.queue) FROM g GROUP BY g.queue
+UNION ALL
+SELECT p.n, p.pt, NULL, NULL FROM unnest($1::text[], $2::text[]) AS p(n, pt)
+WHERE NOT EXISTS (SELECT FROM fr WHERE fr.name = p.n AND fr.pt = p.pt)`
+
+// genericPlanSQL gives the statements after it in a transaction a
+// generic plan (see grantSettingsSQL), without grantSettingsSQL's
+// lock_timeout: finishAndGrant's outcomes keep their own bounds.
+const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+
+// grantRoutes remembers the limits whose partitions grantSQL serves, as
+// this client's grants found them, so that their grants go there at once
+// rather than through grantConcurrencySQL first (a round trip more each
+// time). A limit not remembered is tried as a concurrency limit: it is
+// the common case, and the statement says which partitions it did not
+// serve. A limit is remembered fullRouteFor, so that one changed back to
+// a plain concurrency cap gets the cheaper statement again.
+type grantRoutes struct {
+	mu   sync.Mutex
+	full map[string]time.Time
+}
+
+const (
+	// fullRouteFor is how long a limit found to need grantSQL is sent
+	// there without asking again.
+	fullRouteFor = 10 * time.Second
+	// maxFullRoutes bounds the limits remembered; past it the oldest
+	// knowledge is dropped, and those limits' grants ask again.
+	maxFullRoutes = 1000
+)
+
+// split returns the partitions of ps that grantConcurrencySQL may serve
+// and those to send to grantSQL at once.
+func (r *grantRoutes) split(ps []partition, now time.Time) (conc, full []partition) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range ps {
+		if until, ok := r.full[p.name]; ok && now.Before(until) {
+			full = append(full, p)
+		} else {
+			conc = append(conc, p)
+		}
+	}
+	return conc, full
+}
+
+// markFull remembers the limits of ps as needing grantSQL.
+func (r *grantRoutes) markFull(ps []partition, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.full == nil || len(r.full)+len(ps) > maxFullRoutes {
+		r.full = map[string]time.Time{}
+	}
+	for _, p := range ps {
+		r.full[p.name] = now.Add(fullRouteFor)
+	}
+}
+
+// grantPlan is what one grant batch serves: chunks of partitions for
+// grantConcurrencySQL (conc) and for grantSQL (full), and whether it
+// creates missing slots first (ensure, see queueGrant).
+type grantPlan struct {
+	conc, full [][]partition
+	ensure     bool
+}
+
+// planGrant routes ps (see grantRoutes) and chunks them.
+func (c *Client) planGrant(ps []partition, ensure bool) grantPlan {
+	conc, full := c.routes.split(ps, time.Now())
+	return grantPlan{conc: grantChunks(conc), full: grantChunks(full), ensure: ensure}
+}
+
+// queueConcGrant queues grantConcurrencySQL for each chunk.
+func queueConcGrant(b *pgx.Batch, chunks [][]partition) {
+	for _, ch := range chunks {
+		names, parts := chunkArrays(ch)
+		b.Queue(grantConcurrencySQL, names, parts, grantBatch, insertChannel)
+	}
+}
+
+// readConcGrant reads the replies of queueConcGrant's statements, adding
+// the jobs made available per queue to out; it returns the partitions
+// the statements did not serve, which grantSQL must.
+func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int) ([]partition, error) {
+	var declined []partition
+	for range chunks {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var name string
+			var part *string
+			var n *int
+			if err = rows.Scan(&name, &part, &n, nil); err != nil {
+				break
+			}
+			if part != nil {
+				declined = append(declined, partition{name, *part})
+			} else if n != nil {
+				out[name] += *n
+			}
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return declined, nil
+}
+
+// chunkArrays returns a chunk's limit names and partitions as the
+// statements' two arrays.
+func chunkArrays(ch []partition) (names, parts []string) {
+	names = make([]string, len(ch))
+	parts = make([]string, len(ch))
+	for i, p := range ch {
+		names[i], parts[i] = p.name, p.part
+	}
+	return names, parts
+}
