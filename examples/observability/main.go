@@ -166,7 +166,7 @@ func run(ctx context.Context, out io.Writer) error {
 	if _, err := jobs.EnqueueMany(ctx, ps); err != nil {
 		return err
 	}
-	if err := waitCompleted(ctx, pool, since); err != nil {
+	if err := waitCompleted(ctx, jobs, since); err != nil {
 		return err
 	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -199,11 +199,22 @@ func stealLease(ctx context.Context, pool *pgxpool.Pool, job *queue.Job) error {
 }
 
 // waitCompleted waits until the jobs enqueued since since have completed.
-func waitCompleted(ctx context.Context, pool *pgxpool.Pool, since time.Time) error {
+// It reads them through the client's List, not with a query on
+// jobfence_jobs: a completed job moves to jobfence_jobs_finished once the
+// worker has made that table's partitions (as it starts), and List reads
+// both tables. The jobs of this run are the newest of the queue.
+func waitCompleted(ctx context.Context, jobs *pgqueue.Client, since time.Time) error {
 	return scenario.WaitUntil(ctx, 2*time.Minute, "the jobs to complete", func() (bool, error) {
-		var done int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE queue = $1 AND created_at >= $2 AND state = 'completed'`,
-			queueName, since).Scan(&done)
-		return done == jobsToRun, err
+		done, err := jobs.List(ctx, pgqueue.ListParams{Queue: queueName, State: queue.StateCompleted, Limit: jobsToRun})
+		if err != nil {
+			return false, err
+		}
+		n := 0
+		for _, j := range done {
+			if !j.CreatedAt.Before(since) {
+				n++
+			}
+		}
+		return n == jobsToRun, nil
 	})
 }
