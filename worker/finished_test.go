@@ -15,10 +15,11 @@ import (
 	"github.com/jobfence/jobfence/worker"
 )
 
-// TestWorkerKeepsFinishedJobsInPartitions: a worker's maintenance makes
-// the finished-jobs partitions, and the jobs it completes then move out of
-// the jobs table; a worker whose retention is too short for partitions
-// says so once and leaves its finished jobs to the pruner.
+// TestWorkerKeepsFinishedJobsInPartitions: a worker makes the
+// finished-jobs partitions as it starts, not a prune interval later, and
+// the jobs it completes then move out of the jobs table; a worker whose
+// retention is too short for partitions says so once and leaves its
+// finished jobs to the pruner.
 func TestWorkerKeepsFinishedJobsInPartitions(t *testing.T) {
 	ctx := context.Background()
 	count := func(db *pgtest.DB, q string) (n int) {
@@ -27,17 +28,19 @@ func TestWorkerKeepsFinishedJobsInPartitions(t *testing.T) {
 		}
 		return n
 	}
-	run := func(db *pgtest.DB, retention time.Duration, logs *logbuf.Buffer) *pgqueue.Client {
+	run := func(db *pgtest.DB, retention, pruneInterval time.Duration, logs *logbuf.Buffer) *pgqueue.Client {
 		c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
 		reg := worker.NewRegistry()
 		worker.Add(reg, func(ctx context.Context, job *worker.Job[effectArgs]) error { return nil })
 		startWorker(t, c, reg, worker.Config{Queues: map[string]int{"default": 4}, Retention: retention,
-			PruneInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+			PruneInterval: pruneInterval, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 		return c
 	}
 
 	db := pgtest.New(t)
-	c := run(db, time.Hour, &logbuf.Buffer{})
+	// The first prune is half an interval or more away: only the pass at
+	// the start can make the partitions.
+	c := run(db, time.Hour, time.Hour, &logbuf.Buffer{})
 	testwatch.WaitFor(t, time.Minute, "partitions for finished jobs", func() bool {
 		return count(db, `SELECT count(*) FROM jobfence_finished_bounds WHERE hi > now() + interval '59 minutes'`) == 1
 	})
@@ -53,7 +56,7 @@ func TestWorkerKeepsFinishedJobsInPartitions(t *testing.T) {
 
 	short := pgtest.New(t)
 	logs := &logbuf.Buffer{}
-	c = run(short, 30*time.Second, logs)
+	c = run(short, 30*time.Second, 20*time.Millisecond, logs)
 	testwatch.WaitFor(t, time.Minute, "the worker saying finished jobs stay", func() bool {
 		return strings.Contains(logs.String(), "finished jobs stay in the jobs table")
 	})

@@ -16,7 +16,8 @@ const (
 
 // maintenanceLoop rescues expired jobs and prunes old final ones, and,
 // with a backend that keeps finished jobs in partitions
-// (queue.FinishedMaintainer), creates and drops those before each prune.
+// (queue.FinishedMaintainer), creates and drops those as it starts and
+// before each prune.
 // Every worker runs it; the backend's SKIP LOCKED batches and bounded DDL
 // keep instances off each other's rows and locks, so there is no leader
 // to elect or lose.
@@ -29,6 +30,10 @@ func (w *Worker) maintenanceLoop(ctx context.Context, m queue.Maintainer) {
 	defer rescue.Stop()
 	defer prune.Stop()
 	partitions := true // until the backend says the retention is too short
+	// Make the finished-jobs partitions now rather than a prune interval
+	// from now: until they exist, completions leave their jobs in the jobs
+	// table, where the pruner must delete them row by row.
+	w.maintainFinished(ctx, m, &partitions)
 	for {
 		select {
 		case <-ctx.Done():
