@@ -22,8 +22,9 @@ import (
 // back when the unique key is taken. $11 is the job's idempotency key
 // (see newJobKey), $12 its deadline, $13 its timeout (NULL for none), $14
 // and $15 its computed unique hash and states (NULL for none). The
-// conflict clause (%s) names the unique index that decides; see
-// insertKeyedSQL, insertHashedSQL and insertDebouncedSQL. inserted tells
+// conflict clause (%s) names the unique index that decides, or is empty
+// for a job without a key; see insertPlainSQL, insertKeyedSQL,
+// insertHashedSQL and insertDebouncedSQL. inserted tells
 // a new job from an existing one that a debounce moved: only the new row
 // has the idempotency key drawn for this insert.
 //
@@ -68,8 +69,13 @@ const limitOfSQL = `lim AS (
 const uniqueHashArbiter = `(unique_hash) WHERE unique_hash IS NOT NULL AND jobfence_state_in_bitmask(unique_states, state)`
 
 var (
-	// insertKeyedSQL inserts a job without a key, or with a UniqueKey,
-	// which refuses duplicates in every state.
+	// insertPlainSQL inserts a job without a key: nothing can refuse it,
+	// and an insert without ON CONFLICT skips the speculative insertion
+	// (a look in the arbiter index first, and a WAL record more to
+	// confirm the row).
+	insertPlainSQL = fmt.Sprintf(insertSQL, ``)
+	// insertKeyedSQL inserts a job with a UniqueKey, which refuses
+	// duplicates in every state.
 	insertKeyedSQL = fmt.Sprintf(insertSQL, `ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING`)
 	// insertHashedSQL inserts a job with UniqueOpts.
 	insertHashedSQL = fmt.Sprintf(insertSQL, `ON CONFLICT `+uniqueHashArbiter+` DO NOTHING`)
@@ -248,7 +254,7 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]
 			}
 			return queue.EnqueueResult{ID: id, Inserted: ins, State: state, Debounced: !ins}, ready, lim, nil
 		}
-		if !errors.Is(err, pgx.ErrNoRows) {
+		if !errors.Is(err, pgx.ErrNoRows) || u.existing == "" {
 			return queue.EnqueueResult{}, false, nil, fmt.Errorf("pgqueue: enqueue %s: %w", p.Kind, err)
 		}
 		err = db.QueryRow(ctx, u.existing, u.key).Scan(&id, &state)
@@ -264,7 +270,8 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]
 
 // uniqueness is how one insert is made unique: the statement that
 // inserts it, its computed hash and states (nil for none), and the
-// look-up of the job that refused it with its argument.
+// look-up of the job that refused it with its argument ("" for a job
+// without a key, which nothing refuses).
 type uniqueness struct {
 	insert, existing string
 	hash             []byte
@@ -282,6 +289,9 @@ func (u uniqueness) String() string {
 
 // uniqueOf returns p's uniqueness; p has its defaults.
 func uniqueOf(p queue.EnqueueParams) (uniqueness, error) {
+	if p.Unique == nil && p.UniqueKey == "" {
+		return uniqueness{insert: insertPlainSQL}, nil
+	}
 	if p.Unique == nil {
 		return uniqueness{insert: insertKeyedSQL, existing: existingKeySQL, key: p.UniqueKey}, nil
 	}
