@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobfence/jobfence/internal/cpuclock"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -46,6 +47,12 @@ type latencyResult struct {
 	claimed, finishes int64
 	finished          int64
 	cost              cost
+	// cpu is this process's CPU time (the producers and the worker) and
+	// machine the machine's, from the warm-up's end until the last job
+	// started: on an otherwise idle machine, machine less cpu is the
+	// server's share.
+	cpu     time.Duration
+	machine cpuclock.Machine
 	// top lists the costliest statements (--statements).
 	top   string
 	conns int
@@ -59,11 +66,26 @@ func (r latencyResult) String() string {
 		"    stages, mean of %d jobs: %s\n"+
 		"    stages, mean of the slowest %d: %s\n"+
 		"    insert call %s; claims %s, %.2f jobs each (%d claims); %.1f outcomes per completion batch\n"+
-		"    cost: %s; connections max %d; load %s",
+		"    cost: %s; connections max %d; load %s%s",
 		r.rate, r.duration, r.producers, r.offered, r.late, r.start, r.start.n, r.warmup, r.dbStart,
 		r.nAll, r.stagesAll, r.nSlow, r.stagesSlow, r.insert,
 		r.claims, float64(r.claimed)/float64(max(r.claims.n, 1)), r.claims.n, float64(r.finished)/float64(max(r.finishes, 1)),
-		r.cost, r.conns, r.load) + r.top
+		r.cost, r.conns, r.load, r.cpuPerJob()) + r.top
+}
+
+// cpuPerJob says what a job cost in CPU, empty where the system cannot
+// tell: this process's share, and the machine's with its busy share (on
+// an otherwise idle machine the difference is the server's).
+func (r latencyResult) cpuPerJob() string {
+	if r.start.n == 0 || r.cpu <= 0 {
+		return ""
+	}
+	s := fmt.Sprintf("\n    CPU per job: this process (producers and worker) %.0f µs", float64(r.cpu.Microseconds())/float64(r.start.n))
+	if r.machine.CPUs > 0 {
+		s += fmt.Sprintf(", the machine %.0f µs (busy %.0f %% of %d CPUs, steal %.0f %%)",
+			float64(r.machine.Busy.Microseconds())/float64(r.start.n), 100*r.machine.BusyShare(), r.machine.CPUs, 100*r.machine.StealShare())
+	}
+	return s
 }
 
 // percentiles summarises durations.
@@ -257,6 +279,8 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 	// ticker that fell behind catches up instead of lowering the rate.
 	begin := time.Now()
 	var c0 dbCounters
+	var cpu0 time.Duration
+	var machine func() cpuclock.Machine
 	warmed := false
 	// analyzed reports the warm-up's ANALYZE; nil until it starts.
 	var analyzed chan error
@@ -279,6 +303,7 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 			if c0, err = pr.counters(ctx); err != nil {
 				break
 			}
+			cpu0, machine = cpuclock.Process(), readMachine()
 			warmFrom.Store(time.Now().UnixNano())
 		}
 		elapsed := min(now.Sub(begin), cfg.duration)
@@ -320,6 +345,9 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 	}
 	if n, want := completed.Load(), inserted.Load(); n < want {
 		return latencyResult{}, fmt.Errorf("only %d of %d jobs ran within 30s of the last insert", n, want)
+	}
+	if machine != nil {
+		res.cpu, res.machine = cpuclock.Process()-cpu0, machine()
 	}
 	c1, err := pr.counters(ctx)
 	if err != nil {

@@ -223,6 +223,7 @@ func TestBenchModesOnYourServer(t *testing.T) {
 		{[]string{"--mode", "latency", "--rate", "200", "--duration", "2s", "--producers", "4"}, []string{
 			"offered 200 jobs/s for 2s, each inserted in a transaction of its own by 4 producers (400 offers",
 			"enqueue-to-start p50", "database clock   p50", "stages, mean of the slowest", "+ until its claim began", "; database clock p50", "latency    median of 1 at 200 jobs/s: enqueue-to-start p50",
+			"CPU per job: this process (producers and worker) ", " µs, the machine ", "% of ",
 		}},
 		{[]string{"--mode", "claim", "--rows", "20000", "--future", "5000", "--ready", "5", "--due", "1500", "--claims", "3"}, []string{
 			"claim: 20000 rows (5000 retries due in an hour or later, 1500 retries due now, 5 jobs ready, the rest completed)",
