@@ -124,8 +124,10 @@ const (
 )
 
 // Enqueue inserts one job and wakes idle workers of its queue: one
-// statement (one round trip, one commit) for the insert, then the
-// wake-up (see wakeAfterCommit). With a UniqueKey that a stored job
+// statement (one commit) for the insert, then the wake-up in a
+// transaction of its own (see wakeAfterCommit), both in one round trip
+// for a job to run now without a unique key (see enqueueAndWake), else
+// in two. With a UniqueKey that a stored job
 // already holds, nothing is inserted and the result names the existing
 // job with Inserted false.
 func (c *Client) Enqueue(ctx context.Context, p queue.EnqueueParams) (queue.EnqueueResult, error) {
@@ -134,7 +136,12 @@ func (c *Client) Enqueue(ctx context.Context, p queue.EnqueueParams) (queue.Enqu
 		var ready bool
 		var err error
 		var lim *partition
-		if res, ready, lim, err = enqueue(ctx, c.pool, p, meta, ""); err != nil {
+		if !c.twoRoundTrips && oneRoundTrip(p) {
+			res, lim, err = c.enqueueAndWake(ctx, p, meta)
+		} else {
+			res, ready, lim, err = enqueue(ctx, c.pool, p, meta, "")
+		}
+		if err != nil {
 			return 0, err
 		}
 		if ready {
@@ -243,16 +250,10 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]
 		var ready, ins bool
 		var state queue.State
 		var limName, limPart *string
-		key := newJobKey()
-		err := db.QueryRow(ctx, u.insert, p.Queue, p.Kind, p.Args, at, p.Priority, p.MaxAttempts, p.UniqueKey, md, channel, tc,
-			key, deadlineParam(p.Deadline), timeoutParam(p.Timeout), u.hash, u.states, p.LimitKey, p.DeleteOnComplete).Scan(&id, &ready, &state, &ins, nil, &limName, &limPart)
+		err := db.QueryRow(ctx, u.insert, insertArgs(p, at, md, tc, channel, u)...).Scan(&id, &ready, &state, &ins, nil, &limName, &limPart)
 		if err == nil {
-			var lim *partition
-			// A debounce that put a job off may have freed its slot.
-			if (state == queue.StateLimited || !ins) && limName != nil && limPart != nil {
-				lim = &partition{*limName, *limPart}
-			}
-			return queue.EnqueueResult{ID: id, Inserted: ins, State: state, Debounced: !ins}, ready, lim, nil
+			res, lim := inserted1(id, state, ins, limName, limPart)
+			return res, ready, lim, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) || u.existing == "" {
 			return queue.EnqueueResult{}, false, nil, fmt.Errorf("pgqueue: enqueue %s: %w", p.Kind, err)
@@ -266,6 +267,27 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]
 		}
 	}
 	return queue.EnqueueResult{}, false, nil, fmt.Errorf("pgqueue: enqueue %s: unique key %s kept changing hands", p.Kind, u)
+}
+
+// insertArgs are insertSQL's arguments for p (with its defaults), its
+// time at (nil for now), its encoded metadata md and trace context tc,
+// the channel it notifies in its transaction ("" for none) and its
+// uniqueness u. Each call draws a new idempotency key.
+func insertArgs(p queue.EnqueueParams, at *time.Time, md, tc []byte, channel string, u uniqueness) []any {
+	return []any{p.Queue, p.Kind, p.Args, at, p.Priority, p.MaxAttempts, p.UniqueKey, md, channel, tc,
+		newJobKey(), deadlineParam(p.Deadline), timeoutParam(p.Timeout), u.hash, u.states, p.LimitKey, p.DeleteOnComplete}
+}
+
+// inserted1 is the result of insertSQL's row, and the limit partition
+// whose slots the insert may have changed: a new limited job's, or a
+// debounced job's (a debounce that put a job off may have freed its
+// slot).
+func inserted1(id int64, state queue.State, ins bool, limName, limPart *string) (queue.EnqueueResult, *partition) {
+	var lim *partition
+	if (state == queue.StateLimited || !ins) && limName != nil && limPart != nil {
+		lim = &partition{*limName, *limPart}
+	}
+	return queue.EnqueueResult{ID: id, Inserted: ins, State: state, Debounced: !ins}, lim
 }
 
 // uniqueness is how one insert is made unique: the statement that

@@ -36,3 +36,8 @@ var FinishedColumns = finishedColumns
 
 // PartitionName names a finished-jobs partition of [lo, hi).
 var PartitionName = partitionName
+
+// SetTwoRoundTrips has Enqueue send every wake-up after its insert's
+// reply (on) or, where it can, in the insert's round trip (off, the
+// default), for the benchmark that compares the two.
+func SetTwoRoundTrips(c *Client, on bool) { c.twoRoundTrips = on }

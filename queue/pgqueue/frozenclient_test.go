@@ -99,7 +99,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	testwatch.WaitFor(t, 5*time.Second, what, cond)
 }
 
-// listen returns a function that waits up to a few seconds for a
+// listen returns a function that waits up to freezeWithin for a
 // notification on channel whose payload is want. NOTIFY is per database,
 // so notifications of other tests' schemas are skipped.
 func listen(t *testing.T, pool *pgxpool.Pool, channel string) func(want string) bool {
@@ -113,7 +113,7 @@ func listen(t *testing.T, pool *pgxpool.Pool, channel string) func(want string) 
 		t.Fatal(err)
 	}
 	return func(want string) bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), freezeWithin)
 		defer cancel()
 		for {
 			n, err := conn.Conn().WaitForNotification(ctx)

@@ -2,6 +2,7 @@ package pgqueue_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -47,14 +48,11 @@ func TestPgBouncerExecModes(t *testing.T) {
 	}
 }
 
-// roundTrips runs the client's statements in mode on two client
-// connections held at once, so that both use PgBouncer's server
-// connection in turn.
-func roundTrips(t *testing.T, bounced, mode string) error {
+// modePool opens a pool of maxConns connections on url in pgx's
+// default_query_exec_mode mode, closed when the test ends.
+func modePool(t *testing.T, rawURL, mode string, maxConns int32) *pgxpool.Pool {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	u, err := url.Parse(bounced)
+	u, err := url.Parse(rawURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,12 +63,23 @@ func roundTrips(t *testing.T, bounced, mode string) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// roundTrips runs the client's statements in mode on two client
+// connections held at once, so that both use PgBouncer's server
+// connection in turn.
+func roundTrips(t *testing.T, bounced, mode string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := modePool(t, bounced, mode, 4)
 	a, err := pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -117,6 +126,62 @@ func roundTrips(t *testing.T, bounced, mode string) error {
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// TestPgBouncerEnqueueWakes: through PgBouncer 1.18 in transaction mode,
+// in the describing modes docs/pgbouncer.md recommends, Enqueue's batch
+// of two transactions (the insert, then its wake-up) stays on one server
+// connection while several clients share it: every job is inserted, and
+// every wake-up reaches a listener on the server.
+func TestPgBouncerEnqueueWakes(t *testing.T) {
+	b := pgtest.NewBounced(t, pgtest.BouncedOptions{PoolSize: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ln, err := b.DB.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Release()
+	if _, err := ln.Exec(ctx, "LISTEN jobfence_insert"); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"cache_describe", "describe_exec"} {
+		c := pgqueue.New(modePool(t, b.BouncedURL, mode, 4), pgqueue.Config{PollOnly: true})
+		const producers, each = 4, 25
+		errs := make(chan error, producers)
+		for p := range producers {
+			go func() {
+				for i := range each {
+					name := fmt.Sprintf("%s-%s-%d", b.DB.Schema, mode, p*each+i)
+					if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", Queue: name}); err != nil {
+						errs <- fmt.Errorf("enqueue to %s: %w", name, err)
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range producers {
+			if err := <-errs; err != nil {
+				t.Fatalf("%s through PgBouncer: %v", mode, err)
+			}
+		}
+		want := map[string]bool{}
+		for i := range producers * each {
+			want[fmt.Sprintf("%s-%s-%d", b.DB.Schema, mode, i)] = true
+		}
+		for len(want) > 0 {
+			n, err := ln.Conn().WaitForNotification(ctx)
+			if err != nil {
+				t.Fatalf("%s: %d wake-ups not heard: %v", mode, len(want), err)
+			}
+			delete(want, n.Payload)
+		}
+	}
+	var n int
+	if err := b.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs`).Scan(&n); err != nil || n != 200 {
+		t.Fatalf("%d jobs stored, %v; want 200", n, err)
+	}
 }
 
 // TestPgBouncerMigrations: jobfence's migrations run through PgBouncer in
