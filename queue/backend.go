@@ -132,6 +132,29 @@ type RefillGranter interface {
 	Refills() <-chan struct{}
 }
 
+// FinishClaimer is a Backend that can hand the limit slots an outcome
+// frees straight to the worker that sent it: in the outcomes' round trip,
+// the jobs granted those slots are claimed for the caller (running,
+// fenced, leased, their attempt counted as a claim counts it) instead of
+// being made available for any claim. A worker detects it by assertion
+// and marks, with Finish.ClaimNext, the outcomes whose next job it has
+// room for; backends without it (Kafka) are unaffected.
+type FinishClaimer interface {
+	// FinishClaim applies fs as Backend.Finish does, and returns the
+	// stale leases and the jobs it claimed: at most one for each Finish
+	// with ClaimNext set, only into a slot that Finish's applied outcome
+	// freed, never from a paused queue.
+	FinishClaim(ctx context.Context, fs []Finish, p FinishClaimParams) (stale []Lease, claimed []*Job, err error)
+}
+
+// FinishClaimParams says how FinishClaim claims: as ClaimParams does.
+type FinishClaimParams struct {
+	// Lease is the claimed jobs' lease.
+	Lease time.Duration
+	// WorkerID is recorded on the claimed jobs (Job.AttemptedBy).
+	WorkerID string
+}
+
 // RescueParams tunes one Rescue call.
 type RescueParams struct {
 	// Limit caps how many jobs one call rescues.

@@ -71,6 +71,11 @@ type Finish struct {
 	// the outcome returned. A wrong value costs a grant that finds nothing.
 	Limit          string
 	LimitPartition string
+	// ClaimNext, for a FinishClaimer, says that the caller has room to run
+	// one more job of this job's queue: the job granted the limit slot
+	// this outcome frees may be claimed for it in the outcome's round
+	// trip (FinishClaimer.FinishClaim). Other backends ignore it.
+	ClaimNext bool
 }
 
 // MaxOutputBytes is the default cap on a job's recorded output

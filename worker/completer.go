@@ -28,7 +28,7 @@ func (w *Worker) completer() {
 				break drain
 			}
 		}
-		w.flush(batch)
+		w.flush(batch, true)
 		// Until now the jobs stayed tracked, so heartbeats kept their
 		// leases while the outcomes waited.
 		for _, p := range batch {
@@ -41,22 +41,43 @@ func (w *Worker) completer() {
 // gives up after the lease has surely run out (the jobs are the rescuer's by
 // then, and an outcome would be stale anyway), or after one last try once
 // Stop's deadline has passed.
-func (w *Worker) flush(batch []pending) {
+//
+// With claim, on a queue.FinishClaimer, the outcomes of limited jobs whose
+// queue has a free slot for one more job ask for the job their freed limit
+// slot goes to (queue.Finish.ClaimNext): it comes back claimed with the
+// outcomes and goes straight to a runner (see reserveNext), rather than
+// being made available to wake a fetch loop that claims it.
+func (w *Worker) flush(batch []pending, claim bool) {
 	fs := make([]queue.Finish, len(batch))
 	for i, p := range batch {
 		fs[i] = p.f
+	}
+	var fc queue.FinishClaimer
+	var reserved map[*queueFetch]int
+	if claim {
+		if fc, _ = w.backend.(queue.FinishClaimer); fc != nil {
+			reserved = w.reserveNext(batch, fs)
+		}
 	}
 	deadline := time.Now().Add(w.cfg.Lease + w.cfg.HeartbeatInterval)
 	backoff := 50 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Lease)
 		sent := time.Now()
-		stale, err := w.backend.Finish(ctx, fs)
+		var stale []queue.Lease
+		var next []*queue.Job
+		var err error
+		if len(reserved) > 0 {
+			stale, next, err = fc.FinishClaim(ctx, fs, queue.FinishClaimParams{Lease: w.cfg.Lease, WorkerID: w.cfg.ID})
+		} else {
+			stale, err = w.backend.Finish(ctx, fs)
+		}
 		cancel()
 		if w.cfg.Hooks.Finish != nil {
-			w.cfg.Hooks.Finish(context.Background(), FinishInfo{Jobs: len(fs), Stale: len(stale), Duration: time.Since(sent), Err: err})
+			w.cfg.Hooks.Finish(context.Background(), FinishInfo{Jobs: len(fs), Stale: len(stale), Claimed: len(next), Duration: time.Since(sent), Err: err})
 		}
 		if err == nil {
+			w.handOver(reserved, next, sent)
 			w.count(batch, fs, stale)
 			return
 		}
@@ -69,6 +90,7 @@ func (w *Worker) flush(batch []pending) {
 			giveUp = time.Now().After(deadline)
 		}
 		if giveUp {
+			w.handOver(reserved, nil, sent)
 			w.log.Error("jobfence: cannot record outcomes; their jobs will be rescued when the lease expires",
 				"jobs", len(fs), "err", err)
 			for _, p := range batch {
@@ -107,4 +129,47 @@ func (w *Worker) count(batch []pending, fs []queue.Finish, stale []queue.Lease) 
 	}
 	w.stats.stale.Add(int64(len(stale)))
 	w.stats.completed.Add(int64(completed))
+}
+
+// reserveNext reserves, for each outcome of batch whose job held a limit
+// slot, a slot of its queue for the job that limit slot goes to next, and
+// marks the outcome in fs to claim it (ClaimNext); it returns the slots
+// reserved per queue. An outcome whose queue has no slot free, is paused,
+// or has stopped fetching claims nothing: its next job is made available
+// for any claim, as without a FinishClaimer.
+func (w *Worker) reserveNext(batch []pending, fs []queue.Finish) map[*queueFetch]int {
+	var reserved map[*queueFetch]int
+	w.mu.Lock()
+	fetches := w.fetches
+	w.mu.Unlock()
+	for i, p := range batch {
+		if fs[i].Limit == "" {
+			continue
+		}
+		if f := fetches[p.r.job.Queue]; f != nil && f.reserve() {
+			if reserved == nil {
+				reserved = map[*queueFetch]int{}
+			}
+			reserved[f]++
+			fs[i].ClaimNext = true
+		}
+	}
+	return reserved
+}
+
+// handOver gives the runners the jobs a FinishClaim sent at sent claimed
+// (nil when it failed), and frees the reserved slots they did not fill.
+// Their lease holds at least until sent+Lease by this worker's clock.
+func (w *Worker) handOver(reserved map[*queueFetch]int, jobs []*queue.Job, sent time.Time) {
+	if len(reserved) == 0 {
+		return
+	}
+	byQueue := map[string][]*queue.Job{}
+	for _, j := range jobs {
+		byQueue[j.Queue] = append(byQueue[j.Queue], j)
+	}
+	w.stats.claimed.Add(int64(len(jobs)))
+	for f, n := range reserved {
+		f.handOver(n, byQueue[f.name], sent.Add(w.cfg.Lease))
+	}
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"cmp"
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +33,14 @@ type queueFetch struct {
 	// slots went to new runners (see Worker.abandonRun). Guarded by
 	// Worker.mu.
 	stuckFreed int
+	// handoff keeps out open while the completer hands it jobs that its
+	// outcomes claimed (Worker.reserveNext): out is closed once the
+	// fetch loops have stopped (closing) and no such claim is in flight.
+	handoff struct {
+		sync.Mutex
+		inFlight int
+		closing  bool
+	}
 }
 
 func newQueueFetch(name string, concurrency int, paused *gate, wake, poke <-chan struct{}) *queueFetch {
@@ -48,6 +57,60 @@ func newQueueFetch(name string, concurrency int, paused *gate, wake, poke <-chan
 func (f *queueFetch) release() {
 	<-f.slots
 	f.signal()
+}
+
+// reserve takes a slot for a job that the completer's outcomes may claim
+// (Worker.reserveNext); it reports false while the queue is paused, once
+// its fetch loops have stopped (Stop), or when no slot is free.
+func (f *queueFetch) reserve() bool {
+	f.handoff.Lock()
+	defer f.handoff.Unlock()
+	if f.handoff.closing || f.paused.wait() != nil {
+		return false
+	}
+	select {
+	case f.slots <- struct{}{}:
+		f.handoff.inFlight++
+		return true
+	default:
+		return false
+	}
+}
+
+// handOver gives the runners jobs claimed into n reserved slots, frees
+// the slots they did not fill, and closes out if the fetch loops have
+// stopped and this was the last claim in flight. The backend claims no
+// more jobs than slots were reserved; should it, the extra ones are not
+// run here and are rescued when their lease expires, rather than block
+// on a full out.
+func (f *queueFetch) handOver(n int, jobs []*queue.Job, until time.Time) {
+	f.handoff.Lock()
+	defer f.handoff.Unlock()
+	jobs = jobs[:min(len(jobs), n)]
+	for _, j := range jobs {
+		f.out <- claimed{job: j, until: until} // never blocks: a slot is reserved for each job
+	}
+	if unused := n - len(jobs); unused > 0 {
+		for range unused {
+			<-f.slots
+		}
+		f.signal()
+	}
+	f.handoff.inFlight -= n
+	if f.handoff.closing && f.handoff.inFlight == 0 {
+		close(f.out)
+	}
+}
+
+// closeOut closes out, the runners' channel, once the fetch loops have
+// stopped: at once, or when the last claim in flight is handed over.
+func (f *queueFetch) closeOut() {
+	f.handoff.Lock()
+	defer f.handoff.Unlock()
+	f.handoff.closing = true
+	if f.handoff.inFlight == 0 {
+		close(f.out)
+	}
 }
 
 // signal tells the waiting loops that slots came free.

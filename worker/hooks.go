@@ -83,8 +83,12 @@ type FinishInfo struct {
 	// Jobs is how many outcomes the batch held; Stale how many of them the
 	// backend refused as stale.
 	Jobs, Stale int
-	Duration    time.Duration
-	Err         error
+	// Claimed is how many jobs the round trip claimed for this worker,
+	// into the limit slots its outcomes freed (queue.FinishClaimer); they
+	// count in Stats.Claimed too.
+	Claimed  int
+	Duration time.Duration
+	Err      error
 }
 
 // jobAttrs are the attributes of every log line about a job.

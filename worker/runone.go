@@ -97,7 +97,7 @@ func (w *Worker) RunOne(ctx context.Context, q string) (*Ran, error) {
 	ran := &Ran{Job: job}
 	select {
 	case p := <-w.finishCh:
-		w.flush([]pending{p})
+		w.flush([]pending{p}, false)
 		w.untrack(p.r)
 		ran.Outcome, ran.Delay, ran.Err = p.f.Outcome, p.f.Delay, p.r.err
 		ran.Stale = w.stats.stale.Load() > before.Stale

@@ -149,7 +149,7 @@ func (w *Worker) settle(r *running) (leave bool) {
 // worker gave up on it and let its slot go: the fence refuses it as stale
 // if the job was claimed again meanwhile.
 func (w *Worker) recordLate(p pending) {
-	w.flush([]pending{p})
+	w.flush([]pending{p}, false)
 	w.untrack(p.r)
 }
 

@@ -286,7 +286,7 @@ func (w *Worker) Start(ctx context.Context) error {
 				w.fetchLoop(fetchCtx, f, i > 0)
 			}()
 		}
-		go func() { loops.Wait(); close(f.out) }()
+		go func() { loops.Wait(); f.closeOut() }()
 	}
 	w.log.Info("jobfence: worker started", "queues", w.cfg.Queues, "kinds", w.reg.Kinds())
 	return nil

@@ -81,14 +81,15 @@ const DefaultTxReserve = 2
 
 // The interfaces a worker finds by assertion: a Client must keep them all.
 var (
-	_ queue.Backend      = (*Client)(nil)
-	_ queue.Waker        = (*Client)(nil)
-	_ queue.Maintainer   = (*Client)(nil)
-	_ queue.Promoter     = (*Client)(nil)
-	_ queue.Canceller    = (*Client)(nil)
-	_ queue.Checker      = (*Client)(nil)
-	_ queue.PauseWatcher = (*Client)(nil)
-	_ queue.Registrar    = (*Client)(nil)
+	_ queue.Backend       = (*Client)(nil)
+	_ queue.Waker         = (*Client)(nil)
+	_ queue.Maintainer    = (*Client)(nil)
+	_ queue.Promoter      = (*Client)(nil)
+	_ queue.Canceller     = (*Client)(nil)
+	_ queue.Checker       = (*Client)(nil)
+	_ queue.PauseWatcher  = (*Client)(nil)
+	_ queue.Registrar     = (*Client)(nil)
+	_ queue.FinishClaimer = (*Client)(nil)
 )
 
 // Client enqueues, claims and finishes jobs in PostgreSQL. It implements

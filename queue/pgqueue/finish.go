@@ -128,8 +128,32 @@ const finishLate = `coalesce((f.outcome = 4 OR f.outcome = 2 AND j.attempt < j.m
 // When the batch holds workflow tasks, releaseSQL follows the outcomes in
 // the same transaction (see finishBatch).
 func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, error) {
+	stale, _, err := c.finish(ctx, fs, nil)
+	return stale, err
+}
+
+// FinishClaim implements queue.FinishClaimer: it applies fs as Finish
+// does and, in the same round trip, claims for the caller the jobs
+// granted the slots of plain concurrency limits (no rate, not a sequence)
+// that the applied outcomes of fs marked ClaimNext freed: one at most per
+// such Finish, in the partition it names, only into a slot this call's
+// own outcomes freed (a stale outcome, a zombie's, frees none and claims
+// nothing), never from a paused queue or a workflow task, and no more
+// than a small claim's reply holds (claimInlineJobs, claimInlineBytes).
+// The jobs come back running, fenced (a fence drawn after their rows are
+// locked), leased for p.Lease and their attempt counted, as Claim's do;
+// the grant makes the others available as Finish does. A slot went
+// round in three round trips in a row (the outcome and its grant, the
+// grant's wake-up of a fetch loop, that loop's claim); claimed here it
+// goes round in one.
+func (c *Client) FinishClaim(ctx context.Context, fs []queue.Finish, p queue.FinishClaimParams) ([]queue.Lease, []*queue.Job, error) {
+	return c.finish(ctx, fs, &p)
+}
+
+// finish is Finish, claiming as FinishClaim does when p is not nil.
+func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishClaimParams) ([]queue.Lease, []*queue.Job, error) {
 	if len(fs) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	// Rows are locked in ascending ID order, in one statement: Heartbeat
 	// locks in the same order, so a worker's heartbeat and completers never
@@ -139,7 +163,7 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 	onlyCompletions := true
 	for _, f := range sorted {
 		if f.Outcome < queue.OutcomeComplete || f.Outcome > queue.OutcomeCancel {
-			return nil, fmt.Errorf("pgqueue: finish job %d: invalid outcome %d", f.ID, f.Outcome)
+			return nil, nil, fmt.Errorf("pgqueue: finish job %d: invalid outcome %d", f.ID, f.Outcome)
 		}
 		onlyCompletions = onlyCompletions && f.Outcome == queue.OutcomeComplete
 	}
@@ -168,7 +192,7 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 			if f.Error != nil {
 				b, err := json.Marshal(jsonbSafe(*f.Error))
 				if err != nil {
-					return nil, fmt.Errorf("pgqueue: finish: encode error: %w", err)
+					return nil, nil, fmt.Errorf("pgqueue: finish: encode error: %w", err)
 				}
 				errs[i] = b
 			}
@@ -178,20 +202,22 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 	var (
 		applied map[queue.Lease]bool
 		lims    []partition
+		claimed []*queue.Job
 		err     error
 	)
 	if held := heldPartitions(sorted); len(held) > 0 && len(tasks) == 0 {
 		// The grant goes out with the outcomes (finishAndGrant), in the
 		// partitions the claim gave; those the outcomes returned beside
 		// them are granted after.
-		var declined []partition
-		applied, lims, declined, err = c.finishAndGrant(ctx, sql, args, held)
-		lims = append(without(lims, held), declined...)
+		var fg finishGrant
+		fg, err = c.finishAndGrant(ctx, sql, args, held, claimCaps(sorted, p))
+		applied, claimed = fg.applied, fg.claimed
+		lims = append(without(fg.lims, held), fg.declined...)
 	} else {
 		applied, lims, err = c.finishBatch(ctx, sql, args, tasks)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)
+		return nil, nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)
 	}
 	// Only an outcome that applied can have freed a slot: a stale one
 	// (a zombie's) changed nothing, so it frees nothing either.
@@ -202,7 +228,7 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 			stale = append(stale, f.Lease)
 		}
 	}
-	return stale, nil
+	return stale, claimed, nil
 }
 
 // finishBatch runs a finish statement and returns the leases it applied.

@@ -59,11 +59,15 @@ func heldPartitions(fs []queue.Finish) []partition {
 // batch after an error); a failed grantSQL is logged, as grantAfter's: the
 // outcomes are committed, and the workers' next grant pass grants instead.
 //
+// With claim, grantConcurrencySQL also claims, for the worker that sent
+// the outcomes, the jobs it grants the slots they freed (see
+// FinishClaim).
+//
 // It returns what finishBatch does, the leases applied and every partition
-// the applied outcomes freed a slot of, held or not, and the held
-// partitions that grantConcurrencySQL found it could not serve: the
-// caller grants both after.
-func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, held []partition) (map[queue.Lease]bool, []partition, []partition, error) {
+// the applied outcomes freed a slot of, held or not, the held partitions
+// that grantConcurrencySQL found it could not serve (the caller grants
+// both after), and the jobs it claimed.
+func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, held []partition, claim *concClaim) (finishGrant, error) {
 	applied := make(map[queue.Lease]bool, len(args[0].([]int64)))
 	var lims []partition
 	g := c.planGrant(held, false)
@@ -73,7 +77,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, hel
 	b.Queue(sql, args...)
 	if len(g.conc) > 0 {
 		b.Queue(genericPlanSQL)
-		queueConcGrant(&b, g.conc)
+		queueConcGrant(&b, g.conc, claim)
 	}
 	b.Queue("COMMIT")
 	if len(g.full) > 0 {
@@ -83,6 +87,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, hel
 	br := c.pool.SendBatch(ctx, &b)
 	granted := map[string]int{}
 	var declined []partition
+	var claimed []*queue.Job
 	_, err := br.Exec()
 	if err == nil {
 		_, err = br.Exec()
@@ -95,7 +100,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, hel
 	}
 	if err == nil && len(g.conc) > 0 {
 		if _, err = br.Exec(); err == nil {
-			declined, err = readConcGrant(br, g.conc, granted)
+			claimed, declined, err = readConcGrant(br, g.conc, granted)
 		}
 	}
 	if err == nil {
@@ -103,7 +108,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, hel
 	}
 	if err != nil {
 		br.Close()
-		return nil, nil, nil, err
+		return finishGrant{}, err
 	}
 	if len(g.full) > 0 {
 		if _, err = br.Exec(); err == nil {
@@ -120,7 +125,35 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, hel
 	if len(declined) > 0 {
 		c.routes.markFull(declined, time.Now())
 	}
-	return applied, lims, declined, nil
+	return finishGrant{applied: applied, lims: lims, declined: declined, claimed: claimed}, nil
+}
+
+// finishGrant is what finishAndGrant returns: the leases applied, every
+// partition the applied outcomes freed a slot of, the held partitions
+// that grantConcurrencySQL did not serve, and the jobs it claimed.
+type finishGrant struct {
+	applied  map[queue.Lease]bool
+	lims     []partition
+	declined []partition
+	claimed  []*queue.Job
+}
+
+// claimCaps returns what fs ask grantConcurrencySQL to claim (see
+// queue.Finish.ClaimNext) for the worker p describes, or nil.
+func claimCaps(fs []queue.Finish, p *queue.FinishClaimParams) *concClaim {
+	if p == nil {
+		return nil
+	}
+	caps := map[partition]int{}
+	for _, f := range fs {
+		if f.ClaimNext && f.Limit != "" {
+			caps[partition{f.Limit, f.LimitPartition}]++
+		}
+	}
+	if len(caps) == 0 {
+		return nil
+	}
+	return &concClaim{caps: caps, lease: p.Lease, workerID: p.WorkerID}
 }
 
 // without returns the partitions of ps that are not in drop.

@@ -287,7 +287,7 @@ func queueGrant(b *pgx.Batch, g grantPlan) {
 			b.Queue(ensureSlotsSQL, names, parts)
 		}
 	}
-	queueConcGrant(b, g.conc)
+	queueConcGrant(b, g.conc, nil)
 	queueFullGrant(b, g.full)
 }
 
@@ -314,7 +314,7 @@ func (c *Client) readGrant(br pgx.BatchResults, g grantPlan, out map[string]int)
 			}
 		}
 	}
-	declined, err := readConcGrant(br, g.conc, out)
+	_, declined, err := readConcGrant(br, g.conc, out)
 	if err != nil {
 		return nil, err
 	}

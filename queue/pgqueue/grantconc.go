@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/jobfence/jobfence/queue"
 )
 
 // grantConcurrencySQL is grantSQL for the common case: partitions ($1
@@ -36,28 +38,30 @@ import (
 // their commit up.
 const grantConcurrencySQL = `
 WITH fr AS MATERIALIZED (
-    SELECT l.name, p.pt, f.slots, f.gens, greatest(0, least($3::int, cardinality(f.slots) - f.above)) AS k
-    FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
+    SELECT l.name, p.pt, p.cap, f.slots, f.gens, f.mine, greatest(0, least($3::int, cardinality(f.slots) - f.above)) AS k
+    FROM (SELECT n, pt, coalesce(sum(c), 0) AS cap FROM unnest($1::text[], $2::text[], $5::int[]) AS p(n, pt, c) GROUP BY n, pt) p
     JOIN jobfence_limits l ON l.name = p.n AND l.rate IS NULL AND NOT (l.concurrency = 1 AND l.hold_retrying)
     CROSS JOIN LATERAL (
         SELECT coalesce(array_agg(s.slot ORDER BY s.slot) FILTER (WHERE s.slot < l.concurrency AND j.id IS NULL), '{}') AS slots,
             array_agg(s.gen ORDER BY s.slot) FILTER (WHERE s.slot < l.concurrency AND j.id IS NULL) AS gens,
+            array_agg(p.cap > 0 AND EXISTS (SELECT FROM jobfence_jobs o WHERE o.id = s.job_id AND o.xmin = pg_current_xact_id()::xid)
+                ORDER BY s.slot) FILTER (WHERE s.slot < l.concurrency AND j.id IS NULL) AS mine,
             count(j.id) FILTER (WHERE s.slot >= l.concurrency) AS above
         FROM jobfence_limit_slots s
         LEFT JOIN jobfence_jobs j ON j.id = s.job_id AND ` + holdsSQL + `
         WHERE s.name = l.name AND s.part = p.pt AND s.kind = 0
     ) f
 ), z AS MATERIALIZED (
-    SELECT fr.name, fr.pt, z.slot, z.gen, z.id FROM fr CROSS JOIN LATERAL unnest(fr.slots, fr.gens, ARRAY(
+    SELECT fr.name, fr.pt, fr.cap, z.slot, z.gen, z.mine, z.id FROM fr CROSS JOIN LATERAL unnest(fr.slots, fr.gens, fr.mine, ARRAY(
         SELECT id FROM jobfence_jobs
         WHERE state = 'limited' AND (limit_name, limit_part, id) > (fr.name, fr.pt, 0)
           AND (limit_name, limit_part, id) <= (fr.name, fr.pt, 9223372036854775807)
         ORDER BY limit_name, limit_part, id
         LIMIT fr.k
-        FOR UPDATE SKIP LOCKED)) AS z(slot, gen, id)
+        FOR UPDATE SKIP LOCKED)) AS z(slot, gen, mine, id)
     WHERE fr.k > 0 AND z.id IS NOT NULL AND z.slot IS NOT NULL
 ), lc AS MATERIALIZED (
-    SELECT z.id, x.slot, x.ctid FROM z CROSS JOIN LATERAL (
+    SELECT z.id, z.name, z.pt, z.cap, z.mine, x.slot, x.ctid FROM z CROSS JOIN LATERAL (
         SELECT s.slot, s.ctid FROM jobfence_limit_slots s
         WHERE s.name = z.name AND s.part = z.pt AND s.kind = 0 AND s.slot = z.slot AND s.gen = z.gen
         FOR UPDATE SKIP LOCKED) x
@@ -65,15 +69,37 @@ WITH fr AS MATERIALIZED (
     UPDATE jobfence_limit_slots s SET job_id = (SELECT lc.id FROM lc WHERE lc.ctid = s.ctid), gen = s.gen + 1, granted_at = now()
     WHERE s.ctid = ANY (ARRAY(SELECT ctid FROM lc))
     RETURNING s.job_id, s.slot
+), cl AS MATERIALIZED (
+    SELECT c.id FROM (
+        SELECT j.id, lc.cap, row_number() OVER (PARTITION BY lc.name, lc.pt ORDER BY j.id) AS rn,
+            row_number() OVER (ORDER BY j.id) AS n,
+            sum(` + claimRowBytes + `) OVER (ORDER BY j.id) AS bytes
+        FROM lc JOIN jobfence_jobs j ON j.id = lc.id
+        WHERE lc.mine AND lc.id IN (SELECT job_id FROM uc) AND j.depends_on IS NULL
+          AND NOT EXISTS (SELECT FROM jobfence_queues q WHERE q.name = j.queue AND q.paused_at IS NOT NULL)
+    ) c
+    WHERE c.rn <= c.cap AND c.n <= $9 AND c.bytes <= $8
+), f AS MATERIALIZED (
+    SELECT nextval('jobfence_fence_seq') AS fence FROM (SELECT count(*) AS n FROM cl) c WHERE c.n > 0
 ), g AS (
     UPDATE jobfence_jobs j
-    SET state = 'available', limit_slot = (SELECT uc.slot FROM uc WHERE uc.job_id = j.id), scheduled_at = now()
-    WHERE j.id = ANY (ARRAY(SELECT job_id FROM uc)) AND j.state = 'limited'
-    RETURNING j.queue
+    SET state = CASE WHEN x.claimed THEN 'running' ELSE 'available' END,
+        limit_slot = x.slot, scheduled_at = now(),
+        attempt = CASE WHEN x.claimed THEN j.attempt + 1 ELSE j.attempt END,
+        fence = CASE WHEN x.claimed THEN (SELECT fence FROM f) ELSE j.fence END,
+        lease_expires_at = CASE WHEN x.claimed THEN now() + $6::bigint * interval '1 microsecond' ELSE j.lease_expires_at END,
+        attempted_at = CASE WHEN x.claimed THEN statement_timestamp() ELSE j.attempted_at END,
+        attempted_by = CASE WHEN x.claimed THEN j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $7::text
+            ELSE j.attempted_by END
+    FROM (SELECT uc.job_id, uc.slot, uc.job_id IN (SELECT id FROM cl) AS claimed FROM uc) x
+    WHERE j.id = ANY (ARRAY(SELECT job_id FROM uc)) AND j.id = x.job_id AND j.state = 'limited'
+    RETURNING j.queue, x.claimed, j
 )
-SELECT g.queue, NULL::text, count(*), pg_notify($4, g.queue) FROM g GROUP BY g.queue
+SELECT ` + jobColumns + `, NULL, NULL, NULL, NULL FROM (SELECT (g.j).* FROM g WHERE g.claimed) j
 UNION ALL
-SELECT p.n, p.pt, NULL, NULL FROM unnest($1::text[], $2::text[]) AS p(n, pt)
+SELECT ` + claimReplyNulls + `, g.queue, NULL::text, count(*), pg_notify($4, g.queue) FROM g WHERE NOT g.claimed GROUP BY g.queue
+UNION ALL
+SELECT ` + claimReplyNulls + `, p.n, p.pt, NULL, NULL FROM unnest($1::text[], $2::text[]) AS p(n, pt)
 WHERE NOT EXISTS (SELECT FROM fr WHERE fr.name = p.n AND fr.pt = p.pt)`
 
 // genericPlanSQL gives the statements after it in a transaction a
@@ -143,29 +169,58 @@ func (c *Client) planGrant(ps []partition, ensure bool) grantPlan {
 	return grantPlan{conc: grantChunks(conc), full: grantChunks(full), ensure: ensure}
 }
 
-// queueConcGrant queues grantConcurrencySQL for each chunk.
-func queueConcGrant(b *pgx.Batch, chunks [][]partition) {
+// concClaim is what a Finish asks grantConcurrencySQL to claim: up to
+// caps[p] of the jobs granted the slots that its outcomes freed in
+// partition p, for the worker workerID, leased for lease.
+type concClaim struct {
+	caps     map[partition]int
+	lease    time.Duration
+	workerID string
+}
+
+// queueConcGrant queues grantConcurrencySQL for each chunk, claiming what
+// claim asks (nil: nothing).
+func queueConcGrant(b *pgx.Batch, chunks [][]partition, claim *concClaim) {
 	for _, ch := range chunks {
 		names, parts := chunkArrays(ch)
-		b.Queue(grantConcurrencySQL, names, parts, grantBatch, insertChannel)
+		caps := []int32{}
+		var lease int64
+		var worker string
+		if claim != nil {
+			caps = make([]int32, len(ch))
+			for i, p := range ch {
+				caps[i] = int32(claim.caps[p])
+			}
+			lease, worker = claim.lease.Microseconds(), claim.workerID
+		}
+		b.Queue(grantConcurrencySQL, names, parts, grantBatch, insertChannel, caps, lease, worker, claimInlineBytes, claimInlineJobs)
 	}
 }
 
 // readConcGrant reads the replies of queueConcGrant's statements, adding
-// the jobs made available per queue to out; it returns the partitions
-// the statements did not serve, which grantSQL must.
-func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int) ([]partition, error) {
-	var declined []partition
+// the jobs made available per queue to out; it returns the jobs claimed
+// and the partitions the statements did not serve, which grantSQL must.
+func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int) (claimed []*queue.Job, declined []partition, err error) {
+	summary := make([]any, claimJobColumns, claimJobColumns+4)
+	var name string
+	var part *string
+	var n *int
+	summary = append(summary, &name, &part, &n, nil)
 	for range chunks {
 		rows, err := br.Query()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for rows.Next() {
-			var name string
-			var part *string
-			var n *int
-			if err = rows.Scan(&name, &part, &n, nil); err != nil {
+			if rows.RawValues()[0] != nil {
+				var j *queue.Job
+				if j, err = scanJob(rows, nil, nil, nil, nil); err != nil {
+					break
+				}
+				claimed = append(claimed, j)
+				continue
+			}
+			if err = rows.Scan(summary...); err != nil {
 				break
 			}
 			if part != nil {
@@ -179,10 +234,10 @@ func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int
 			err = rows.Err()
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return declined, nil
+	return claimed, declined, nil
 }
 
 // chunkArrays returns a chunk's limit names and partitions as the

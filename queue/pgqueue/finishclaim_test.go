@@ -1,0 +1,212 @@
+package pgqueue_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jobfence/jobfence/internal/sqlfreeze"
+	"github.com/jobfence/jobfence/internal/testwatch"
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+)
+
+// finishClaim sends jobs' completions as a worker does, each naming its
+// partition, asking to claim the next job of those in next.
+func finishClaim(t *testing.T, c *pgqueue.Client, worker string, lease time.Duration, jobs []*queue.Job, next map[int64]bool) []*queue.Job {
+	t.Helper()
+	fs := make([]queue.Finish, len(jobs))
+	for i, j := range jobs {
+		fs[i] = queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeComplete, Limit: j.Limit, LimitPartition: j.LimitPartition, ClaimNext: next[j.ID]}
+	}
+	stale, claimed, err := c.FinishClaim(context.Background(), fs, queue.FinishClaimParams{Lease: lease, WorkerID: worker})
+	if err != nil || len(stale) > 0 {
+		t.Fatalf("FinishClaim = %v stale, %v", stale, err)
+	}
+	return claimed
+}
+
+// TestFinishClaimTakesTheNextJob: completions that ask for it claim, in
+// their own round trip, the next job of the partition whose slot they
+// free, for their worker: running, under a fence newer than any before,
+// leased, the attempt counted and the worker recorded; one per completion
+// that asks, none for one that does not (its partition's next job is
+// made available for any claim), and no partition over its limit.
+func TestFinishClaimTakesTheNextJob(t *testing.T) {
+	c, db := newClient(t)
+	ctx := context.Background()
+	running := partitionedRunning(t, c, "fc")
+	var fence int64
+	for _, j := range running {
+		fence = max(fence, j.Fence)
+	}
+	next := map[int64]bool{running[0].ID: true, running[1].ID: true}
+	began := time.Now()
+	got := finishClaim(t, c, "w2", time.Minute, running, next)
+	if len(got) != 2 {
+		t.Fatalf("claimed %d jobs, want one for each of the 2 completions that asked", len(got))
+	}
+	parts := map[string]bool{}
+	for _, j := range got {
+		if j.State != queue.StateRunning || j.Attempt != 1 || j.Fence <= fence ||
+			len(j.AttemptedBy) == 0 || j.AttemptedBy[len(j.AttemptedBy)-1] != "w2" || j.LeaseExpiresAt.Before(began.Add(30*time.Second)) {
+			t.Fatalf("claimed job %d: state %s, attempt %d, fence %d (before: %d), by %v, lease until %v; want running, attempt 1, a newer fence, by w2, leased a minute",
+				j.ID, j.State, j.Attempt, j.Fence, fence, j.AttemptedBy, j.LeaseExpiresAt)
+		}
+		if st := stateOf(t, c, j.ID); st != queue.StateRunning {
+			t.Fatalf("job %d is %s in the table, want running", j.ID, st)
+		}
+		parts[j.LimitPartition] = true
+	}
+	if !parts[running[0].LimitPartition] || !parts[running[1].LimitPartition] {
+		t.Fatalf("claimed the partitions %v, want those of the completions that asked, %s and %s", parts, running[0].LimitPartition, running[1].LimitPartition)
+	}
+	overLimit(t, db, "fc", 1)
+	// The third partition's next job went to any claim.
+	third := claim(t, c, "fc", 10, time.Minute)
+	if len(third) != 1 || third[0].LimitPartition != running[2].LimitPartition {
+		t.Fatalf("claimed %v after the completions, want the third partition's next job", third)
+	}
+	// Run out: completions that ask find nothing left to claim.
+	if more := finishClaim(t, c, "w2", time.Minute, append(got, third...), map[int64]bool{got[0].ID: true, third[0].ID: true}); len(more) != 0 {
+		t.Fatalf("claimed %d jobs with none waiting", len(more))
+	}
+	var left int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE queue = 'fc' AND state <> 'completed'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d jobs not completed (%v), want every job run once", left, err)
+	}
+}
+
+// TestFinishClaimSkipsAPausedQueue: a completion of a paused queue's job
+// frees its slot for the next job, which is made available, not claimed.
+func TestFinishClaimSkipsAPausedQueue(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	running := partitionedRunning(t, c, "fp")
+	if err := c.PauseQueue(ctx, "fp", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := finishClaim(t, c, "w", time.Minute, running[:1], map[int64]bool{running[0].ID: true}); len(got) != 0 {
+		t.Fatalf("claimed %d jobs of a paused queue", len(got))
+	}
+	if err := c.ResumeQueue(ctx, "fp", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := claim(t, c, "fp", 10, time.Minute); len(got) != 1 || got[0].LimitPartition != running[0].LimitPartition {
+		t.Fatalf("after the resume claimed %v, want the freed partition's next job", got)
+	}
+}
+
+// TestZombieFinishClaimsNothing: a zombie's completion, stale, claims
+// nothing, even when the slot its job held lies free (its job was rescued
+// and the rescue's grant did not run): only a slot that the call's own
+// applied outcome freed is claimed into. The slot goes to the next job
+// all the same, made available, its attempt not counted.
+func TestZombieFinishClaimsNothing(t *testing.T) {
+	c, db := newClient(t)
+	ctx := context.Background()
+	setLimit(t, c, pgqueue.Limit{Name: "zc", Queue: "zc", Concurrency: 1})
+	ids := enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: "zc"}, 2)
+	zombie := claim(t, c, "zc", 10, time.Minute)
+	if len(zombie) != 1 || zombie[0].ID != ids[0] {
+		t.Fatalf("claimed %v, want job %d", zombie, ids[0])
+	}
+	// Rescued, as a rescuer does once the lease ran out, without the
+	// grant that follows a rescue: the slot is free, still naming the job.
+	if _, err := db.Pool.Exec(ctx, `UPDATE jobfence_jobs SET state = 'retryable', scheduled_at = now() + interval '1 hour', lease_expires_at = NULL WHERE id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	fs := []queue.Finish{{Lease: zombie[0].Lease(), Outcome: queue.OutcomeComplete, Limit: zombie[0].Limit, LimitPartition: zombie[0].LimitPartition, ClaimNext: true}}
+	stale, got, err := c.FinishClaim(ctx, fs, queue.FinishClaimParams{Lease: time.Minute, WorkerID: "zombie"})
+	if err != nil || len(stale) != 1 {
+		t.Fatalf("the zombie's FinishClaim = %v stale, %v; want its lease stale", stale, err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("the zombie's stale completion claimed %d jobs", len(got))
+	}
+	next := claim(t, c, "zc", 10, time.Minute)
+	if len(next) != 1 || next[0].ID != ids[1] || next[0].Attempt != 1 {
+		t.Fatalf("claimed %v after the zombie's completion, want job %d at its first attempt", next, ids[1])
+	}
+}
+
+// TestFrozenFinishClaimerHoldsNothing: a worker frozen as soon as its
+// completions' batch is sent (SIGSTOP, a paused VM) holds no lock: the
+// server runs the batch, commits the completions and the claims of the
+// next jobs, and leaves its backend idle. The jobs it claimed, which it
+// will not run while frozen, are rescued when their lease runs out and
+// run by another worker; no partition goes over its limit meanwhile.
+func TestFrozenFinishClaimerHoldsNothing(t *testing.T) {
+	c, db := newClient(t)
+	ctx := context.Background()
+	running := partitionedRunning(t, c, "ff")
+	a, fz := frozenClient(t, db)
+	fz.Arm(sqlfreeze.Point{Match: mentions("SET state = 'completed', finalized_at = now()"), Sent: true, Batch: true})
+	type result struct {
+		stale   []queue.Lease
+		claimed []*queue.Job
+		err     error
+	}
+	done := make(chan result, 1)
+	const lease = 2 * time.Second
+	go func() {
+		fs := make([]queue.Finish, len(running))
+		for i, j := range running {
+			fs[i] = queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeComplete, Limit: j.Limit, LimitPartition: j.LimitPartition, ClaimNext: true}
+		}
+		stale, claimed, err := a.FinishClaim(ctx, fs, queue.FinishClaimParams{Lease: lease, WorkerID: "frozen"})
+		done <- result{stale, claimed, err}
+	}()
+	pid := fz.Frozen(t, freezeWithin)
+	var taken []int64
+	testwatch.WaitFor(t, freezeWithin, "the frozen worker's batch to commit its completions and claims", func() bool {
+		rows, err := db.Pool.Query(ctx, `SELECT id FROM jobfence_jobs WHERE queue = 'ff' AND state = 'running' AND 'frozen' = ANY(attempted_by)`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		taken = taken[:0]
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			taken = append(taken, id)
+		}
+		return len(taken) == 3
+	})
+	sqlfreeze.WaitIdle(t, db.Pool, pid, freezeWithin)
+	for _, j := range running {
+		if st := stateOf(t, c, j.ID); st != queue.StateCompleted {
+			t.Fatalf("job %d is %s, want completed", j.ID, st)
+		}
+	}
+	overLimit(t, db, "ff", 1)
+	// Rescued once their lease has run out, they run elsewhere.
+	var rerun []*queue.Job
+	testwatch.WaitFor(t, time.Minute, "the frozen worker's claimed jobs to be rescued and claimed again", func() bool {
+		if _, err := c.Rescue(ctx, queue.RescueParams{Limit: 10, Backoff: func(*queue.Job) time.Duration { return 0 }}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Promote(ctx, 100); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.GrantWaiting(ctx, 100); err != nil {
+			t.Fatal(err)
+		}
+		overLimit(t, db, "ff", 1)
+		rerun = append(rerun, claim(t, c, "ff", 10, time.Minute)...)
+		return len(rerun) == 3
+	})
+	for _, j := range rerun {
+		if !slices.Contains(taken, j.ID) || j.Attempt != 2 {
+			t.Fatalf("claimed job %d at attempt %d after the rescue, want one of the frozen worker's %v at its second attempt", j.ID, j.Attempt, taken)
+		}
+	}
+	fz.Thaw()
+	if r := <-done; r.err != nil || len(r.stale) > 0 || len(r.claimed) != 3 {
+		t.Fatalf("the thawed FinishClaim = %v stale, %d claimed, %v; want none stale, 3 claimed", r.stale, len(r.claimed), r.err)
+	}
+	finishHeld(t, c, rerun...)
+}
