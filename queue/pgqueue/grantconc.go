@@ -14,10 +14,25 @@ import (
 // and not a sequence (Concurrency 1 holding through retries). It hands
 // their free concurrency slots to their oldest limited jobs, up to $3 a
 // partition, and makes those jobs available, waking their queues
-// (channel $4). Its reply is a row per queue (its name, NULL, the jobs
-// made available) and a row per partition it did not serve (its limit's
-// name and the partition, then NULLs): a limit with a rate, a sequence, or
-// none at all (a deleted limit's orphans), which grantSQL serves.
+// (channel $4). Its reply is the claimed jobs' rows (below), a row per
+// queue (jobColumns NULL, its name, NULL, the jobs made available) and a
+// row per partition it did not serve (jobColumns NULL, its limit's name
+// and the partition, NULLs): a limit with a rate, a sequence, or none at
+// all (a deleted limit's orphans), which grantSQL serves.
+//
+// Run in a Finish's transaction, it claims for the worker that sent the
+// outcomes up to $5[i] of the jobs granted in partition i (FinishClaim):
+// only jobs paired with a slot whose holder row this transaction wrote
+// (its xmin is ours: an outcome of this Finish applied and freed it; a
+// zombie's stale outcome writes nothing), not of a paused queue, not a
+// workflow task (its dependencies' traces are read by claimedSQL), and at
+// most $9 of them whose rows come to at most $8 bytes (claimRowBytes), so
+// that the reply fits in the sockets' buffers as a small claim's does
+// (see claimSQL) and the batch commits whether or not its client reads.
+// A claimed job is updated as claimSQL updates it: running, attempt + 1,
+// leased for $6 microseconds, attempted by $7, under a fence drawn (f)
+// after every row of the claim is locked: its job's in z and its slot's
+// in lc, which cl reads through uc. The others are made available.
 //
 // It keeps grantSQL's guarantees with a smaller plan, whose start-up and
 // windows were most of a grant's server time for one slot
