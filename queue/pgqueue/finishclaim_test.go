@@ -2,7 +2,9 @@ package pgqueue_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -209,4 +211,52 @@ func TestFrozenFinishClaimerHoldsNothing(t *testing.T) {
 		t.Fatalf("the thawed FinishClaim = %v stale, %d claimed, %v; want none stale, 3 claimed", r.stale, len(r.claimed), r.err)
 	}
 	finishHeld(t, c, rerun...)
+}
+
+// TestFinishClaimReplyIsBounded: the jobs a batch of outcomes claims come
+// back before its transaction commits, from one statement per chunk of
+// partitions, so the whole batch's claimed rows are bounded as a small
+// claim's reply is (32 jobs, 16 kB), not each statement's: a silent
+// worker's batch still commits (the reply fits in the sockets' buffers)
+// and holds no lock. Outcomes over 70 partitions (three chunks), each
+// asking for its partition's next job, claim at most 32; jobs of 6 kB
+// over two chunks claim at most 16 kB of them. The jobs not claimed are
+// made available, none lost.
+func TestFinishClaimReplyIsBounded(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	run := func(q string, parts int, args func(p int) string) (claimed []*queue.Job, available int) {
+		setLimit(t, c, pgqueue.Limit{Name: q, Queue: q, PartitionBy: []string{"p"}, Concurrency: 1})
+		for round := range 2 {
+			for p := range parts {
+				if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", Queue: q, Args: []byte(args(p)), Priority: 1 + round}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		running := claim(t, c, q, 1000, time.Minute)
+		if len(running) != parts {
+			t.Fatalf("claimed %d jobs of %s, want one per partition, %d", len(running), q, parts)
+		}
+		next := map[int64]bool{}
+		for _, j := range running {
+			next[j.ID] = true
+		}
+		claimed = finishClaim(t, c, "w", time.Minute, running, next)
+		return claimed, len(claim(t, c, q, 1000, time.Minute))
+	}
+
+	small, avail := run("many", 70, func(p int) string { return fmt.Sprintf(`{"p": %d}`, p) })
+	if len(small) > 32 || len(small)+avail != 70 {
+		t.Fatalf("over 70 partitions the outcomes claimed %d jobs and left %d available; want at most 32 claimed, the rest available (70 in all)", len(small), avail)
+	}
+	pad := strings.Repeat("x", 6<<10)
+	big, avail := run("big", 40, func(p int) string { return fmt.Sprintf(`{"p": %d, "pad": %q}`, p, pad) })
+	bytes := 0
+	for _, j := range big {
+		bytes += len(j.EncodedArgs)
+	}
+	if bytes > 16<<10 || len(big)+avail != 40 {
+		t.Fatalf("jobs of 6 kB over 40 partitions: claimed %d (%d bytes of args) and left %d available; want at most 16 kB claimed, the rest available (40 in all)", len(big), bytes, avail)
+	}
 }

@@ -139,15 +139,20 @@ type finishGrant struct {
 }
 
 // claimCaps returns what fs ask grantConcurrencySQL to claim (see
-// queue.Finish.ClaimNext) for the worker p describes, or nil.
+// queue.Finish.ClaimNext) for the worker p describes, or nil. It asks for
+// claimInlineJobs jobs at most over the whole batch, whose statements (one
+// per chunk of partitions) all reply before the batch commits: see
+// queueConcGrant for their bytes.
 func claimCaps(fs []queue.Finish, p *queue.FinishClaimParams) *concClaim {
 	if p == nil {
 		return nil
 	}
 	caps := map[partition]int{}
+	n := 0
 	for _, f := range fs {
-		if f.ClaimNext && f.Limit != "" {
+		if f.ClaimNext && f.Limit != "" && n < claimInlineJobs {
 			caps[partition{f.Limit, f.LimitPartition}]++
+			n++
 		}
 	}
 	if len(caps) == 0 {

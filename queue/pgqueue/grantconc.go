@@ -1,6 +1,7 @@
 package pgqueue
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -195,7 +196,24 @@ type concClaim struct {
 
 // queueConcGrant queues grantConcurrencySQL for each chunk, claiming what
 // claim asks (nil: nothing).
+//
+// The claimed jobs' rows of every chunk's statement come back before the
+// batch's transaction commits, so it is the batch's reply, not each
+// statement's, that must fit in the sockets' buffers for a silent client
+// to hold no lock (see claimSQL): the statements that claim share
+// claimInlineBytes between them, as claimCaps bounds their jobs
+// (TestFinishClaimReplyIsBounded).
 func queueConcGrant(b *pgx.Batch, chunks [][]partition, claim *concClaim) {
+	bytes := claimInlineBytes
+	if claim != nil {
+		claiming := 0
+		for _, ch := range chunks {
+			if slices.ContainsFunc(ch, func(p partition) bool { return claim.caps[p] > 0 }) {
+				claiming++
+			}
+		}
+		bytes = claimInlineBytes / max(claiming, 1)
+	}
 	for _, ch := range chunks {
 		names, parts := chunkArrays(ch)
 		caps := []int32{}
@@ -208,7 +226,7 @@ func queueConcGrant(b *pgx.Batch, chunks [][]partition, claim *concClaim) {
 			}
 			lease, worker = claim.lease.Microseconds(), claim.workerID
 		}
-		b.Queue(grantConcurrencySQL, names, parts, grantBatch, insertChannel, caps, lease, worker, claimInlineBytes, claimInlineJobs)
+		b.Queue(grantConcurrencySQL, names, parts, grantBatch, insertChannel, caps, lease, worker, bytes, claimInlineJobs)
 	}
 }
 
