@@ -210,7 +210,7 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 		// partitions the claim gave; those the outcomes returned beside
 		// them are granted after.
 		var fg finishGrant
-		fg, err = c.finishAndGrant(ctx, sql, args, held, claimCaps(sorted, p))
+		fg, err = c.finishAndGrant(ctx, sql, args, nil, held, claimCaps(sorted, p))
 		applied, claimed = fg.applied, fg.claimed
 		lims = append(without(fg.lims, held), fg.declined...)
 	} else {
@@ -254,8 +254,10 @@ func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks 
 		return applied, lims, run(c.pool)
 	}
 	if sql == completeSQL {
-		// Completions cascade nothing: one round trip.
-		return applied, lims, c.completeAndRelease(ctx, args, tasks, applied, &lims)
+		// Completions cascade nothing: the release goes in their round
+		// trip, as a grant does (finishAndGrant, with no partition).
+		fg, err := c.finishAndGrant(ctx, sql, args, tasks, nil, nil)
+		return fg.applied, fg.lims, err
 	}
 	err := c.boundedTx(ctx, func(tx pgx.Tx) error {
 		if err := run(tx); err != nil {
@@ -265,49 +267,6 @@ func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks 
 		return release(ctx, tx, tasks, sql == finishSQL)
 	})
 	return applied, lims, err
-}
-
-// completeAndRelease completes jobs (completeSQL's args) among which are
-// the workflow tasks tasks, and releases their dependents, as finishBatch
-// does but in one round trip: one batch of BEGIN, the completion, the
-// release and COMMIT. The server runs a batch to its end without waiting
-// for the client, so the rows the release locks (a fan-in's, which every
-// completion of its dependencies decrements) are held for the statements
-// and the commit only, never for a round trip to a client, and a client
-// frozen after sending the batch holds none of them; a client frozen while
-// the batch was only partly sent holds them txbound.Idle at most
-// (finishBoundsSQL). The release is still a statement of its own, after
-// the completion's (see finishBatch). A failed statement skips the rest
-// of the batch, COMMIT included, and the connection, left in a failed
-// transaction, is closed by the pool rather than reused.
-func (c *Client) completeAndRelease(ctx context.Context, args []any, tasks []int64, applied map[queue.Lease]bool, lims *[]partition) error {
-	var b pgx.Batch
-	b.Queue("BEGIN")
-	b.Queue(finishBoundsSQL)
-	b.Queue(completeSQL, args...)
-	b.Queue(releaseSQL, tasks, insertChannel)
-	b.Queue("COMMIT")
-	br := c.pool.SendBatch(ctx, &b)
-	defer br.Close()
-	for i := range 2 {
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("begin (%d): %w", i, err)
-		}
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return err
-	}
-	if err := scanFinished(rows, applied, lims); err != nil {
-		return err
-	}
-	if _, err := br.Exec(); err != nil {
-		return fmt.Errorf("release dependents: %w", err)
-	}
-	if _, err := br.Exec(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return br.Close()
 }
 
 // boundedTx runs fn in a transaction bounded as EnqueueMany's is

@@ -2,6 +2,7 @@ package pgqueue
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -63,11 +64,19 @@ func heldPartitions(fs []queue.Finish) []partition {
 // the outcomes, the jobs it grants the slots they freed (see
 // FinishClaim).
 //
+// With workflow tasks among the jobs (tasks, completions only: they
+// cascade nothing), releaseSQL follows the outcomes in their transaction,
+// a statement of its own (see finishBatch). The server runs the batch to
+// its commit without the client, so the rows the release locks (a
+// fan-in's, which every completion of its dependencies decrements) are
+// held for the statements and the commit only, never for a round trip
+// (TestFrozenTaskCompleterHoldsNoFanIn).
+//
 // It returns what finishBatch does, the leases applied and every partition
 // the applied outcomes freed a slot of, held or not, the held partitions
 // that grantConcurrencySQL found it could not serve (the caller grants
 // both after), and the jobs it claimed.
-func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, held []partition, claim *concClaim) (finishGrant, error) {
+func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tasks []int64, held []partition, claim *concClaim) (finishGrant, error) {
 	applied := make(map[queue.Lease]bool, len(args[0].([]int64)))
 	var lims []partition
 	g := c.planGrant(held, false)
@@ -75,6 +84,9 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, hel
 	b.Queue("BEGIN")
 	b.Queue(finishBoundsSQL)
 	b.Queue(sql, args...)
+	if len(tasks) > 0 {
+		b.Queue(releaseSQL, tasks, insertChannel)
+	}
 	if len(g.conc) > 0 {
 		b.Queue(genericPlanSQL)
 		queueConcGrant(&b, g.conc, claim)
@@ -96,6 +108,11 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, hel
 		var rows pgx.Rows
 		if rows, err = br.Query(); err == nil {
 			err = scanFinished(rows, applied, &lims)
+		}
+	}
+	if err == nil && len(tasks) > 0 {
+		if _, err = br.Exec(); err != nil {
+			err = fmt.Errorf("release dependents: %w", err)
 		}
 	}
 	if err == nil && len(g.conc) > 0 {
