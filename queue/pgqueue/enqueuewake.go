@@ -6,7 +6,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/jobfence/jobfence/internal/txbound"
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -28,9 +27,6 @@ WHERE NOT EXISTS (SELECT FROM jobfence_limits m WHERE m.queue = $2 AND m.kind IN
 func oneRoundTrip(p queue.EnqueueParams) bool {
 	return p.UniqueKey == "" && p.Unique == nil && p.ScheduledAt.IsZero()
 }
-
-// enqueueBoundsSQL bounds the insert's transaction in enqueueAndWake.
-var enqueueBoundsSQL = txbound.Bounds(txbound.Idle, txbound.LockWait)
 
 // enqueueAndWake inserts p (see oneRoundTrip) and wakes its queue's
 // workers in one round trip: one batch of two transactions, the
@@ -67,7 +63,7 @@ func (c *Client) enqueueAndWake(ctx context.Context, p queue.EnqueueParams, meta
 	}
 	var b pgx.Batch
 	b.Queue("BEGIN")
-	b.Queue(enqueueBoundsSQL)
+	b.Queue(batchBoundsSQL)
 	b.Queue(u.insert, insertArgs(p, nil, md, tc, "", u)...)
 	b.Queue("COMMIT")
 	b.Queue(wakeQueueSQL, insertChannel, p.Queue, p.Kind)

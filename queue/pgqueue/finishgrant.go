@@ -12,10 +12,12 @@ import (
 	"github.com/jobfence/jobfence/queue"
 )
 
-// finishBoundsSQL bounds the transaction of outcomes that finishAndGrant
-// opens, as boundedTx bounds a workflow's: a client frozen while its batch
-// was only partly sent holds the outcomes' rows txbound.Idle at most.
-var finishBoundsSQL = txbound.Bounds(txbound.Idle, txbound.LockWait)
+// batchBoundsSQL bounds a transaction that a batch opens with BEGIN (the
+// outcomes' in finishAndGrant, an insert's in enqueueAndWake), as
+// boundedTx bounds one sent statement by statement: a client frozen while
+// its batch was only partly sent holds what the transaction locked
+// txbound.Idle at most.
+var batchBoundsSQL = txbound.Bounds(txbound.Idle, txbound.LockWait)
 
 // heldPartitions returns the limit partitions that the jobs of fs held a
 // slot of when they were claimed (queue.Finish.Limit), once each.
@@ -82,7 +84,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	g := c.planGrant(held, false)
 	var b pgx.Batch
 	b.Queue("BEGIN")
-	b.Queue(finishBoundsSQL)
+	b.Queue(batchBoundsSQL)
 	b.Queue(sql, args...)
 	if len(tasks) > 0 {
 		b.Queue(releaseSQL, tasks, insertChannel)

@@ -275,12 +275,35 @@ WITH m AS MATERIALIZED (
 )
 UPDATE jobfence_jobs j
 SET state = 'limited', limit_name = m.name, limit_slot = NULL,
-    limit_part = CASE WHEN cardinality(m.partition_by) = 0 THEN ''
-        ELSE (SELECT jsonb_agg(coalesce(j.args -> f, 'null'::jsonb) ORDER BY o)::text
-              FROM unnest(m.partition_by) WITH ORDINALITY AS pb(f, o)) END
+    limit_part = ` + jobPartSQL + `
 FROM c, m
 WHERE j.id = c.id AND j.state = 'available' AND j.limit_name IS NULL
 RETURNING j.limit_part`
+
+// jobPartSQL is job j's partition of limit m: the JSON array of its args'
+// PartitionBy fields, or the empty string when m has none (limitOfSQL's
+// rule).
+const jobPartSQL = `CASE WHEN cardinality(m.partition_by) = 0 THEN ''
+        ELSE (SELECT jsonb_agg(coalesce(j.args -> f, 'null'::jsonb) ORDER BY o)::text
+              FROM unnest(m.partition_by) WITH ORDINALITY AS pb(f, o)) END`
+
+// adoptLateralSQL and adoptLateralEndSQL, around a condition, are a
+// LATERAL subquery (adopt: a limit's name and part) that finds the limit
+// that governs job j now, when no limit governed it as it was inserted
+// and the condition holds: its kind's, else its queue's, as limitOfSQL
+// finds one for an insert, with a probe of the limits' (queue, kind)
+// index. promoteSQL and releaseSQL bring jobs under a limit set after
+// them with it.
+const (
+	adoptLateralSQL = `LEFT JOIN LATERAL (
+        SELECT m.name, ` + jobPartSQL + ` AS part
+        FROM jobfence_limits m
+        WHERE `
+	adoptLateralEndSQL = ` AND j.limit_name IS NULL AND m.queue = j.queue AND m.kind IN (j.kind, '')
+        ORDER BY m.kind DESC
+        LIMIT 1
+    ) adopt ON true`
+)
 
 // adoptBatch bounds the jobs one adoptSQL statement rewrites.
 const adoptBatch = 1000

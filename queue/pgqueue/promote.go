@@ -57,15 +57,7 @@ WITH due AS (
         WHERE s.name = j.limit_name AND s.part = j.limit_part AND s.kind = 0 AND s.slot = j.limit_slot
           AND s.job_id = j.id AND l.hold_retrying)) AS ready
     FROM due JOIN jobfence_jobs j ON j.id = due.id
-    LEFT JOIN LATERAL (
-        SELECT m.name, CASE WHEN cardinality(m.partition_by) = 0 THEN ''
-            ELSE (SELECT jsonb_agg(coalesce(j.args -> f, 'null'::jsonb) ORDER BY o)::text
-                  FROM unnest(m.partition_by) WITH ORDINALITY AS pb(f, o)) END AS part
-        FROM jobfence_limits m
-        WHERE j.limit_name IS NULL AND m.queue = j.queue AND m.kind IN (j.kind, '')
-        ORDER BY m.kind DESC
-        LIMIT 1
-    ) adopt ON true
+    ` + adoptLateralSQL + `true` + adoptLateralEndSQL + `
 ), moved AS (
     UPDATE jobfence_jobs j
     SET state = CASE WHEN keep.ready THEN 'available' ELSE 'limited' END,

@@ -134,16 +134,7 @@ WITH RECURSIVE done AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT j.id, j.queue, j.kind, j.args, j.limit_name FROM jobfence_jobs j
         WHERE j.id = s.id AND j.state = 'pending' FOR UPDATE OF j) j
-    LEFT JOIN LATERAL (
-        SELECT m.name, CASE WHEN cardinality(m.partition_by) = 0 THEN ''
-            ELSE (SELECT jsonb_agg(coalesce(j.args -> f, 'null'::jsonb) ORDER BY o)::text
-                  FROM unnest(m.partition_by) WITH ORDINALITY AS pb(f, o)) END AS part
-        FROM jobfence_limits m
-        WHERE (SELECT EXISTS (SELECT FROM jobfence_limits)) AND j.limit_name IS NULL AND NOT s.cancel
-          AND m.queue = j.queue AND m.kind IN (j.kind, '')
-        ORDER BY m.kind DESC
-        LIMIT 1
-    ) adopt ON true
+    ` + adoptLateralSQL + `(SELECT EXISTS (SELECT FROM jobfence_limits)) AND NOT s.cancel` + adoptLateralEndSQL + `
 )`
 
 // releaseLockSQL locks, as releaseSQL does, the rows a release of $1
