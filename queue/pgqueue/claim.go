@@ -237,9 +237,14 @@ const claimTurnSQL = `SELECT pg_advisory_xact_lock('jobfence_jobs'::regclass::oi
 // claimTurnWaitSQL bounds the wait for the turn by $1 milliseconds;
 // claimTurnWaitResetSQL gives the claim itself the connection's own
 // lock_timeout back, so that only a turn's wait ends in a claim beside it.
+// The connection's value is kept in a setting of the transaction's own
+// (jobfence.lock_timeout) rather than restored with SET LOCAL ... TO
+// DEFAULT: the batch is a transaction, but not a transaction block, and
+// SET LOCAL there made the server log a warning at every claim.
 const (
-	claimTurnWaitSQL      = `SELECT set_config('lock_timeout', $1::bigint::text, true)`
-	claimTurnWaitResetSQL = `SET LOCAL lock_timeout TO DEFAULT`
+	claimTurnWaitSQL = `SELECT set_config('jobfence.lock_timeout', current_setting('lock_timeout'), true),
+    set_config('lock_timeout', $1::bigint::text, true)`
+	claimTurnWaitResetSQL = `SELECT set_config('lock_timeout', current_setting('jobfence.lock_timeout'), true)`
 )
 
 // claimRowBytes bounds from above the size on the wire of a claimed job's

@@ -2,9 +2,15 @@ package pgqueue_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
@@ -55,5 +61,85 @@ func TestClaimTurnWaitIsBounded(t *testing.T) {
 	}
 	if quickest > 900*time.Millisecond {
 		t.Fatalf("the quickest of three claims with the turn free took %v, want no wait", quickest)
+	}
+}
+
+// TestClaimTurnLeavesNoWarning: a claim's batch bounds its wait for the
+// turn and then gives the claim the connection's own lock_timeout back,
+// without a warning: the batch is a transaction but not a transaction
+// block, where SET LOCAL made the server warn (and log) at every claim.
+func TestClaimTurnLeavesNoWarning(t *testing.T) {
+	db := pgtest.New(t)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["lock_timeout"] = "7s"
+	var mu sync.Mutex
+	var notices []string
+	cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		defer mu.Unlock()
+		notices = append(notices, n.Severity+": "+n.Message)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	// The bound, then the connection's own value, within one batch.
+	var b pgx.Batch
+	b.Queue(pgqueue.ClaimTurnWaitSQL, 1000)
+	b.Queue("SELECT current_setting('lock_timeout')")
+	b.Queue(pgqueue.ClaimTurnWaitResetSQL)
+	b.Queue("SELECT current_setting('lock_timeout')")
+	br := pool.SendBatch(ctx, &b)
+	var during, after string
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&during)
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(&after)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if during != "1s" || after != "7s" {
+		t.Fatalf("lock_timeout in the batch: %q during the turn's wait and %q after it, want \"1s\" and \"7s\"", during, after)
+	}
+
+	c := pgqueue.New(pool, pgqueue.Config{})
+	for range 3 {
+		if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if jobs := claim(t, c, queue.DefaultQueue, 2, time.Minute); len(jobs) != 2 {
+		t.Fatalf("claim took %d jobs, want 2", len(jobs))
+	}
+	if jobs := claim(t, c, queue.DefaultQueue, 2, time.Minute); len(jobs) != 1 {
+		t.Fatalf("second claim took %d jobs, want 1", len(jobs))
+	}
+	var show string
+	if err := pool.QueryRow(ctx, "SHOW lock_timeout").Scan(&show); err != nil {
+		t.Fatal(err)
+	}
+	if show != "7s" {
+		t.Fatalf("lock_timeout after the claims: %q, want the connection's 7s", show)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(notices) > 0 {
+		t.Fatalf("the claims drew notices from the server: %q", notices)
 	}
 }

@@ -17,8 +17,13 @@ var (
 	ClaimedSQL = claimedSQL
 )
 
-// The turn a claim waits for, for the test that holds one.
-var ClaimTurnSQL = claimTurnSQL
+// The turn a claim waits for and its bound, for the tests that hold one
+// and read the bound.
+var (
+	ClaimTurnSQL          = claimTurnSQL
+	ClaimTurnWaitSQL      = claimTurnWaitSQL
+	ClaimTurnWaitResetSQL = claimTurnWaitResetSQL
+)
 
 // WakeSQL is the wake-up an insert sends in a transaction of its own.
 const WakeSQL = wakeSQL
