@@ -119,9 +119,9 @@ func newWorkerTelemetry(opts Options) (*workerTelemetry, error) {
 	t.rescued = counter("jobfence.jobs.rescued", "Jobs whose lease expired, moved back to run again by this worker.")
 	t.duration = seconds("jobfence.job.duration", "Handler run time of one attempt.")
 	t.wait = seconds("jobfence.job.wait", "Time from when a job became ready (enqueued, scheduled or retried) to when an attempt claimed it, by the backend's clock.")
-	t.claimTime = seconds("jobfence.claim.duration", "Round-trip time of a claim.")
+	t.claimTime = seconds("jobfence.claim.duration", "Round-trip time of a fetch loop's claim.")
 	t.finishTime = seconds("jobfence.finish.duration", "Round-trip time of recording a batch of outcomes.")
-	t.claimBatch = batch("jobfence.claim.jobs", "Jobs returned by one claim.")
+	t.claimBatch = batch("jobfence.claim.jobs", "Jobs returned by one claim: a fetch loop's, or what a batch of outcomes claimed in the queue for the limit slots it freed.")
 	t.finishBatch = batch("jobfence.finish.jobs", "Outcomes recorded in one round trip.")
 	t.claimErrors = counterOf("{claim}", "jobfence.claim.errors", "Claims that failed.")
 	t.finishErrors = counterOf("{batch}", "jobfence.finish.errors", "Outcome batches that failed to record (and are retried).")
@@ -255,9 +255,15 @@ func isFailure(o queue.Outcome) bool {
 	return o == queue.OutcomeRetry || o == queue.OutcomeDiscard || o == queue.OutcomeCancel
 }
 
+// claim records a claim: its jobs, and for a fetch loop's, its round
+// trip. The jobs a batch of outcomes claimed count with the others, so
+// that the histogram's sum is every job claimed; their round trip is the
+// outcomes', timed by jobfence.finish.duration.
 func (t *workerTelemetry) claim(ctx context.Context, c worker.ClaimInfo) {
 	s := t.queues.get(c.Queue, "")
-	t.claimTime.Record(ctx, c.Duration.Seconds(), s.record...)
+	if !c.Finish {
+		t.claimTime.Record(ctx, c.Duration.Seconds(), s.record...)
+	}
 	if c.Err != nil {
 		t.claimErrors.Add(ctx, 1, s.add...)
 		return

@@ -73,10 +73,14 @@ func (w *Worker) flush(batch []pending, claim bool) {
 			stale, err = w.backend.Finish(ctx, fs)
 		}
 		cancel()
+		took := time.Since(sent)
 		if w.cfg.Hooks.Finish != nil {
-			w.cfg.Hooks.Finish(context.Background(), FinishInfo{Jobs: len(fs), Stale: len(stale), Claimed: len(next), Duration: time.Since(sent), Err: err})
+			w.cfg.Hooks.Finish(context.Background(), FinishInfo{Jobs: len(fs), Stale: len(stale), Claimed: len(next), Duration: took, Err: err})
 		}
 		if err == nil {
+			// Reported before the runners get the jobs, as a fetch loop's
+			// claim is: a hook never hears of a claim after its jobs ran.
+			w.reportClaims(reserved, next, took)
 			w.handOver(reserved, next, sent)
 			w.count(batch, fs, stale)
 			return
@@ -171,5 +175,24 @@ func (w *Worker) handOver(reserved map[*queueFetch]int, jobs []*queue.Job, sent 
 	w.stats.claimed.Add(int64(len(jobs)))
 	for f, n := range reserved {
 		f.handOver(n, byQueue[f.name], sent.Add(w.cfg.Lease))
+	}
+}
+
+// reportClaims reports to the Claim hook, for each queue a FinishClaim
+// that took took reserved slots in, the jobs it claimed there (none
+// included, as a fetch loop's empty claim is), so that whatever counts
+// claims through the hook counts the jobs outcomes claim as well.
+func (w *Worker) reportClaims(reserved map[*queueFetch]int, jobs []*queue.Job, took time.Duration) {
+	if w.cfg.Hooks.Claim == nil {
+		return
+	}
+	for f := range reserved {
+		n := 0
+		for _, j := range jobs {
+			if j.Queue == f.name {
+				n++
+			}
+		}
+		w.cfg.Hooks.Claim(context.Background(), ClaimInfo{Queue: f.name, Jobs: n, Duration: took, Finish: true})
 	}
 }

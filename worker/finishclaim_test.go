@@ -19,11 +19,18 @@ type heldArgs struct {
 
 func (heldArgs) Kind() string { return "held" }
 
+// claimCounts are what a worker's hooks reported claimed.
+type claimCounts struct {
+	// byOutcomes sums FinishInfo.Claimed; hooked sums ClaimInfo.Jobs, and
+	// hookedFinish those of the calls with ClaimInfo.Finish.
+	byOutcomes, hooked, hookedFinish atomic.Int64
+}
+
 // limitedWorker sets a limit of limit at once on queue q, inserts n jobs
 // whose handler runs run, and starts a worker of concurrency conc on it,
 // its grant pass an hour away: every slot goes round through outcomes.
 // It returns the worker and the most handlers it saw running at once.
-func limitedWorker(t *testing.T, client *pgqueue.Client, q string, limit, conc, n int, finished *atomic.Int64, run func()) (*worker.Worker, *atomic.Int64) {
+func limitedWorker(t *testing.T, client *pgqueue.Client, q string, limit, conc, n int, counts *claimCounts, run func()) (*worker.Worker, *atomic.Int64) {
 	t.Helper()
 	ctx := context.Background()
 	if err := client.SetLimit(ctx, pgqueue.Limit{Name: q, Queue: q, Concurrency: limit}); err != nil {
@@ -51,7 +58,13 @@ func limitedWorker(t *testing.T, client *pgqueue.Client, q string, limit, conc, 
 		t.Fatal(err)
 	}
 	cfg := worker.Config{Queues: map[string]int{q: conc}, PromoteInterval: time.Hour}
-	cfg.Hooks.Finish = func(_ context.Context, f worker.FinishInfo) { finished.Add(int64(f.Claimed)) }
+	cfg.Hooks.Finish = func(_ context.Context, f worker.FinishInfo) { counts.byOutcomes.Add(int64(f.Claimed)) }
+	cfg.Hooks.Claim = func(_ context.Context, c worker.ClaimInfo) {
+		counts.hooked.Add(int64(c.Jobs))
+		if c.Finish {
+			counts.hookedFinish.Add(int64(c.Jobs))
+		}
+	}
 	return startWorker(t, client, reg, cfg), &most
 }
 
@@ -59,14 +72,15 @@ func limitedWorker(t *testing.T, client *pgqueue.Client, q string, limit, conc, 
 // claim the jobs their freed slots go to and its runners run them at
 // once: every job runs once, at its first attempt, by this worker; no
 // more than the limit run at once; and the outcomes' round trips claimed
-// jobs (FinishInfo.Claimed), counted in Stats.Claimed.
+// jobs (FinishInfo.Claimed), counted in Stats.Claimed and reported to
+// the Claim hook (ClaimInfo.Finish) with the fetch loops' claims.
 func TestWorkerRunsWhatItsOutcomesClaim(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
 	client := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
 	const limit, n = 3, 60
-	var viaFinish atomic.Int64
-	w, most := limitedWorker(t, client, "held", limit, 8, n, &viaFinish, func() { time.Sleep(time.Millisecond) })
+	var counts claimCounts
+	w, most := limitedWorker(t, client, "held", limit, 8, n, &counts, func() { time.Sleep(time.Millisecond) })
 	testwatch.WaitFor(t, 2*time.Minute, "every limited job to complete", func() bool {
 		var done int
 		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE queue = 'held' AND state = 'completed'`).Scan(&done); err != nil {
@@ -85,8 +99,12 @@ func TestWorkerRunsWhatItsOutcomesClaim(t *testing.T) {
 		t.Fatalf("%d jobs ran other than once, at their first attempt, by worker %s", bad, w.ID())
 	}
 	s := w.Stats()
-	if viaFinish.Load() == 0 || s.Claimed != n {
-		t.Fatalf("outcomes claimed %d jobs, stats %+v: want some of the %d claimed by outcomes, all counted as claimed", viaFinish.Load(), s, n)
+	if counts.byOutcomes.Load() == 0 || s.Claimed != n {
+		t.Fatalf("outcomes claimed %d jobs, stats %+v: want some of the %d claimed by outcomes, all counted as claimed", counts.byOutcomes.Load(), s, n)
+	}
+	if counts.hooked.Load() != n || counts.hookedFinish.Load() != counts.byOutcomes.Load() {
+		t.Fatalf("the Claim hook reported %d jobs claimed, %d of them by outcomes; want all %d, and the %d that FinishInfo.Claimed counted",
+			counts.hooked.Load(), counts.hookedFinish.Load(), n, counts.byOutcomes.Load())
 	}
 }
 
@@ -99,9 +117,9 @@ func TestStopRunsWhatItsOutcomesClaimed(t *testing.T) {
 	db := pgtest.New(t)
 	client := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
 	const limit, n = 2, 400
-	var viaFinish atomic.Int64
-	w, most := limitedWorker(t, client, "stop", limit, 4, n, &viaFinish, func() { time.Sleep(2 * time.Millisecond) })
-	testwatch.WaitFor(t, 2*time.Minute, "outcomes to claim jobs", func() bool { return viaFinish.Load() > 0 })
+	var counts claimCounts
+	w, most := limitedWorker(t, client, "stop", limit, 4, n, &counts, func() { time.Sleep(2 * time.Millisecond) })
+	testwatch.WaitFor(t, 2*time.Minute, "outcomes to claim jobs", func() bool { return counts.byOutcomes.Load() > 0 })
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := w.Stop(sctx); err != nil {

@@ -24,7 +24,10 @@ type Hooks struct {
 	// outcome is known: recorded by the backend, refused as stale, committed
 	// with a transactional handler's transaction, or lost.
 	JobEnd func(ctx context.Context, job *queue.Job, end JobEnd)
-	// Claim is called after every claim round trip.
+	// Claim is called after every claim round trip of a fetch loop, and,
+	// after a round trip that recorded outcomes and claimed the next jobs
+	// of the limit slots they freed (queue.FinishClaimer), once for each
+	// queue whose next jobs it asked for (ClaimInfo.Finish).
 	Claim func(ctx context.Context, c ClaimInfo)
 	// Finish is called after every round trip that records a batch of
 	// outcomes, failed ones included.
@@ -70,12 +73,25 @@ type JobEnd struct {
 	Duration time.Duration
 }
 
-// ClaimInfo describes one claim round trip.
+// ClaimInfo describes one claim: a fetch loop's round trip, or what a
+// round trip that recorded outcomes claimed in one queue (Finish).
 type ClaimInfo struct {
-	Queue    string
-	Jobs     int
+	Queue string
+	// Jobs is how many jobs the claim took, 0 for one that found none.
+	Jobs int
+	// Duration is the claim's round-trip time; with Finish, that of the
+	// round trip that recorded the outcomes, which the Finish hook
+	// reports too.
 	Duration time.Duration
-	Err      error
+	// Err is why the claim failed. A claim by outcomes whose round trip
+	// failed is not reported: the Finish hook reports the failure, and
+	// the outcomes are sent again.
+	Err error
+	// Finish reports that the jobs were claimed by a round trip that
+	// recorded outcomes (queue.FinishClaimer), into the limit slots they
+	// freed, rather than by a fetch loop: counting Jobs over every call
+	// counts every job this worker claimed, as Stats.Claimed does.
+	Finish bool
 }
 
 // FinishInfo describes one round trip that recorded outcomes.
@@ -85,7 +101,8 @@ type FinishInfo struct {
 	Jobs, Stale int
 	// Claimed is how many jobs the round trip claimed for this worker,
 	// into the limit slots its outcomes freed (queue.FinishClaimer); they
-	// count in Stats.Claimed too.
+	// count in Stats.Claimed too, and the Claim hook reports them per
+	// queue (ClaimInfo.Finish).
 	Claimed  int
 	Duration time.Duration
 	Err      error

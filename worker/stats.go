@@ -4,7 +4,8 @@ import "sync/atomic"
 
 // Stats counts what a worker did since it was created.
 type Stats struct {
-	// Claimed counts jobs claimed.
+	// Claimed counts jobs claimed: by the fetch loops, by RunOne, and by
+	// round trips that recorded outcomes (FinishInfo.Claimed).
 	Claimed int64
 	// Completed counts completions the backend applied.
 	Completed int64

@@ -205,6 +205,12 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 		return ctx
 	}
 	wcfg.Hooks.Claim = func(ctx context.Context, ci worker.ClaimInfo) {
+		if ci.Finish {
+			// Outcomes claim only under a limit, which this mode refuses
+			// (limitBench.validate); their round trip would be an outcome
+			// batch's, not a claim's to time.
+			return
+		}
 		now := time.Now().UnixNano()
 		trace.claim(now, ci.Duration)
 		if now < warmFrom.Load() {
