@@ -16,6 +16,11 @@ type ClaimParams struct {
 	Lease time.Duration
 	// WorkerID names the claimer in the job's AttemptedBy.
 	WorkerID string
+	// DependencyTraces asks for the Job.DependencyTraces of the workflow
+	// tasks claimed, which cost a read of their dependencies' rows. The
+	// worker asks when its Hooks.TaskTrace is set, as telemetry's is;
+	// without it they are nil.
+	DependencyTraces bool
 }
 
 // Backend is what a worker needs from a queue. Implementations must be safe

@@ -226,7 +226,7 @@ func (w *Worker) fetchLoop(ctx context.Context, f *queueFetch, helper bool) {
 		// Jobs it returns go to the runners, which drain before Stop ends.
 		claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease)
 		claimStart := time.Now()
-		jobs, err := w.backend.Claim(claimCtx, queue.ClaimParams{Queue: f.name, Limit: limit, Lease: w.cfg.Lease, WorkerID: w.cfg.ID})
+		jobs, err := w.backend.Claim(claimCtx, w.claimParams(f.name, limit))
 		cancelClaim()
 		took := time.Since(claimStart)
 		if w.cfg.Hooks.Claim != nil {
@@ -281,4 +281,13 @@ func (w *Worker) fetchLoop(ctx context.Context, f *queueFetch, helper bool) {
 		case <-poll.C:
 		}
 	}
+}
+
+// claimParams is what a claim of up to limit jobs of queue q asks. The
+// traces of a workflow task's dependencies are read only for a worker
+// whose Hooks.TaskTrace is set: telemetry, which links a task's attempt to
+// theirs, sets it, and without it the read is a probe per dependency for
+// nothing.
+func (w *Worker) claimParams(q string, limit int) queue.ClaimParams {
+	return queue.ClaimParams{Queue: q, Limit: limit, Lease: w.cfg.Lease, WorkerID: w.cfg.ID, DependencyTraces: w.cfg.Hooks.TaskTrace != nil}
 }

@@ -39,7 +39,9 @@ type Hooks struct {
 	// task's attempt completes; what it returns (a W3C traceparent, or nil)
 	// is stored with the fenced completion (queue.Finish.Trace), and the
 	// task's dependents carry it (queue.Job.DependencyTraces): telemetry
-	// links their attempt spans to this attempt's.
+	// links their attempt spans to this attempt's. A worker with it set
+	// reads, with each workflow task it claims, its dependencies' traces;
+	// without it, Job.DependencyTraces is nil.
 	TaskTrace func(ctx context.Context) []byte
 }
 

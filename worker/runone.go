@@ -81,7 +81,7 @@ func (w *Worker) RunOne(ctx context.Context, q string) (*Ran, error) {
 		}
 	}
 	claimStart := time.Now()
-	jobs, err := w.backend.Claim(ctx, queue.ClaimParams{Queue: q, Limit: 1, Lease: w.cfg.Lease, WorkerID: w.cfg.ID})
+	jobs, err := w.backend.Claim(ctx, w.claimParams(q, 1))
 	if err != nil {
 		return nil, fmt.Errorf("jobfence: worker: run one: claim from queue %q: %w", q, err)
 	}

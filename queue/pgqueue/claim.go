@@ -41,8 +41,9 @@ import (
 // complete and the claim commits whether or not anyone reads it
 // (TestSilentSmallClaimer): its jobs then hold a lease, and a claim whose
 // reply or fetch never reaches its claimer is rescued when that lease
-// expires. A workflow task's row (depends_on set) never comes in the
-// reply: its dependencies' traces (claimedSQL) have no bound here. The
+// expires. A workflow task's row (depends_on set) comes in the reply only
+// when its dependencies' traces are not wanted ($9 false): they have no
+// bound here, and claimedSQL reads them. The
 // update returns whole rows (u.job) only when it took at most $7 jobs, so
 // that a large claim copies none.
 //
@@ -208,7 +209,7 @@ SELECT ` + claimReplyNulls + `, (SELECT fence FROM f), array_agg(u.id ORDER BY u
 UNION ALL
 SELECT ` + jobColumns + `, NULL, NULL, NULL FROM (SELECT (u.job).* FROM u) j
 WHERE (SELECT count(*) FROM u) <= $7
-  AND (SELECT bool_and(j.depends_on IS NULL) AND sum(` + claimRowBytes + `) <= $8 FROM (SELECT (u.job).* FROM u) j)`
+  AND (SELECT (NOT $9::boolean OR bool_and(j.depends_on IS NULL)) AND sum(` + claimRowBytes + `) <= $8 FROM (SELECT (u.job).* FROM u) j)`
 
 // claimedSQL reads the jobs that a claim ($2 the fence) took, by the
 // ctids ($1) of the row versions the claim wrote: one heap visit a job
@@ -248,26 +249,28 @@ const (
 )
 
 // claimRowBytes bounds from above the size on the wire of a claimed job's
-// row (jobColumns of u, alias j, with the summary's NULLs) that has no
-// depends_on: the variable columns' lengths (a jsonb's binary form is its
-// text and a version byte; an array element costs its length and 8 bytes
-// of header at most), and 400 bytes for the row's header, the columns'
+// row (jobColumns of u, alias j, with the summary's NULLs): the variable
+// columns' lengths (a jsonb's binary form is its text and a version byte;
+// a text array's element costs its length and 8 bytes of header at most,
+// a bigint array's 21 bytes, its text form's longest, and 24 for the
+// array's header), and 400 bytes for the row's header, the columns'
 // lengths and the fixed-size columns (about 260).
 const claimRowBytes = `octet_length(j.queue) + octet_length(j.kind) + octet_length(j.args::text) + octet_length(j.errors::text)
         + octet_length(j.metadata::text) + coalesce(octet_length(j.output::text), 0) + coalesce(octet_length(j.unique_key), 0)
         + coalesce(octet_length(j.task_name), 0) + coalesce(octet_length(j.trace_context), 0)
         + coalesce(octet_length(j.limit_name), 0) + coalesce(octet_length(j.limit_part), 0)
-        + coalesce(octet_length(array_to_string(j.attempted_by, '')), 0) + 8 * coalesce(cardinality(j.attempted_by), 0) + 400`
+        + coalesce(octet_length(array_to_string(j.attempted_by, '')), 0) + 8 * coalesce(cardinality(j.attempted_by), 0)
+        + coalesce(21 * cardinality(j.depends_on) + 24, 0) + 400`
 
 // claimReplyNulls fills the job columns of the claim's summary row: one
 // NULL for each of jobColumns.
 const claimReplyNulls = `NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL`
 
 // dependencyTraces reads, for a claimed workflow task, the run traces of
-// its first queue.MaxDependencyTraces dependencies (queue.Job.
-// DependencyTraces, $3 of them at most): a primary-key probe each, for a
-// workflow task only.
-const dependencyTraces = `CASE WHEN j.depends_on IS NOT NULL THEN ARRAY(
+// its first $3 dependencies (queue.Job.DependencyTraces, at most
+// queue.MaxDependencyTraces; 0 when the claimer does not want them): a
+// primary-key probe each, for a workflow task only.
+const dependencyTraces = `CASE WHEN j.depends_on IS NOT NULL AND $3::int > 0 THEN ARRAY(
     SELECT convert_from(d.run_trace, 'UTF8') FROM jobfence_jobs d
     WHERE d.id = ANY(j.depends_on[1:$3::int]) AND d.run_trace IS NOT NULL ORDER BY d.id) END`
 
@@ -286,9 +289,7 @@ func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, 
 	if own {
 		defer pace.done(turn)
 	}
-	args := []any{p.Queue, p.Limit, p.Lease.Microseconds(), p.WorkerID, pace.headInterval().Microseconds(),
-		pace.headRetryInterval().Microseconds(), claimInlineJobs, claimInlineBytes}
-	jobs, took, err := c.claim(ctx, p.Queue, turn, args...)
+	jobs, took, err := c.claim(ctx, p.Queue, turn, p.DependencyTraces, claimArgs(p, pace)...)
 	if err != nil {
 		return nil, err
 	}
@@ -296,12 +297,19 @@ func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, 
 	return jobs, nil
 }
 
+// claimArgs are claimSQL's arguments for p, its queue paced by pace.
+func claimArgs(p queue.ClaimParams, pace *claimPace) []any {
+	return []any{p.Queue, p.Limit, p.Lease.Microseconds(), p.WorkerID, pace.headInterval().Microseconds(),
+		pace.headRetryInterval().Microseconds(), claimInlineJobs, claimInlineBytes, p.DependencyTraces}
+}
+
 // claim takes turn (claimTurnSQL), runs claimSQL, then, unless the reply
-// held them, claimedSQL for the jobs it took, and reports how long it took
+// held them, claimedSQL for the jobs it took (with their dependencies'
+// traces if traces), and reports how long it took
 // from its turn on (the wait for the turn is not the claim's cost: counted
 // in, a fleet's claims seemed slow and read from the start only every few
 // seconds). A claim that waited claimTurnWait for its turn runs without it.
-func (c *Client) claim(ctx context.Context, q string, turn int, args ...any) (jobs []*queue.Job, took time.Duration, err error) {
+func (c *Client) claim(ctx context.Context, q string, turn int, traces bool, args ...any) (jobs []*queue.Job, took time.Duration, err error) {
 	fail := func(err error) ([]*queue.Job, time.Duration, error) {
 		return nil, 0, fmt.Errorf("pgqueue: claim from %q: %w", q, err)
 	}
@@ -357,7 +365,7 @@ func (c *Client) claim(ctx context.Context, q string, turn int, args ...any) (jo
 		// From here the jobs are ours, leased: if a read fails, they are
 		// rescued when the lease expires, as the jobs of a claimer that
 		// died.
-		if byID, err = readClaimed(ctx, conn, *reply.fence, reply.ids, reply.ctids); err != nil {
+		if byID, err = readClaimed(ctx, conn, *reply.fence, reply.ids, reply.ctids, traces); err != nil {
 			return fail(err)
 		}
 	}
@@ -411,11 +419,15 @@ const claimJobColumns = 27
 
 // readClaimed reads the jobs (ids, their row versions ctids) that a claim
 // under fence took, after it committed: by ctid, and by ID those whose
-// row has moved since.
-func readClaimed(ctx context.Context, conn *pgxpool.Conn, fence int64, ids []int64, ctids []pgtype.TID) (map[int64]*queue.Job, error) {
+// row has moved since; with traces, a task's dependencies' traces too.
+func readClaimed(ctx context.Context, conn *pgxpool.Conn, fence int64, ids []int64, ctids []pgtype.TID, traces bool) (map[int64]*queue.Job, error) {
 	byID := make(map[int64]*queue.Job, len(ids))
+	maxTraces := 0
+	if traces {
+		maxTraces = queue.MaxDependencyTraces
+	}
 	read := func(sql string, keys any) error {
-		rows, err := conn.Query(ctx, sql, keys, fence, queue.MaxDependencyTraces)
+		rows, err := conn.Query(ctx, sql, keys, fence, maxTraces)
 		if err != nil {
 			return err
 		}

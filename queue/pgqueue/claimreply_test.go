@@ -147,3 +147,69 @@ func TestSilentSmallClaimer(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimReadsDependencyTracesOnlyWhenAsked: a claimer that asks for
+// its tasks' dependencies' traces gets them, read after the claim (they
+// have no bound in its reply); one that does not gets none, and a small
+// claim of tasks then comes in the claim's own reply, with no read after.
+func TestClaimReadsDependencyTracesOnlyWhenAsked(t *testing.T) {
+	db := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rc readCounter
+	cfg.ConnConfig.Tracer = &rc
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	c := pgqueue.New(pool, pgqueue.Config{})
+	const trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+	for _, tt := range []struct {
+		name   string
+		traces bool
+		reads  int64
+	}{
+		{"traces asked", true, 1},
+		{"traces not asked", false, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			q := strings.ReplaceAll(tt.name, " ", "-")
+			if _, err := c.InsertWorkflow(ctx, queue.WorkflowParams{Name: q, Tasks: []queue.WorkflowTask{
+				task("root", q), task("a", q, "root"), task("b", q, "root"),
+			}}); err != nil {
+				t.Fatal(err)
+			}
+			root := claim(t, c, q, 10, time.Minute)
+			if len(root) != 1 {
+				t.Fatalf("claimed %d tasks, want the root alone", len(root))
+			}
+			finish(t, c, queue.Finish{Lease: root[0].Lease(), Outcome: queue.OutcomeComplete, Workflow: true, Trace: []byte(trace)})
+			before := rc.reads.Load()
+			got, err := c.Claim(ctx, queue.ClaimParams{Queue: q, Limit: 10, Lease: time.Minute, WorkerID: "w", DependencyTraces: tt.traces})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 2 {
+				t.Fatalf("claimed %d tasks, want a and b", len(got))
+			}
+			if reads := rc.reads.Load() - before; reads != tt.reads {
+				t.Errorf("the claim read its jobs %d times after it committed, want %d", reads, tt.reads)
+			}
+			for _, j := range got {
+				var want []string
+				if tt.traces {
+					want = []string{trace}
+				}
+				if !reflect.DeepEqual(j.DependencyTraces, want) || !reflect.DeepEqual(j.DependsOn, []int64{root[0].ID}) {
+					t.Errorf("task %s: traces %q and dependencies %v, want %q and [%d]", j.TaskName, j.DependencyTraces, j.DependsOn, want, root[0].ID)
+				}
+			}
+		})
+	}
+}

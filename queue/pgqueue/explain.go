@@ -46,10 +46,7 @@ func (c *Client) ExplainClaim(ctx context.Context, p queue.ClaimParams) (ClaimPl
 	}
 	defer tx.Rollback(context.Background())
 	var raw []byte
-	pace := c.paces.get(p.Queue)
-	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+claimSQL,
-		p.Queue, p.Limit, p.Lease.Microseconds(), p.WorkerID, pace.headInterval().Microseconds(),
-		pace.headRetryInterval().Microseconds(), claimInlineJobs, claimInlineBytes).Scan(&raw)
+	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+claimSQL, claimArgs(p, c.paces.get(p.Queue))...).Scan(&raw)
 	if err != nil {
 		return ClaimPlan{}, fmt.Errorf("pgqueue: explain claim: %w", err)
 	}

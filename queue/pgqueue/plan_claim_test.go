@@ -59,7 +59,7 @@ func TestClaimPlan(t *testing.T) {
 			// the generic plan that a prepared statement (pgx's default
 			// mode, directly) settles on after five runs.
 			var raw []byte
-			args := []any{pgx.QueryExecModeDescribeExec, "default", 1000, time.Minute.Microseconds(), "w", (250 * time.Millisecond).Microseconds(), (20 * time.Millisecond).Microseconds(), 32, 16 << 10}
+			args := []any{pgx.QueryExecModeDescribeExec, "default", 1000, time.Minute.Microseconds(), "w", (250 * time.Millisecond).Microseconds(), (20 * time.Millisecond).Microseconds(), 32, 16 << 10, false}
 			conn, err := db.Pool.Acquire(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -74,7 +74,7 @@ func TestClaimPlan(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer conn.Exec(context.Background(), "DEALLOCATE claim")
-				err = conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE claim('default', 1000, 60000000, 'w', 250000, 20000, 32, 16384)", pgx.QueryExecModeSimpleProtocol).Scan(&raw)
+				err = conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE claim('default', 1000, 60000000, 'w', 250000, 20000, 32, 16384, false)", pgx.QueryExecModeSimpleProtocol).Scan(&raw)
 			} else {
 				err = conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+pgqueue.ClaimSQL, args...).Scan(&raw)
 			}
