@@ -116,10 +116,6 @@ type Client struct {
 	refills refills
 	// routes remembers which limits' grants need grantSQL.
 	routes grantRoutes
-	// twoRoundTrips has Enqueue send every insert's wake-up after the
-	// insert's reply, as before enqueueAndWake; only the benchmark that
-	// compares the two sets it.
-	twoRoundTrips bool
 }
 
 // New returns a Client on pool. The pool's search_path decides the schema

@@ -128,12 +128,21 @@ const (
 // already holds, nothing is inserted and the result names the existing
 // job with Inserted false.
 func (c *Client) Enqueue(ctx context.Context, p queue.EnqueueParams) (queue.EnqueueResult, error) {
+	return c.enqueueOne(ctx, p, oneRoundTrip(p))
+}
+
+// enqueueOne is Enqueue, sending p's insert and its wake-up in one round
+// trip (enqueueAndWake) when oneTrip is set, which oneRoundTrip(p) must
+// allow, else in two (the insert, then the wake-up if the job is ready).
+// Enqueue sets it wherever p allows; BenchmarkEnqueue also enqueues with
+// it unset, to measure what the one round trip saves.
+func (c *Client) enqueueOne(ctx context.Context, p queue.EnqueueParams, oneTrip bool) (queue.EnqueueResult, error) {
 	var res queue.EnqueueResult
 	_, err := queue.Observe(ctx, c.cfg.InsertHook, []queue.EnqueueParams{p}, func(ctx context.Context, meta map[string]string) (int64, error) {
 		var ready bool
 		var err error
 		var lim *partition
-		if !c.twoRoundTrips && oneRoundTrip(p) {
+		if oneTrip {
 			res, lim, err = c.enqueueAndWake(ctx, p, meta)
 		} else {
 			res, ready, lim, err = enqueue(ctx, c.pool, p, meta, "")

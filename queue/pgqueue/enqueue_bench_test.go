@@ -36,7 +36,10 @@ func BenchmarkEnqueue(b *testing.B) {
 			app := "bench-enqueue-" + mode.name
 			pool := pgtest.AppPool(b, db, app, 9)
 			c := pgqueue.New(pool, pgqueue.Config{})
-			pgqueue.SetTwoRoundTrips(c, mode.twoRoundTrips)
+			enqueueOne := c.Enqueue
+			if mode.twoRoundTrips {
+				enqueueOne = pgqueue.TwoRoundTripEnqueue(c)
+			}
 			q := "bench-" + db.Schema
 			ln, err := pool.Acquire(ctx)
 			if err != nil {
@@ -61,7 +64,7 @@ func BenchmarkEnqueue(b *testing.B) {
 				for range producers {
 					wg.Go(func() {
 						for next.Add(1) <= n {
-							if _, err := c.Enqueue(ctx, queue.EnqueueParams{Queue: q, Kind: "k", Args: []byte(`{"at":1}`)}); err != nil {
+							if _, err := enqueueOne(ctx, queue.EnqueueParams{Queue: q, Kind: "k", Args: []byte(`{"at":1}`)}); err != nil {
 								b.Error(err)
 								return
 							}

@@ -1,5 +1,11 @@
 package pgqueue
 
+import (
+	"context"
+
+	"github.com/jobfence/jobfence/queue"
+)
+
 // The statements that join jobs to arrays of IDs, for the tests that
 // EXPLAIN them (plan_test.go).
 var (
@@ -42,7 +48,11 @@ var FinishedColumns = finishedColumns
 // PartitionName names a finished-jobs partition of [lo, hi).
 var PartitionName = partitionName
 
-// SetTwoRoundTrips has Enqueue send every wake-up after its insert's
-// reply (on) or, where it can, in the insert's round trip (off, the
-// default), for the benchmark that compares the two.
-func SetTwoRoundTrips(c *Client, on bool) { c.twoRoundTrips = on }
+// TwoRoundTripEnqueue is c's Enqueue sending every wake-up after its
+// insert's reply, never in the insert's round trip, for the benchmark
+// that compares the two.
+func TwoRoundTripEnqueue(c *Client) func(context.Context, queue.EnqueueParams) (queue.EnqueueResult, error) {
+	return func(ctx context.Context, p queue.EnqueueParams) (queue.EnqueueResult, error) {
+		return c.enqueueOne(ctx, p, false)
+	}
+}
