@@ -62,6 +62,21 @@ type Maintainer interface {
 	Prune(ctx context.Context, retention time.Duration, limit int) (int, error)
 }
 
+// SessionReaper is implemented by backends whose database can be left
+// holding a transaction open by a client that stopped in the middle of
+// sending a statement or a batch of them (frozen by SIGSTOP or a paused
+// VM, or cut off): the server then waits for the rest with the
+// transaction's locks held, and no idle bound of the server's ends it.
+// Every worker calls it at each rescue (worker.Config.RescueInterval);
+// any number of instances may run it at once.
+type SessionReaper interface {
+	// EndStalledSessions ends the sessions that have waited for their
+	// client, mid-statement or mid-batch and holding locks on the queue's
+	// tables, for longer than the backend's bound, and returns how many it
+	// ended.
+	EndStalledSessions(ctx context.Context) (int, error)
+}
+
 // FinishedMaintainer is implemented by backends that keep finished jobs
 // in time partitions, dropped whole once older than the retention, rather
 // than deleting them row by row (pgqueue: jobfence_jobs_finished). Every

@@ -17,7 +17,9 @@ const (
 // maintenanceLoop rescues expired jobs and prunes old final ones, and,
 // with a backend that keeps finished jobs in partitions
 // (queue.FinishedMaintainer), creates and drops those as it starts and
-// before each prune.
+// before each prune. With each rescue it ends the database sessions left
+// holding the queue's locks by a client that stopped mid-batch
+// (queue.SessionReaper).
 // Every worker runs it; the backend's SKIP LOCKED batches and bounded DDL
 // keep instances off each other's rows and locks, so there is no leader
 // to elect or lose.
@@ -46,6 +48,7 @@ func (w *Worker) maintenanceLoop(ctx context.Context, m queue.Maintainer) {
 				}
 				return n, err
 			})
+			w.endStalledSessions(ctx, m)
 			rescue.Reset(jitter(w.cfg.RescueInterval))
 		case <-prune.C:
 			w.maintainFinished(ctx, m, &partitions)
@@ -54,6 +57,21 @@ func (w *Worker) maintenanceLoop(ctx context.Context, m queue.Maintainer) {
 			})
 			prune.Reset(jitter(w.cfg.PruneInterval))
 		}
+	}
+}
+
+// endStalledSessions runs the backend's queue.SessionReaper once, if it
+// has one: the sessions it ends are logged by the backend and counted in
+// Stats.EndedSessions.
+func (w *Worker) endStalledSessions(ctx context.Context, m queue.Maintainer) {
+	r, ok := m.(queue.SessionReaper)
+	if !ok {
+		return
+	}
+	n, err := r.EndStalledSessions(ctx)
+	w.stats.endedSessions.Add(int64(n))
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("jobfence: maintenance failed; will try again", "task", "stalled sessions", "err", err)
 	}
 }
 

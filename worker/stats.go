@@ -51,11 +51,16 @@ type Stats struct {
 	// rate's window freed a slot; RefillErrors the grants for them that
 	// failed (the grant pass tries again).
 	Refilled, RefillErrors int64
+	// EndedSessions counts database sessions this worker's maintenance
+	// ended because they held the queue's locks while they waited, in the
+	// middle of a batch, for a client that had stopped sending
+	// (queue.SessionReaper).
+	EndedSessions int64
 }
 
 type counters struct {
 	claimed, completed, retried, discarded, snoozed, unknownKind, cancelled, stale, lost, stuck, stuckRunning, panics,
-	fetchErrors, finishErrors, rescued, pruned, promoted, refilled, refillErrors atomic.Int64
+	fetchErrors, finishErrors, rescued, pruned, promoted, refilled, refillErrors, endedSessions atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
@@ -65,6 +70,6 @@ func (c *counters) snapshot() Stats {
 		Stale: c.stale.Load(), Lost: c.lost.Load(), Stuck: c.stuck.Load(), StuckRunning: c.stuckRunning.Load(),
 		Panics: c.panics.Load(), FetchErrors: c.fetchErrors.Load(), FinishErrors: c.finishErrors.Load(),
 		Rescued: c.rescued.Load(), Pruned: c.pruned.Load(), Promoted: c.promoted.Load(),
-		Refilled: c.refilled.Load(), RefillErrors: c.refillErrors.Load(),
+		Refilled: c.refilled.Load(), RefillErrors: c.refillErrors.Load(), EndedSessions: c.endedSessions.Load(),
 	}
 }

@@ -590,3 +590,41 @@ func TestConfigErrors(t *testing.T) {
 	}()
 	worker.Add(reg, func(ctx context.Context, job *worker.Job[effectArgs]) error { return nil })
 }
+
+// TestJobHeldByAStalledSessionIsRescued: a client froze after sending
+// part of a batch that updates a running job's row (its BEGIN and the
+// update, not the rest), and the job's worker died. The stalled session
+// holds the row, which the rescuer's SKIP LOCKED passes over, and no
+// timeout of PostgreSQL's ends it: the job would stay running for as long
+// as the client stays frozen. The worker's maintenance ends the session
+// once it has waited pgqueue.Config.StalledSession, counts it, and the
+// job is rescued and runs.
+func TestJobHeldByAStalledSessionIsRescued(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
+	res, err := c.Insert(ctx, effectArgs{N: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := c.Claim(ctx, queue.ClaimParams{Queue: "default", Limit: 1, Lease: 200 * time.Millisecond, WorkerID: "killed"})
+	if err != nil || len(dead) != 1 {
+		t.Fatalf("claim: %v %v", dead, err)
+	}
+	stalled := pgtest.StallMidBatch(t, db, "BEGIN", fmt.Sprintf("UPDATE jobfence_jobs SET priority = priority WHERE id = %d", res.ID))
+	var ran atomic.Int64
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[effectArgs]) error { ran.Add(1); return nil })
+	w := startWorker(t, pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quietLogger(), StalledSession: time.Second}), reg,
+		worker.Config{RescueInterval: 100 * time.Millisecond, PollInterval: 100 * time.Millisecond})
+	testwatch.WaitFor(t, 30*time.Second, "the job held by the stalled session to complete", func() bool {
+		return stateOf(t, c, res.ID).State == queue.StateCompleted
+	})
+	var gone bool
+	if err := db.Pool.QueryRow(ctx, `SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)`, int32(stalled)).Scan(&gone); err != nil {
+		t.Fatal(err)
+	}
+	if s := w.Stats(); !gone || s.EndedSessions != 1 || s.Rescued != 1 || ran.Load() != 1 {
+		t.Fatalf("stalled session gone %v; stats %+v; ran %d: want it gone, one session ended, one job rescued and run once", gone, s, ran.Load())
+	}
+}

@@ -73,6 +73,14 @@ type Config struct {
 	// were still open: the jobs they insert later are not governed). Zero
 	// means DefaultLimitSettle (5s).
 	LimitSettle time.Duration
+	// StalledSession bounds how long a session may wait for its client in
+	// the middle of a statement or a batch, inside a transaction holding a
+	// lock on jobfence's tables, before a worker's maintenance ends it
+	// (EndStalledSessions): a client frozen or cut off after sending only
+	// part of a batch leaves its transaction open with no idle bound of
+	// PostgreSQL's to end it. Zero means DefaultStalledSession (30s); a
+	// negative value turns the check off.
+	StalledSession time.Duration
 }
 
 // DefaultTxReserve is the default of Config.TxReserve: one connection for
@@ -90,6 +98,7 @@ var (
 	_ queue.PauseWatcher  = (*Client)(nil)
 	_ queue.Registrar     = (*Client)(nil)
 	_ queue.FinishClaimer = (*Client)(nil)
+	_ queue.SessionReaper = (*Client)(nil)
 )
 
 // Client enqueues, claims and finishes jobs in PostgreSQL. It implements
@@ -116,6 +125,8 @@ type Client struct {
 	refills refills
 	// routes remembers which limits' grants need grantSQL.
 	routes grantRoutes
+	// stalled remembers the sessions EndStalledSessions found waiting.
+	stalled stalledSessions
 }
 
 // New returns a Client on pool. The pool's search_path decides the schema
@@ -132,6 +143,9 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 	}
 	if cfg.LimitSettle <= 0 {
 		cfg.LimitSettle = DefaultLimitSettle
+	}
+	if cfg.StalledSession == 0 {
+		cfg.StalledSession = DefaultStalledSession
 	}
 	c := &Client{pool: pool, cfg: cfg}
 	c.refills.wake = make(chan struct{}, 1)

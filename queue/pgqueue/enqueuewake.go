@@ -38,11 +38,12 @@ func oneRoundTrip(p queue.EnqueueParams) bool {
 // and send a second statement. A batch ends with one Sync, so PgBouncer
 // in transaction mode keeps it on one server connection.
 //
-// The server runs the batch to its end without waiting for this client;
-// the bound covers a client frozen while the batch was only partly sent,
-// whose open transaction would otherwise hold what it read (the limits'
-// table, which a migration may wait to lock) for as long as it stays
-// frozen. A failed insert skips the wake-up (the server skips the rest of
+// The server runs the batch to its end without waiting for this client.
+// A client frozen or cut off while the batch was only partly sent leaves
+// its transaction open, holding what it read (the limits' table, which a
+// migration may wait to lock) and wrote, with no idle bound of the
+// server's to end it (see batchBoundsSQL): a worker's maintenance ends
+// such a session (EndStalledSessions). A failed insert skips the wake-up (the server skips the rest of
 // a batch after an error). A wake-up that fails is logged, as
 // wakeAfterCommit's is: the job is committed.
 func (c *Client) enqueueAndWake(ctx context.Context, p queue.EnqueueParams, meta map[string]string) (queue.EnqueueResult, *partition, error) {

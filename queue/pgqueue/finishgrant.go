@@ -14,9 +14,12 @@ import (
 
 // batchBoundsSQL bounds a transaction that a batch opens with BEGIN (the
 // outcomes' in finishAndGrant, an insert's in enqueueAndWake), as
-// boundedTx bounds one sent statement by statement: a client frozen while
-// its batch was only partly sent holds what the transaction locked
-// txbound.Idle at most.
+// boundedTx bounds one sent statement by statement: each lock wait, and
+// the transaction's idle time if it is ever left idle. PostgreSQL arms
+// the idle bound only once a whole batch has been answered, so a client
+// frozen or cut off after sending part of a batch holds what the
+// transaction locked until a worker's maintenance ends its session
+// (EndStalledSessions, Config.StalledSession).
 var batchBoundsSQL = txbound.Bounds(txbound.Idle, txbound.LockWait)
 
 // heldPartitions returns the limit partitions that the jobs of fs held a
