@@ -18,7 +18,8 @@ const DefaultStalledSession = 30 * time.Second
 // stalledSessionsSQL lists the sessions of this database that wait for
 // their client (ClientRead) while a statement of theirs is active, inside
 // a transaction that holds a lock on one of this schema's jobfence tables
-// or indexes, with what shows their progress: when their state last
+// or indexes, or a queue's claim turn (claimTurnSQL's advisory lock,
+// keyed by the jobs table), with what shows their progress: when their state last
 // changed (each statement of a batch changes it as it starts) and the
 // bytes a COPY has read.
 //
@@ -39,10 +40,11 @@ WHERE a.pid <> pg_backend_pid() AND a.datname = current_database()
   AND a.state = 'active' AND a.wait_event_type = 'Client' AND a.wait_event = 'ClientRead'
   AND a.xact_start IS NOT NULL
   AND EXISTS (
-      SELECT FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+      SELECT FROM pg_locks l LEFT JOIN pg_class c ON c.oid = l.relation
       WHERE l.pid = a.pid AND l.granted
-        AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'jobfence_jobs'::regclass)
-        AND c.relname LIKE 'jobfence\_%')`
+        AND (c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'jobfence_jobs'::regclass)
+             AND c.relname LIKE 'jobfence\_%'
+          OR l.locktype = 'advisory' AND l.classid = 'jobfence_jobs'::regclass::oid AND l.objsubid = 2))`
 
 // endStalledSQL ends session $1 if it is still the one seen ($2 its
 // start) and still waiting where it was seen ($3 its state's change, $4

@@ -27,7 +27,8 @@ func alive(t *testing.T, db *pgtest.DB, pid uint32) bool {
 // session waiting with the row locked, and no timeout of the server's
 // ends it, the idle bound included. EndStalledSessions ends it once it
 // has been seen waiting there for Config.StalledSession, not at the first
-// sight, and the row is free again. It leaves alone a session idle in a
+// sight, and the row is free again; so is one stopped after it took a
+// queue's claim turn. It leaves alone a session idle in a
 // transaction holding the same table (the idle bound's), and one stalled
 // mid-batch holding nothing of jobfence's.
 func TestStalledSessionIsEnded(t *testing.T) {
@@ -48,6 +49,9 @@ func TestStalledSessionIsEnded(t *testing.T) {
 		"BEGIN",
 		"SELECT set_config('idle_in_transaction_session_timeout', '500', true)",
 		"UPDATE jobfence_jobs SET priority = priority WHERE id = "+strconv.FormatInt(ids[0], 10))
+	// A claim's batch stopped after it took its queue's claim turn.
+	turn := pgtest.StallMidBatch(t, db, "BEGIN",
+		"SELECT pg_advisory_xact_lock('jobfence_jobs'::regclass::oid::int, hashtext('default') # 0)")
 	elsewhere := pgtest.StallMidBatch(t, db, "BEGIN", "SELECT count(*) FROM pg_class")
 	idle, err := db.Pool.Begin(ctx)
 	if err != nil {
@@ -72,16 +76,16 @@ func TestStalledSessionIsEnded(t *testing.T) {
 		t.Fatalf("the first look ended %d sessions, want none: a session is ended only once seen stalled for the bound", first)
 	}
 	ended := 0
-	testwatch.WaitFor(t, 30*time.Second, "the stalled session to be ended", func() bool {
+	testwatch.WaitFor(t, 30*time.Second, "the stalled sessions to be ended", func() bool {
 		n, err := c.EndStalledSessions(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ended += n
-		return !alive(t, db, stalled)
+		return !alive(t, db, stalled) && !alive(t, db, turn)
 	})
-	if ended != 1 {
-		t.Fatalf("EndStalledSessions ended %d sessions, want the stalled one", ended)
+	if ended != 2 {
+		t.Fatalf("EndStalledSessions ended %d sessions, want the two stalled holding jobfence's locks", ended)
 	}
 	if !alive(t, db, elsewhere) {
 		t.Fatal("a session stalled mid-batch holding nothing of jobfence's was ended")
