@@ -42,7 +42,9 @@ func TestTxIdleTimeoutSpendsTheAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const lease = 500 * time.Millisecond
+	// Long enough that heartbeats (every lease/3) keep the job on a
+	// loaded machine: a missed lease ends the attempt another way.
+	const lease = 1500 * time.Millisecond
 	var runs atomic.Int64
 	reg := worker.NewRegistry()
 	worker.AddTx(reg, func(ctx context.Context, tx pgx.Tx, job *worker.Job[effectArgs]) error {
