@@ -31,6 +31,24 @@ func (r *readCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Tr
 
 func (r *readCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// countingClient returns a client on db whose pool counts the reads of
+// claimed jobs after their claim.
+func countingClient(t *testing.T, db *pgtest.DB) (*pgqueue.Client, *readCounter) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &readCounter{}
+	cfg.ConnConfig.Tracer = rc
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pgqueue.New(pool, pgqueue.Config{}), rc
+}
+
 // TestSmallClaimRepliesWithItsJobs: a claim of a few small jobs gets their
 // rows in its own reply, with no read after it; a claim of many jobs, or
 // of jobs whose rows are large, reads them after it committed. Either way
@@ -39,18 +57,7 @@ func TestSmallClaimRepliesWithItsJobs(t *testing.T) {
 	db := pgtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rc readCounter
-	cfg.ConnConfig.Tracer = &rc
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	c := pgqueue.New(pool, pgqueue.Config{})
+	c, rc := countingClient(t, db)
 
 	for _, tt := range []struct {
 		name  string
@@ -156,18 +163,7 @@ func TestClaimReadsDependencyTracesOnlyWhenAsked(t *testing.T) {
 	db := pgtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rc readCounter
-	cfg.ConnConfig.Tracer = &rc
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	c := pgqueue.New(pool, pgqueue.Config{})
+	c, rc := countingClient(t, db)
 	const trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 	for _, tt := range []struct {
