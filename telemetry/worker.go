@@ -31,7 +31,7 @@ type workerTelemetry struct {
 	jobs   seriesCache
 	queues seriesCache
 
-	rescued                   metric.Int64Counter
+	rescued, endedSessions    metric.Int64Counter
 	duration, wait            metric.Float64Histogram
 	claimTime, finishTime     metric.Float64Histogram
 	claimBatch, finishBatch   metric.Int64Histogram
@@ -85,6 +85,12 @@ func Worker(cfg *worker.Config, opts Options) error {
 				prev.Rescue(ctx, n)
 			}
 		},
+		EndedSessions: func(ctx context.Context, n int) {
+			t.endedSessions.Add(ctx, int64(n))
+			if prev.EndedSessions != nil {
+				prev.EndedSessions(ctx, n)
+			}
+		},
 		TaskTrace: func(ctx context.Context) []byte {
 			if b := taskTrace(ctx); b != nil || prev.TaskTrace == nil {
 				return b
@@ -117,6 +123,8 @@ func newWorkerTelemetry(opts Options) (*workerTelemetry, error) {
 		return h
 	}
 	t.rescued = counter("jobfence.jobs.rescued", "Jobs whose lease expired, moved back to run again by this worker.")
+	t.endedSessions = counterOf("{session}", "jobfence.sessions.ended",
+		"Database sessions this worker's maintenance ended because they held the queue's locks while their client, stopped mid-batch, sent nothing.")
 	t.duration = seconds("jobfence.job.duration", "Handler run time of one attempt.")
 	t.wait = seconds("jobfence.job.wait", "Time from when a job became ready (enqueued, scheduled or retried) to when an attempt claimed it, by the backend's clock.")
 	t.claimTime = seconds("jobfence.claim.duration", "Round-trip time of a fetch loop's claim.")

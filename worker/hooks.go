@@ -35,6 +35,10 @@ type Hooks struct {
 	// Rescue is called after every rescue round trip that moved jobs whose
 	// lease had expired, with how many it moved.
 	Rescue func(ctx context.Context, n int)
+	// EndedSessions is called after every maintenance pass that ended
+	// database sessions left holding the queue's locks by a client that
+	// stopped mid-batch (queue.SessionReaper), with how many it ended.
+	EndedSessions func(ctx context.Context, n int)
 	// TaskTrace is called, with the handler's context, when a workflow
 	// task's attempt completes; what it returns (a W3C traceparent, or nil)
 	// is stored with the fenced completion (queue.Finish.Trace), and the

@@ -61,8 +61,8 @@ func (w *Worker) maintenanceLoop(ctx context.Context, m queue.Maintainer) {
 }
 
 // endStalledSessions runs the backend's queue.SessionReaper once, if it
-// has one: the sessions it ends are logged by the backend and counted in
-// Stats.EndedSessions.
+// has one: the sessions it ends are logged by the backend, counted in
+// Stats.EndedSessions and reported to Hooks.EndedSessions.
 func (w *Worker) endStalledSessions(ctx context.Context, m queue.Maintainer) {
 	r, ok := m.(queue.SessionReaper)
 	if !ok {
@@ -70,6 +70,9 @@ func (w *Worker) endStalledSessions(ctx context.Context, m queue.Maintainer) {
 	}
 	n, err := r.EndStalledSessions(ctx)
 	w.stats.endedSessions.Add(int64(n))
+	if n > 0 && w.cfg.Hooks.EndedSessions != nil {
+		w.cfg.Hooks.EndedSessions(ctx, n)
+	}
 	if err != nil && ctx.Err() == nil {
 		w.log.Warn("jobfence: maintenance failed; will try again", "task", "stalled sessions", "err", err)
 	}
