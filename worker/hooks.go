@@ -24,7 +24,8 @@ type Hooks struct {
 	// outcome is known: recorded by the backend, refused as stale, committed
 	// with a transactional handler's transaction, or lost.
 	JobEnd func(ctx context.Context, job *queue.Job, end JobEnd)
-	// Claim is called after every claim round trip of a fetch loop, and,
+	// Claim is called after every claim round trip of a fetch loop or of
+	// RunOne, and,
 	// after a round trip that recorded outcomes and claimed the next jobs
 	// of the limit slots they freed (queue.FinishClaimer), once for each
 	// queue whose next jobs it asked for (ClaimInfo.Finish).

@@ -82,6 +82,9 @@ func (w *Worker) RunOne(ctx context.Context, q string) (*Ran, error) {
 	}
 	claimStart := time.Now()
 	jobs, err := w.backend.Claim(ctx, w.claimParams(q, 1))
+	if w.cfg.Hooks.Claim != nil {
+		w.cfg.Hooks.Claim(ctx, ClaimInfo{Queue: q, Jobs: len(jobs), Duration: time.Since(claimStart), Err: err})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("jobfence: worker: run one: claim from queue %q: %w", q, err)
 	}

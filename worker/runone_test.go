@@ -3,6 +3,8 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
@@ -29,7 +31,17 @@ func TestRunOneRunsOneJobAndRecordsItsOutcome(t *testing.T) {
 		}
 		return nil
 	})
-	w, err := worker.New(client, reg, worker.Config{Queues: map[string]int{"default": 1}})
+	// RunOne's claims reach the Claim hook as a fetch loop's do, the
+	// empty one included.
+	var mu sync.Mutex
+	var claims []worker.ClaimInfo
+	cfg := worker.Config{Queues: map[string]int{"default": 1}}
+	cfg.Hooks.Claim = func(_ context.Context, c worker.ClaimInfo) {
+		mu.Lock()
+		defer mu.Unlock()
+		claims = append(claims, c)
+	}
+	w, err := worker.New(client, reg, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,6 +70,17 @@ func TestRunOneRunsOneJobAndRecordsItsOutcome(t *testing.T) {
 	}
 	if s := w.Stats(); s.Claimed != 2 || s.Completed != 1 || s.Retried != 1 {
 		t.Fatalf("stats %+v; want 2 claimed, 1 completed, 1 retried", s)
+	}
+	mu.Lock()
+	got := slices.Clone(claims)
+	mu.Unlock()
+	if len(got) != 3 || got[0].Jobs != 0 || got[1].Jobs != 1 || got[2].Jobs != 1 {
+		t.Fatalf("the Claim hook saw %+v; want RunOne's three claims: none, then one job twice", got)
+	}
+	for _, c := range got {
+		if c.Queue != "default" || c.Err != nil || c.Finish {
+			t.Fatalf("the Claim hook saw %+v; want claims of queue default, by RunOne, without error", c)
+		}
 	}
 
 	if err := w.Start(ctx); err != nil {
