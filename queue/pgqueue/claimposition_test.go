@@ -9,6 +9,18 @@ import (
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
 
+// claimPaced claims up to n jobs of the default queue, as claim does,
+// with c pacing itself as if its last claim had taken took: an hour keeps
+// the claim from reading the queue's start (the test's own pace on a
+// loaded machine can pass the 250 ms that would), zero lets it read from
+// the start once 250 ms have passed since a claim last did (a slow claim
+// before would stretch that).
+func claimPaced(t *testing.T, c *pgqueue.Client, n int, took time.Duration) []*queue.Job {
+	t.Helper()
+	pgqueue.SetClaimTook(c, "default", took)
+	return claim(t, c, "default", n, time.Minute)
+}
+
 // TestClaimCursor: claims from a backlog start after the jobs claimed
 // before (the queue's claim position); a job of a higher priority than the
 // position's is taken by the next claim; a job of the position's own
@@ -45,12 +57,12 @@ func TestClaimCursor(t *testing.T) {
 	// A job of the cursor's band stamped before it (a put-back, a late
 	// commit) waits for a claim from the start: within the interval.
 	early := enqueue(1, 2, first[0].ScheduledAt)[0]
-	got = claim(t, c, "default", 10, time.Minute)
+	got = claimPaced(t, c, 10, time.Hour)
 	if len(got) != 10 || got[0].ID != ids[19] {
 		t.Fatalf("third claim: %d jobs starting at %d, want 10 from %d (after the cursor)", len(got), got[0].ID, ids[19])
 	}
 	time.Sleep(300 * time.Millisecond)
-	got = claim(t, c, "default", 10, time.Minute)
+	got = claimPaced(t, c, 10, 0)
 	if len(got) != 10 || got[0].ID != early {
 		t.Fatalf("claim after the interval took %d jobs starting at %d, want the early job %d first", len(got), got[0].ID, early)
 	}
@@ -107,12 +119,12 @@ func TestClaimPositionShared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	third := claim(t, a, "default", 10, time.Minute)
+	third := claimPaced(t, a, 10, time.Hour)
 	if len(third) != 10 || third[0].ID != pos+1 {
 		t.Fatalf("a's claim took %d jobs from job %d, want 10 from job %d, after the position", len(third), third[0].ID, pos+1)
 	}
 	time.Sleep(300 * time.Millisecond)
-	if got := claim(t, b, "default", 1, time.Minute); len(got) != 1 || got[0].ID != between.ID {
+	if got := claimPaced(t, b, 1, 0); len(got) != 1 || got[0].ID != between.ID {
 		t.Fatalf("claim from the start took %d jobs, want job %d", len(got), between.ID)
 	}
 }
@@ -143,7 +155,7 @@ func TestClaimWrapMovesPositionBack(t *testing.T) {
 	late := []int64{enqueue(first[0].ScheduledAt), enqueue(first[0].ScheduledAt), enqueue(first[0].ScheduledAt)}
 	// No claim read from the queue's start within the retry interval.
 	time.Sleep(30 * time.Millisecond)
-	got := claim(t, c, "default", 3, time.Minute)
+	got := claimPaced(t, c, 3, time.Hour)
 	if len(got) != 3 || got[0].ID != late[0] || got[1].ID != late[1] || got[2].ID != after {
 		t.Fatalf("claim of 3 took %d jobs, want the late jobs %d and %d, then %d after the position", len(got), late[0], late[1], after)
 	}
