@@ -79,7 +79,8 @@ type Config struct {
 	// (EndStalledSessions): a client frozen or cut off after sending only
 	// part of a batch leaves its transaction open with no idle bound of
 	// PostgreSQL's to end it. Zero means DefaultStalledSession (30s); a
-	// negative value turns the check off.
+	// negative value turns the check off, as a server older than
+	// PostgreSQL 14 does.
 	StalledSession time.Duration
 }
 

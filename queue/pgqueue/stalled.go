@@ -80,6 +80,34 @@ func (s stalledSession) same(o stalledSession) bool {
 type stalledSessions struct {
 	mu   sync.Mutex
 	seen map[int32]stalledSession
+	// version is the server's server_version_num, once read.
+	version int
+}
+
+// minStalledVersion is the oldest server whose sessions EndStalledSessions
+// ends: PostgreSQL 14 added pg_stat_progress_copy, without which a COPY
+// that is still being sent cannot be told from one whose client stopped.
+const minStalledVersion = 140000
+
+// serverVersion returns the server's server_version_num, read once.
+func (c *Client) serverVersion(ctx context.Context) (int, error) {
+	c.stalled.mu.Lock()
+	v := c.stalled.version
+	c.stalled.mu.Unlock()
+	if v != 0 {
+		return v, nil
+	}
+	if err := c.pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&v); err != nil {
+		return 0, err
+	}
+	c.stalled.mu.Lock()
+	defer c.stalled.mu.Unlock()
+	if c.stalled.version == 0 && v < minStalledVersion {
+		c.cfg.Logger.Info("pgqueue: sessions left holding jobfence's locks by a client stopped mid-batch are not ended on this server: it needs PostgreSQL 14 or later",
+			"server_version_num", v)
+	}
+	c.stalled.version = v
+	return v, nil
 }
 
 // observe records the sessions seen at now, keeping the time each was
@@ -117,8 +145,14 @@ func (s *stalledSessions) observe(seen []stalledSession, now time.Time, bound ti
 //
 // Ending another role's session needs membership in that role or in
 // pg_signal_backend: a session this role may not end is logged and left.
+// On a server older than PostgreSQL 14 it ends none (logged once).
 func (c *Client) EndStalledSessions(ctx context.Context) (int, error) {
 	if c.cfg.StalledSession < 0 {
+		return 0, nil
+	}
+	if v, err := c.serverVersion(ctx); err != nil {
+		return 0, fmt.Errorf("pgqueue: find stalled sessions: %w", err)
+	} else if v < minStalledVersion {
 		return 0, nil
 	}
 	rows, err := c.pool.Query(ctx, stalledSessionsSQL)
