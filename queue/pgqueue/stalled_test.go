@@ -2,9 +2,13 @@ package pgqueue_test
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/internal/testwatch"
@@ -122,5 +126,65 @@ func TestStalledSessionCheckOff(t *testing.T) {
 	}
 	if !alive(t, db, stalled) {
 		t.Fatal("the stalled session was ended with the check off")
+	}
+}
+
+// slowRows yields n rows of a COPY into jobfence_jobs, one every gap: a
+// client that is slow, not stopped.
+type slowRows struct {
+	n   int
+	gap time.Duration
+}
+
+func (r *slowRows) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(r.gap)
+	r.n--
+	return copy(p, "default\tk\t{}\n"), nil
+}
+
+// TestSlowCopyIsNotEnded: a COPY whose client sends a row at a time,
+// slower than Config.StalledSession in all but each row's gap, waits for
+// its client most of the time, holding the jobs table; it is making
+// progress (its bytes read grow), and EndStalledSessions leaves it.
+func TestSlowCopyIsNotEnded(t *testing.T) {
+	db := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := pgqueue.New(db.Pool, pgqueue.Config{StalledSession: 1500 * time.Millisecond})
+	conn, err := pgconn.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	const rows = 15
+	copied := make(chan error, 1)
+	go func() {
+		tag, err := conn.CopyFrom(ctx, &slowRows{n: rows, gap: 200 * time.Millisecond}, "COPY jobfence_jobs (queue, kind, args) FROM STDIN")
+		if err == nil && tag.RowsAffected() != rows {
+			err = fmt.Errorf("copied %d rows, want %d", tag.RowsAffected(), rows)
+		}
+		copied <- err
+	}()
+	ended := 0
+	for {
+		select {
+		case err := <-copied:
+			if err != nil {
+				t.Fatalf("the slow COPY: %v", err)
+			}
+			if ended != 0 {
+				t.Fatalf("EndStalledSessions ended %d sessions during a COPY that kept sending", ended)
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		n, err := c.EndStalledSessions(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ended += n
 	}
 }
