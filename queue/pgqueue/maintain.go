@@ -192,14 +192,24 @@ type scanWith struct {
 
 func (s scanWith) Scan(dest ...any) error { return s.row.Scan(append(dest, s.extra)...) }
 
+// pruneSQL deletes up to $2 final jobs finalized more than the retention
+// ($1) ago, oldest first, through jobfence_jobs_finalized. A completed
+// workflow task is kept while a task that depends on it is still in the
+// table and not completed (waiting, running, or failed and retryable from
+// the CLI): its output is what that task reads (TaskOutput), however long
+// it waits. It goes once they have completed or been pruned themselves.
+// The check probes the task's dependents by primary key, and only for a
+// completed task that has some.
 const pruneSQL = `
 DELETE FROM jobfence_jobs WHERE id IN (
-    SELECT id FROM jobfence_jobs
-    WHERE state IN ('completed', 'discarded', 'cancelled')
-      AND finalized_at < now() - $1::bigint * interval '1 microsecond'
-    ORDER BY finalized_at
+    SELECT j.id FROM jobfence_jobs j
+    WHERE j.state IN ('completed', 'discarded', 'cancelled')
+      AND j.finalized_at < now() - $1::bigint * interval '1 microsecond'
+      AND NOT (j.state = 'completed' AND j.dependents IS NOT NULL AND EXISTS (
+          SELECT FROM jobfence_jobs d WHERE d.id = ANY(j.dependents) AND d.state <> 'completed'))
+    ORDER BY j.finalized_at
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF j SKIP LOCKED
 )`
 
 // pruneWorkflowsSQL deletes up to $2 workflows created more than the

@@ -119,3 +119,62 @@ func TestPruneWorkflows(t *testing.T) {
 		t.Fatalf("Append to a pruned workflow: err = %v, want ErrWorkflowNotFound", err)
 	}
 }
+
+// TestPruneKeepsAnOutputADependentWaitsFor: a completed task whose
+// dependent still waits (for another dependency) outlives the retention,
+// so that the dependent reads its output when it runs; once the dependent
+// has completed, the pruner takes both.
+func TestPruneKeepsAnOutputADependentWaitsFor(t *testing.T) {
+	c, db := newClient(t)
+	ctx := context.Background()
+	const q = "keep"
+	res, err := c.InsertWorkflow(ctx, queue.WorkflowParams{Name: "slow", Tasks: []queue.WorkflowTask{
+		task("a", q), task("slow", q+"-slow"), task("b", q, "a", "slow"),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := claimOne(t, c, q)
+	finish(t, c, queue.Finish{Lease: a.Lease(), Outcome: queue.OutcomeComplete, Workflow: true, Output: []byte(`{"x": 1}`)})
+	age := func() {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, `UPDATE jobfence_jobs SET finalized_at = now() - interval '2 hours' WHERE finalized_at IS NOT NULL`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prune := func() int {
+		t.Helper()
+		total := 0
+		for range 10 {
+			n, err := c.Prune(ctx, time.Hour, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				return total
+			}
+			total += n
+		}
+		t.Fatal("Prune kept finding jobs after 10 calls")
+		return 0
+	}
+	age()
+	if n := prune(); n != 0 {
+		t.Fatalf("the pruner took %d jobs while b still waits for a's output, want none", n)
+	}
+	slow := claimOne(t, c, q+"-slow")
+	finish(t, c, queue.Finish{Lease: slow.Lease(), Outcome: queue.OutcomeComplete, Workflow: true})
+	b := claimOne(t, c, q)
+	if b.ID != res.Tasks["b"] {
+		t.Fatalf("claimed job %d, want b (%d)", b.ID, res.Tasks["b"])
+	}
+	out, err := c.TaskOutput(ctx, b.ID, "a")
+	if err != nil || string(out) != `{"x": 1}` {
+		t.Fatalf("b's read of a's output, past the retention: %s, %v; want {\"x\": 1}", out, err)
+	}
+	finish(t, c, queue.Finish{Lease: b.Lease(), Outcome: queue.OutcomeComplete, Workflow: true})
+	age()
+	if n := prune(); n != 3 {
+		t.Fatalf("the pruner took %d jobs once b completed, want all 3 tasks", n)
+	}
+}
