@@ -128,6 +128,8 @@ type Client struct {
 	routes grantRoutes
 	// stalled remembers the sessions EndStalledSessions found waiting.
 	stalled stalledSessions
+	// wakes coalesces the wake-ups of Enqueue and Insert.
+	wakes *wakes
 }
 
 // New returns a Client on pool. The pool's search_path decides the schema
@@ -151,6 +153,10 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 	c := &Client{pool: pool, cfg: cfg}
 	c.refills.wake = make(chan struct{}, 1)
 	c.listener = newListener(cfg.Logger, c.listenConn)
+	c.wakes = newWakes(cfg.Logger, func(ctx context.Context, q string) error {
+		_, err := c.pool.Exec(ctx, wakeSQL, insertChannel, []string{q})
+		return err
+	})
 	if pool != nil {
 		if n := int(pool.Config().MaxConns) - cfg.TxReserve; n > 0 {
 			c.txSlots = make(chan struct{}, n)
@@ -158,6 +164,16 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 	}
 	return c
 }
+
+// Close stops the wake-ups that the client sends in the background after
+// Enqueue and Insert (a job committed while its queue's previous wake-up
+// was in flight rides on the next one, sent when that one is done), and
+// returns once they have stopped: call it before closing the pool. A
+// wake-up it stops is logged, and its jobs are found by the workers' next
+// poll. Close does not stop workers or listeners (their contexts do); the
+// client stays usable, and from then on each Enqueue sends its own
+// wake-up.
+func (c *Client) Close() { c.wakes.close() }
 
 // TxSlots reports how many transactional handlers may hold a connection
 // at once: the pool's MaxConns less Config.TxReserve. A worker warns when

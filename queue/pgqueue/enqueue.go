@@ -124,9 +124,10 @@ const (
 // statement (one commit) for the insert, then the wake-up in a
 // transaction of its own (see wakeAfterCommit), both in one round trip
 // for a job to run now without a unique key (see enqueueAndWake), else
-// in two. With a UniqueKey that a stored job
-// already holds, nothing is inserted and the result names the existing
-// job with Inserted false.
+// in two. While another wake-up of the queue is in flight from this
+// client, the job rides on the next one instead (see wakes). With a
+// UniqueKey that a stored job already holds, nothing is inserted and the
+// result names the existing job with Inserted false.
 func (c *Client) Enqueue(ctx context.Context, p queue.EnqueueParams) (queue.EnqueueResult, error) {
 	return c.enqueueOne(ctx, p, oneRoundTrip(p))
 }
@@ -151,7 +152,7 @@ func (c *Client) enqueueOne(ctx context.Context, p queue.EnqueueParams, oneTrip 
 			return 0, err
 		}
 		if ready {
-			c.wakeAfterCommit(ctx, []string{p.WithDefaults().Queue})
+			c.wakeCommitted(ctx, p.WithDefaults().Queue)
 		}
 		if lim != nil {
 			// Committed (one statement): a free slot is the job's now.
@@ -181,6 +182,30 @@ func (c *Client) wakeAfterCommit(ctx context.Context, queues []string) {
 	if _, err := c.pool.Exec(ctx, wakeSQL, insertChannel, queues); err != nil {
 		c.cfg.Logger.Warn("pgqueue: jobs enqueued, but waking their workers failed; they find the jobs at their next poll",
 			"queues", queues, "err", err)
+	}
+}
+
+// wakeCommitted wakes the workers of queue q for a job committed and
+// ready: at once if no other wake-up of q is in flight from this client,
+// else with the next one (see wakes).
+func (c *Client) wakeCommitted(ctx context.Context, q string) {
+	switch c.wakes.take(q) {
+	case wakeRide:
+		c.wakes.committed(ctx, q)
+	case wakeSend:
+		c.wakeAfterCommit(ctx, []string{q})
+		c.wakeDone(ctx, q)
+	case wakeOwn:
+		c.wakeAfterCommit(ctx, []string{q})
+	}
+}
+
+// wakeDone ends q's wake-up that the caller sent (wakeSend), and sends
+// the next one if the jobs that rode on it need it sent here (see
+// wakes.done).
+func (c *Client) wakeDone(ctx context.Context, q string) {
+	if c.wakes.done(q) {
+		c.wakeAfterCommit(ctx, []string{q})
 	}
 }
 

@@ -46,6 +46,10 @@ func oneRoundTrip(p queue.EnqueueParams) bool {
 // such a session (EndStalledSessions). A failed insert skips the wake-up (the server skips the rest of
 // a batch after an error). A wake-up that fails is logged, as
 // wakeAfterCommit's is: the job is committed.
+//
+// The wake-up rides in the batch only when no other wake-up of the queue
+// is in flight from this client (see wakes); otherwise the batch is the
+// insert alone, and its job, once committed, rides on the next wake-up.
 func (c *Client) enqueueAndWake(ctx context.Context, p queue.EnqueueParams, meta map[string]string) (queue.EnqueueResult, *partition, error) {
 	p = p.WithDefaults()
 	if err := p.Validate(); err != nil {
@@ -67,19 +71,26 @@ func (c *Client) enqueueAndWake(ctx context.Context, p queue.EnqueueParams, meta
 	b.Queue(batchBoundsSQL)
 	b.Queue(u.insert, insertArgs(p, nil, md, tc, "", u)...)
 	b.Queue("COMMIT")
-	b.Queue(wakeQueueSQL, insertChannel, p.Queue, p.Kind)
+	turn := c.wakes.take(p.Queue)
+	if turn != wakeRide {
+		b.Queue(wakeQueueSQL, insertChannel, p.Queue, p.Kind)
+	}
 	br := c.pool.SendBatch(ctx, &b)
+	if turn == wakeSend {
+		// Once the wake-up's reply is in, or the batch failed.
+		defer c.wakeDone(ctx, p.Queue)
+	}
 	defer br.Close()
 	var id int64
 	var state queue.State
-	var ins bool
+	var ready, ins bool
 	var limName, limPart *string
 	_, err = br.Exec()
 	if err == nil {
 		_, err = br.Exec()
 	}
 	if err == nil {
-		err = br.QueryRow().Scan(&id, nil, &state, &ins, nil, &limName, &limPart)
+		err = br.QueryRow().Scan(&id, &ready, &state, &ins, nil, &limName, &limPart)
 	}
 	if err == nil {
 		// The job exists once the COMMIT's reply is in.
@@ -88,7 +99,11 @@ func (c *Client) enqueueAndWake(ctx context.Context, p queue.EnqueueParams, meta
 	if err != nil {
 		return fail(err)
 	}
-	if _, err := br.Exec(); err != nil {
+	if turn == wakeRide {
+		if ready {
+			c.wakes.committed(ctx, p.Queue)
+		}
+	} else if _, err := br.Exec(); err != nil {
 		c.cfg.Logger.Warn("pgqueue: job enqueued, but waking its workers failed; they find it at their next poll",
 			"queue", p.Queue, "err", err)
 	}

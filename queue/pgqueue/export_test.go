@@ -63,3 +63,26 @@ func TwoRoundTripEnqueue(c *Client) func(context.Context, queue.EnqueueParams) (
 // queue's start, however long the test has taken since the last claim
 // that did; zero lets it once headIntervalMin has passed.
 func SetClaimTook(c *Client, q string, took time.Duration) { c.paces.get(q).claimed(took) }
+
+// HoldWake marks q's wake-up in flight from c, as an insert's is from
+// the moment its batch is sent until its reply is in, and returns what
+// ends it as that insert would (wakes.done, and the follow-up it sends).
+func HoldWake(c *Client, q string) (release func()) {
+	if c.wakes.take(q) != wakeSend {
+		panic("HoldWake: a wake-up of " + q + " is already in flight")
+	}
+	return func() { c.wakeDone(context.Background(), q) }
+}
+
+// WakesSent counts the wake-ups that c's coalescer has let out.
+func WakesSent(c *Client) int64 { return c.wakes.sent.Load() }
+
+// WakesInFlight counts the queues whose wake-up is in flight from c.
+func WakesInFlight(c *Client) int {
+	c.wakes.mu.Lock()
+	defer c.wakes.mu.Unlock()
+	return len(c.wakes.flying)
+}
+
+// WakeSenders counts c's background senders of wake-ups still running.
+func WakeSenders(c *Client) int64 { return c.wakes.running.Load() }
