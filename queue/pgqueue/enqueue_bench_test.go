@@ -13,6 +13,7 @@ import (
 
 	"github.com/jobfence/jobfence/internal/cpuclock"
 	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
@@ -23,14 +24,17 @@ import (
 // time per job it reports the CPU time per job of this process
 // (client-µs/job: the producers and the listener) and of their server
 // backends (server-µs/job), which other load on a shared machine
-// disturbs far less than it disturbs time. Sub-benchmarks: the insert and
-// its wake-up in one round trip (the default) or two.
+// disturbs far less than it disturbs time, and the wake-ups sent per
+// job. Sub-benchmarks: the insert and its wake-up in one round trip (the
+// default, wake-ups coalesced per queue), the same with a wake-up for
+// every insert (a closed client's way), or two round trips.
 func BenchmarkEnqueue(b *testing.B) {
 	db := pgtest.New(b)
 	for _, mode := range []struct {
 		name          string
 		twoRoundTrips bool
-	}{{"one-round-trip", false}, {"two-round-trips", true}} {
+		everyWake     bool
+	}{{"one-round-trip", false, false}, {"one-round-trip-every-wake", false, true}, {"two-round-trips", true, false}} {
 		b.Run(mode.name, func(b *testing.B) {
 			ctx := context.Background()
 			app := "bench-enqueue-" + mode.name
@@ -39,6 +43,9 @@ func BenchmarkEnqueue(b *testing.B) {
 			enqueueOne := c.Enqueue
 			if mode.twoRoundTrips {
 				enqueueOne = pgqueue.TwoRoundTripEnqueue(c)
+			}
+			if mode.everyWake {
+				c.Close()
 			}
 			q := "bench-" + db.Schema
 			ln, err := pool.Acquire(ctx)
@@ -75,17 +82,29 @@ func BenchmarkEnqueue(b *testing.B) {
 			}
 			enqueue(producers) // opens the connections
 			pids := backends(b, db, app)
-			s0, c0 := serverCPU(b, pids), cpuclock.Process()
+			s0, c0, w0 := serverCPU(b, pids), cpuclock.Process(), pgqueue.WakesSent(c)
 			b.ResetTimer()
 			enqueue(int64(b.N))
 			b.StopTimer()
 			s1, c1 := serverCPU(b, pids), cpuclock.Process()
+			wakesDone(b, c)
+			w1 := pgqueue.WakesSent(c)
 			stop()
 			<-heard
 			b.ReportMetric(float64((c1-c0).Microseconds())/float64(b.N), "client-µs/job")
 			b.ReportMetric(float64((s1-s0).Microseconds())/float64(b.N), "server-µs/job")
+			b.ReportMetric(float64(w1-w0)/float64(b.N), "wakes/job")
 		})
 	}
+}
+
+// wakesDone waits for c's last wake-ups to be done, so that
+// they are counted.
+func wakesDone(b *testing.B, c *pgqueue.Client) {
+	b.Helper()
+	testwatch.WaitFor(b, time.Minute, "the last wake-ups to be done", func() bool {
+		return pgqueue.WakesInFlight(c) == 0
+	})
 }
 
 // backends returns the server pids of app's connections.

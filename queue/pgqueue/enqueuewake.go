@@ -48,12 +48,28 @@ func oneRoundTrip(p queue.EnqueueParams) bool {
 // wakeAfterCommit's is: the job is committed.
 //
 // The wake-up rides in the batch only when no other wake-up of the queue
-// is in flight from this client (see wakes); otherwise the batch is the
-// insert alone, and its job, once committed, rides on the next wake-up.
+// is in flight from this client (see wakes). Otherwise the job rides on
+// the next wake-up, and its insert is one statement that commits itself
+// (as Enqueue's first round trip of two is): the batch's BEGIN, bound and
+// COMMIT are there only to keep the insert's transaction apart from the
+// wake-up's.
 func (c *Client) enqueueAndWake(ctx context.Context, p queue.EnqueueParams, meta map[string]string) (queue.EnqueueResult, *partition, error) {
 	p = p.WithDefaults()
 	if err := p.Validate(); err != nil {
 		return queue.EnqueueResult{}, nil, err
+	}
+	turn := c.wakes.take(p.Queue)
+	if turn == wakeRide {
+		res, ready, lim, err := enqueue(ctx, c.pool, p, meta, "")
+		if err == nil && ready {
+			c.wakes.committed(ctx, p.Queue)
+		}
+		return res, lim, err
+	}
+	if turn == wakeSend {
+		// Once the wake-up's reply is in, or the batch failed (deferred
+		// before the batch's Close, so it runs after it).
+		defer c.wakeDone(ctx, p.Queue)
 	}
 	fail := func(err error) (queue.EnqueueResult, *partition, error) {
 		return queue.EnqueueResult{}, nil, fmt.Errorf("pgqueue: enqueue %s: %w", p.Kind, err)
@@ -71,26 +87,19 @@ func (c *Client) enqueueAndWake(ctx context.Context, p queue.EnqueueParams, meta
 	b.Queue(batchBoundsSQL)
 	b.Queue(u.insert, insertArgs(p, nil, md, tc, "", u)...)
 	b.Queue("COMMIT")
-	turn := c.wakes.take(p.Queue)
-	if turn != wakeRide {
-		b.Queue(wakeQueueSQL, insertChannel, p.Queue, p.Kind)
-	}
+	b.Queue(wakeQueueSQL, insertChannel, p.Queue, p.Kind)
 	br := c.pool.SendBatch(ctx, &b)
-	if turn == wakeSend {
-		// Once the wake-up's reply is in, or the batch failed.
-		defer c.wakeDone(ctx, p.Queue)
-	}
 	defer br.Close()
 	var id int64
 	var state queue.State
-	var ready, ins bool
+	var ins bool
 	var limName, limPart *string
 	_, err = br.Exec()
 	if err == nil {
 		_, err = br.Exec()
 	}
 	if err == nil {
-		err = br.QueryRow().Scan(&id, &ready, &state, &ins, nil, &limName, &limPart)
+		err = br.QueryRow().Scan(&id, nil, &state, &ins, nil, &limName, &limPart)
 	}
 	if err == nil {
 		// The job exists once the COMMIT's reply is in.
@@ -99,11 +108,7 @@ func (c *Client) enqueueAndWake(ctx context.Context, p queue.EnqueueParams, meta
 	if err != nil {
 		return fail(err)
 	}
-	if turn == wakeRide {
-		if ready {
-			c.wakes.committed(ctx, p.Queue)
-		}
-	} else if _, err := br.Exec(); err != nil {
+	if _, err := br.Exec(); err != nil {
 		c.cfg.Logger.Warn("pgqueue: job enqueued, but waking its workers failed; they find it at their next poll",
 			"queue", p.Queue, "err", err)
 	}

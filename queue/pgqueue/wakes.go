@@ -30,7 +30,7 @@ const wakeSendTimeout = 10 * time.Second
 //   - J's insert takes q's wake-up (take) when none is in flight: the
 //     wake-up rides in J's own batch after its COMMIT (enqueueAndWake),
 //     or follows J's committed insert (Enqueue's second round trip).
-//   - Otherwise J's insert sends none and, once its COMMIT's reply is in
+//   - Otherwise J's insert sends none and, once its commit's reply is in
 //     (J is committed), tells committed. If a wake-up W of q is still in
 //     flight, it marks q dirty. Whoever finishes W (done, under the same
 //     lock) sees the mark and sends one more wake-up, W'. The mark was
