@@ -171,6 +171,7 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 	}
 	defer prodPool.Close()
 	producer := pgqueue.New(prodPool, pgqueue.Config{Logger: quiet})
+	defer producer.Close()
 	workPool, err := newBenchPool(ctx, url, int32(cfg.conns))
 	if err != nil {
 		return latencyResult{}, err
