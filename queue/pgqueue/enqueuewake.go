@@ -61,7 +61,10 @@ func (c *Client) enqueueAndWake(ctx context.Context, p queue.EnqueueParams, meta
 	turn := c.wakes.take(p.Queue)
 	if turn == wakeRide {
 		res, ready, lim, err := enqueue(ctx, c.pool, p, meta, "")
-		if err == nil && ready {
+		// An insert whose reply did not come (ctx ended, the connection
+		// broke) may have committed all the same, as a batch's insert and
+		// wake-up would have: it costs a wake-up at most.
+		if ready || err != nil {
 			c.wakes.committed(ctx, p.Queue)
 		}
 		return res, lim, err

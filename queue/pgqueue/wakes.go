@@ -38,7 +38,9 @@ const wakeSendTimeout = 10 * time.Second
 //     begins after J's commit; the mark is cleared as W' is sent, and a
 //     mark made later is seen when W' is done. If no wake-up is in flight
 //     when J's insert tells committed (W ended between J's batch and its
-//     reply), it sends one itself, after its commit.
+//     reply), it sends one itself, after its commit. Nothing counts on
+//     W itself: it may have notified nothing (wakeQueueSQL skips a job
+//     that a limit governs) or failed.
 //
 // So the wake-ups of a queue in flight at once number one, and each
 // insert costs at most one mark; a queue's sends end when no insert

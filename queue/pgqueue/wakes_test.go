@@ -248,3 +248,48 @@ func TestCloseStopsWakeSenders(t *testing.T) {
 		t.Fatal("no wake-up from an insert of the closed client")
 	}
 }
+
+// TestRiderWithoutItsReplyWakes: an insert that rode on another's
+// wake-up and got no reply (its context ended while the reply was held)
+// may have committed, and did here: it marks its queue all the same, so
+// the wake-up that follows the one in flight announces its job.
+func TestRiderWithoutItsReplyWakes(t *testing.T) {
+	c, db := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	proxy := netfault.New(t, netfault.TargetOf(t, db.URL), netfault.Forward)
+	a := pgqueue.New(db.NewPoolVia(t, proxy.Addr(), 2), pgqueue.Config{Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(a.Close)
+	q := "noreply-" + db.Schema
+	enqueueN(t, a, queue.EnqueueParams{Queue: q, Kind: "k"}, 1)
+	if jobs := claim(t, c, q, 10, time.Minute); len(jobs) != 1 {
+		t.Fatalf("claimed %d jobs, want the first one", len(jobs))
+	}
+	heard := listen(t, db.Pool, "jobfence_insert")
+
+	release := pgqueue.HoldWake(a, q)
+	proxy.SetMode(netfault.StallReplies)
+	insCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Enqueue(insCtx, queue.EnqueueParams{Queue: q, Kind: "k"})
+		done <- err
+	}()
+	testwatch.WaitFor(t, time.Minute, "the second job to commit", func() bool {
+		var n int
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE queue = $1 AND state = 'available'`, q).Scan(&n)
+		return err == nil && n == 1
+	})
+	stop()
+	if err := <-done; err == nil {
+		t.Fatal("the enqueue whose reply was held returned no error after its context ended")
+	}
+	proxy.SetMode(netfault.Forward)
+	release()
+	if !heard(q) {
+		t.Fatal("no wake-up for a job whose insert committed but whose reply never came")
+	}
+	if jobs := claim(t, c, q, 10, time.Minute); len(jobs) != 1 {
+		t.Fatalf("claimed %d jobs, want the second one", len(jobs))
+	}
+}
