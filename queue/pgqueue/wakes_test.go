@@ -153,55 +153,82 @@ func TestWakeRidesOnTheNext(t *testing.T) {
 	}
 }
 
+// riding is a client whose replies a proxy can hold, with an insert
+// riding on a wake-up held in flight: the insert has committed, and its
+// reply is held.
+type riding struct {
+	c, a    *pgqueue.Client
+	db      *pgtest.DB
+	proxy   *netfault.Proxy
+	q       string
+	heard   func(string) bool
+	release func()
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+// startRiding starts a riding insert of queue prefix+schema.
+func startRiding(t *testing.T, prefix string) *riding {
+	t.Helper()
+	c, db := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	r := &riding{c: c, db: db, q: prefix + db.Schema, cancel: cancel, done: make(chan error, 1)}
+	r.proxy = netfault.New(t, netfault.TargetOf(t, db.URL), netfault.Forward)
+	r.a = pgqueue.New(db.NewPoolVia(t, r.proxy.Addr(), 2), pgqueue.Config{Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(r.a.Close)
+	// Connected, and its statements prepared, before its replies stall.
+	enqueueN(t, r.a, queue.EnqueueParams{Queue: r.q, Kind: "k"}, 1)
+	if jobs := claim(t, c, r.q, 10, time.Minute); len(jobs) != 1 {
+		t.Fatalf("claimed %d jobs, want the first one", len(jobs))
+	}
+	testwatch.WaitFor(t, time.Minute, "the first wake-up to be done", func() bool {
+		return pgqueue.WakesInFlight(r.a) == 0
+	})
+	r.heard = listen(t, db.Pool, "jobfence_insert")
+
+	r.release = pgqueue.HoldWake(r.a, r.q)
+	r.proxy.SetMode(netfault.StallReplies)
+	go func() {
+		_, err := r.a.Enqueue(ctx, queue.EnqueueParams{Queue: r.q, Kind: "k"})
+		r.done <- err
+	}()
+	testwatch.WaitFor(t, time.Minute, "the riding job to commit", func() bool {
+		var n int
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE queue = $1 AND state = 'available'`, r.q).Scan(&n)
+		return err == nil && n == 1
+	})
+	return r
+}
+
+// announced fails t unless the riding job's queue is woken and the job
+// claimed.
+func (r *riding) announced(t *testing.T, why string) {
+	t.Helper()
+	if !r.heard(r.q) {
+		t.Fatal(why)
+	}
+	if jobs := claim(t, r.c, r.q, 10, time.Minute); len(jobs) != 1 {
+		t.Fatalf("claimed %d jobs, want the riding one", len(jobs))
+	}
+}
+
 // TestWakeDoneBeforeTheRidersCommit: an insert that sent no wake-up
 // because one was in flight, and whose reply comes back after that one
 // is done (nobody is left to send the next), sends a wake-up itself
 // after its commit. Its client's replies are held while the other
 // wake-up ends, as a slow network's are.
 func TestWakeDoneBeforeTheRidersCommit(t *testing.T) {
-	c, db := newClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	proxy := netfault.New(t, netfault.TargetOf(t, db.URL), netfault.Forward)
-	a := pgqueue.New(db.NewPoolVia(t, proxy.Addr(), 2), pgqueue.Config{Logger: slog.New(slog.DiscardHandler)})
-	t.Cleanup(a.Close)
-	q := "late-" + db.Schema
-	// Connected, and its statements prepared, before its replies stall.
-	enqueueN(t, a, queue.EnqueueParams{Queue: q, Kind: "k"}, 1)
-	if jobs := claim(t, c, q, 10, time.Minute); len(jobs) != 1 {
-		t.Fatalf("claimed %d jobs, want the first one", len(jobs))
-	}
-	testwatch.WaitFor(t, time.Minute, "the first wake-up to be done", func() bool {
-		return pgqueue.WakesInFlight(a) == 0
-	})
-	heard := listen(t, db.Pool, "jobfence_insert")
-
-	release := pgqueue.HoldWake(a, q)
-	proxy.SetMode(netfault.StallReplies)
-	done := make(chan error, 1)
-	go func() {
-		_, err := a.Enqueue(ctx, queue.EnqueueParams{Queue: q, Kind: "k"})
-		done <- err
-	}()
-	testwatch.WaitFor(t, time.Minute, "the second job to commit", func() bool {
-		var n int
-		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE queue = $1 AND state = 'available'`, q).Scan(&n)
-		return err == nil && n == 1
-	})
-	release()
-	if n := pgqueue.WakesInFlight(a); n != 0 {
+	r := startRiding(t, "late-")
+	r.release()
+	if n := pgqueue.WakesInFlight(r.a); n != 0 {
 		t.Fatalf("%d queues with a wake-up in flight after the held one was done, want 0", n)
 	}
-	proxy.SetMode(netfault.Forward)
-	if err := <-done; err != nil {
+	r.proxy.SetMode(netfault.Forward)
+	if err := <-r.done; err != nil {
 		t.Fatal(err)
 	}
-	if !heard(q) {
-		t.Fatal("no wake-up after the job's commit: the one it rode on was done before its reply came")
-	}
-	if jobs := claim(t, c, q, 10, time.Minute); len(jobs) != 1 {
-		t.Fatalf("claimed %d jobs, want the second one", len(jobs))
-	}
+	r.announced(t, "no wake-up after the job's commit: the one it rode on was done before its reply came")
 }
 
 // TestCloseStopsWakeSenders: Close stops a background wake-up that cannot
@@ -254,42 +281,12 @@ func TestCloseStopsWakeSenders(t *testing.T) {
 // may have committed, and did here: it marks its queue all the same, so
 // the wake-up that follows the one in flight announces its job.
 func TestRiderWithoutItsReplyWakes(t *testing.T) {
-	c, db := newClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	proxy := netfault.New(t, netfault.TargetOf(t, db.URL), netfault.Forward)
-	a := pgqueue.New(db.NewPoolVia(t, proxy.Addr(), 2), pgqueue.Config{Logger: slog.New(slog.DiscardHandler)})
-	t.Cleanup(a.Close)
-	q := "noreply-" + db.Schema
-	enqueueN(t, a, queue.EnqueueParams{Queue: q, Kind: "k"}, 1)
-	if jobs := claim(t, c, q, 10, time.Minute); len(jobs) != 1 {
-		t.Fatalf("claimed %d jobs, want the first one", len(jobs))
-	}
-	heard := listen(t, db.Pool, "jobfence_insert")
-
-	release := pgqueue.HoldWake(a, q)
-	proxy.SetMode(netfault.StallReplies)
-	insCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		_, err := a.Enqueue(insCtx, queue.EnqueueParams{Queue: q, Kind: "k"})
-		done <- err
-	}()
-	testwatch.WaitFor(t, time.Minute, "the second job to commit", func() bool {
-		var n int
-		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE queue = $1 AND state = 'available'`, q).Scan(&n)
-		return err == nil && n == 1
-	})
-	stop()
-	if err := <-done; err == nil {
+	r := startRiding(t, "noreply-")
+	r.cancel()
+	if err := <-r.done; err == nil {
 		t.Fatal("the enqueue whose reply was held returned no error after its context ended")
 	}
-	proxy.SetMode(netfault.Forward)
-	release()
-	if !heard(q) {
-		t.Fatal("no wake-up for a job whose insert committed but whose reply never came")
-	}
-	if jobs := claim(t, c, q, 10, time.Minute); len(jobs) != 1 {
-		t.Fatalf("claimed %d jobs, want the second one", len(jobs))
-	}
+	r.proxy.SetMode(netfault.Forward)
+	r.release()
+	r.announced(t, "no wake-up for a job whose insert committed but whose reply never came")
 }
