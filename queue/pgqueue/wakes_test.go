@@ -16,88 +16,75 @@ import (
 	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
-	"github.com/jobfence/jobfence/worker"
 )
 
-type wakeArgs struct {
-	N int `json:"n"`
-}
-
-func (wakeArgs) Kind() string { return "wake" }
-
-// TestCoalescedWakesStartEveryJob: 8 producers insert concurrently through
-// one client, whose wake-ups coalesce (one in flight per queue, the
-// jobs committed meanwhile riding on the next), and a worker that polls
-// once an hour starts every job: only wake-ups sent after each job's
-// commit can do that. A job whose only wake-up began before its commit
-// would wait for the poll, far beyond the test's bounds.
-func TestCoalescedWakesStartEveryJob(t *testing.T) {
+// TestCoalescedWakesAnnounceEveryJob: 8 producers insert concurrently
+// through one client, whose wake-ups coalesce (one in flight per queue,
+// the jobs committed meanwhile riding on the next), in rounds of one
+// insert each; a subscriber of the queue's wake-ups (Wake, as a worker
+// subscribes) reads the queue's jobs at each wake-up, and each round's
+// jobs must all be seen before the next round begins, so no later
+// insert's wake-up stands in for a round's own. Only a wake-up that
+// begins after each job's commit makes that hold: there is no polling.
+// (A worker's claims are not the probe: a claim leaves a job committed
+// after later ones to the next claim or poll, see claimpace.go, and
+// without polling that would hang the test for reasons of its own.)
+func TestCoalescedWakesAnnounceEveryJob(t *testing.T) {
 	db := pgtest.New(t)
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	app := "coalesce-" + db.Schema
+	c := pgqueue.New(pgtest.AppPool(t, db, app, 4), pgqueue.Config{})
 	producer := pgqueue.New(pgtest.AppPool(t, db, app+"-producer", 8), pgqueue.Config{})
 	t.Cleanup(producer.Close)
 	q := "coalesce-" + db.Schema
 
 	const producers, rounds = 8, 40
-	var started atomic.Int64
-	seen := make([]atomic.Bool, producers*rounds)
-	reg := worker.NewRegistry()
-	worker.Add(reg, func(ctx context.Context, job *worker.Job[wakeArgs]) error {
-		if !seen[job.Args.N].Swap(true) {
-			started.Add(1)
-		}
-		return nil
-	})
-	w, err := worker.New(pgqueue.New(pgtest.AppPool(t, db, app, 8), pgqueue.Config{}), reg, worker.Config{
-		Queues: map[string]int{q: 16}, PollInterval: time.Hour, Lease: time.Hour,
-		Logger: slog.New(slog.DiscardHandler),
-	})
+	var seen atomic.Int64
+	wake, err := c.Wake(ctx, q)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := w.Stop(stopCtx); err != nil {
-			t.Error(err)
-		}
-	})
-	// The listener LISTENs on its channels in their order, the insert
-	// channel after the cancel channel and before the pause channel: once
-	// it shows either, wake-ups reach the worker.
-	testwatch.WaitFor(t, time.Minute, "the worker's LISTEN on the insert channel", func() bool {
+	testwatch.WaitFor(t, time.Minute, "the subscriber's LISTEN on the insert channel", func() bool {
 		var n int
-		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query IN ('LISTEN "jobfence_insert"', 'LISTEN "jobfence_pause"')`, app).Scan(&n)
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query = 'LISTEN "jobfence_insert"'`, app).Scan(&n)
 		return err == nil && n == 1
 	})
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-wake:
+			}
+			var n int64
+			if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE queue = $1`, q).Scan(&n); err == nil {
+				seen.Store(n)
+			}
+		}
+	}()
+	defer func() { cancel(); <-probed }()
 
-	// Rounds of one insert per producer, all at once; each round's jobs
-	// must start before the next round begins, so no later insert's
-	// wake-up stands in for a round's own.
 	before := pgqueue.WakesSent(producer)
 	for r := range rounds {
 		var wg sync.WaitGroup
 		errs := make(chan error, producers)
-		for p := range producers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if _, err := producer.Insert(ctx, wakeArgs{N: r*producers + p}, &queue.InsertOpts{Queue: q}); err != nil {
+		for range producers {
+			wg.Go(func() {
+				if _, err := producer.Enqueue(ctx, queue.EnqueueParams{Queue: q, Kind: "k"}); err != nil {
 					errs <- err
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		close(errs)
 		for err := range errs {
 			t.Fatal(err)
 		}
-		testwatch.WaitFor(t, time.Minute, fmt.Sprintf("round %d's jobs to start (polling once an hour)", r), func() bool {
-			return started.Load() == int64((r+1)*producers)
+		testwatch.WaitFor(t, time.Minute, fmt.Sprintf("a wake-up that shows round %d's jobs", r), func() bool {
+			return seen.Load() == int64((r+1)*producers)
 		})
 	}
 	testwatch.WaitFor(t, time.Minute, "the producer's last wake-up to be done", func() bool {
