@@ -36,17 +36,7 @@ SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' WHEN lim.name IS NOT NULL T
 FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[], $8::jsonb[], $9::bytea[],
             $10::uuid[], $11::timestamptz[], $12::bigint[], $13::text[], $14::boolean[]%[3]s)
      AS t(q, k, a, p, s, m, u, md, tc, ik, dl, tm, lk, doc%[2]s)
-LEFT JOIN LATERAL (
-    SELECT l.name,
-        CASE WHEN lk <> '' THEN lk
-             WHEN cardinality(l.partition_by) = 0 THEN ''
-             ELSE (SELECT jsonb_agg(coalesce(a -> f, 'null'::jsonb) ORDER BY o)::text
-                   FROM unnest(l.partition_by) WITH ORDINALITY AS pb(f, o)) END AS part
-    FROM jobfence_limits l
-    WHERE l.queue = q AND l.kind IN (k, '')
-    ORDER BY l.kind DESC
-    LIMIT 1
-) lim ON true
+` + insertLimitSQL + `
 ON CONFLICT %[4]s DO NOTHING
 RETURNING state = 'limited', limit_name, limit_part`
 

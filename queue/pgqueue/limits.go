@@ -305,6 +305,23 @@ const (
     ) adopt ON true`
 )
 
+// insertLimitSQL finds, for each row a statement inserts (in its FROM: q
+// the queue, k the kind, a the args, lk a partition key given at insert,
+// the empty string for none), the limit that governs it and its partition (lim.name,
+// lim.part; NULL when none does): a limit of its kind before one of its
+// whole queue. EnqueueMany's and a workflow's inserts share it.
+const insertLimitSQL = `LEFT JOIN LATERAL (
+    SELECT l.name,
+        CASE WHEN lk <> '' THEN lk
+             WHEN cardinality(l.partition_by) = 0 THEN ''
+             ELSE (SELECT jsonb_agg(coalesce(a -> f, 'null'::jsonb) ORDER BY o)::text
+                   FROM unnest(l.partition_by) WITH ORDINALITY AS pb(f, o)) END AS part
+    FROM jobfence_limits l
+    WHERE l.queue = q AND l.kind IN (k, '')
+    ORDER BY l.kind DESC
+    LIMIT 1
+) lim ON true`
+
 // adoptBatch bounds the jobs one adoptSQL statement rewrites.
 const adoptBatch = 1000
 

@@ -77,17 +77,7 @@ SELECT id, q, k, a,
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::jsonb[], $5::smallint[], $6::timestamptz[], $7::int[], $8::jsonb[], $9::bytea[],
             $10::uuid[], $11::timestamptz[], $12::bigint[], $13::text[], $15::text[], $16::int[], $17::boolean[], $18::text[], $19::text[], $20::text[])
      AS t(id, q, k, a, p, s, m, md, tc, ik, dl, tm, n, d, dl_left, ra, fail, lk, dn)
-LEFT JOIN LATERAL (
-    SELECT l.name,
-        CASE WHEN lk <> '' THEN lk
-             WHEN cardinality(l.partition_by) = 0 THEN ''
-             ELSE (SELECT jsonb_agg(coalesce(a -> f, 'null'::jsonb) ORDER BY o)::text
-                   FROM unnest(l.partition_by) WITH ORDINALITY AS pb(f, o)) END AS part
-    FROM jobfence_limits l
-    WHERE l.queue = q AND l.kind IN (k, '')
-    ORDER BY l.kind DESC
-    LIMIT 1
-) lim ON true`
+` + insertLimitSQL
 
 // copyTaskColumns are the columns a workflow's insert writes through
 // COPY, when it can (see insertWorkflow).
