@@ -49,12 +49,8 @@ SELECT id, ready, state, inserted, CASE WHEN ready AND $9 <> '' THEN pg_notify($
 // A probe of the limits' (queue, kind) index: an insert of a queue with no
 // limit pays that alone.
 const limitOfSQL = `lim AS (
-    SELECT m.name,
-        CASE WHEN $16::text <> '' THEN $16::text
-             WHEN cardinality(m.partition_by) = 0 THEN ''
-             ELSE (SELECT jsonb_agg(coalesce($3::jsonb -> f, 'null'::jsonb) ORDER BY o)::text
-                   FROM unnest(m.partition_by) WITH ORDINALITY AS pb(f, o)) END AS part
-    FROM jobfence_limits m
+    SELECT m.name, CASE WHEN $16::text <> '' THEN $16::text ELSE ` + jobPartSQL + ` END AS part
+    FROM jobfence_limits m, (SELECT $3::jsonb AS args) j
     WHERE m.queue = $1 AND m.kind IN ($2, '')
     ORDER BY m.kind DESC
     LIMIT 1

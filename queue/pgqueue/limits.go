@@ -307,18 +307,14 @@ const (
 
 // insertLimitSQL finds, for each row a statement inserts (in its FROM: q
 // the queue, k the kind, a the args, lk a partition key given at insert,
-// the empty string for none), the limit that governs it and its partition (lim.name,
-// lim.part; NULL when none does): a limit of its kind before one of its
-// whole queue. EnqueueMany's and a workflow's inserts share it.
+// the empty string for none), the limit that governs it and its
+// partition (lim.name, lim.part; NULL when none does), as limitOfSQL does
+// for one job. EnqueueMany's and a workflow's inserts share it.
 const insertLimitSQL = `LEFT JOIN LATERAL (
-    SELECT l.name,
-        CASE WHEN lk <> '' THEN lk
-             WHEN cardinality(l.partition_by) = 0 THEN ''
-             ELSE (SELECT jsonb_agg(coalesce(a -> f, 'null'::jsonb) ORDER BY o)::text
-                   FROM unnest(l.partition_by) WITH ORDINALITY AS pb(f, o)) END AS part
-    FROM jobfence_limits l
-    WHERE l.queue = q AND l.kind IN (k, '')
-    ORDER BY l.kind DESC
+    SELECT m.name, CASE WHEN lk <> '' THEN lk ELSE ` + jobPartSQL + ` END AS part
+    FROM jobfence_limits m, (SELECT a AS args) j
+    WHERE m.queue = q AND m.kind IN (k, '')
+    ORDER BY m.kind DESC
     LIMIT 1
 ) lim ON true`
 
