@@ -78,10 +78,11 @@ func (w *Worker) flush(batch []pending, claim bool) {
 			w.cfg.Hooks.Finish(context.Background(), FinishInfo{Jobs: len(fs), Stale: len(stale), Claimed: len(next), Duration: took, Err: err})
 		}
 		if err == nil {
+			byQueue := jobsByQueue(next)
 			// Reported before the runners get the jobs, as a fetch loop's
 			// claim is: a hook never hears of a claim after its jobs ran.
-			w.reportClaims(reserved, next, took)
-			w.handOver(reserved, next, sent)
+			w.reportClaims(reserved, byQueue, took)
+			w.handOver(reserved, byQueue, sent)
 			w.count(batch, fs, stale)
 			return
 		}
@@ -161,18 +162,23 @@ func (w *Worker) reserveNext(batch []pending, fs []queue.Finish) map[*queueFetch
 	return reserved
 }
 
-// handOver gives the runners the jobs a FinishClaim sent at sent claimed
-// (nil when it failed), and frees the reserved slots they did not fill.
-// Their lease holds at least until sent+Lease by this worker's clock.
-func (w *Worker) handOver(reserved map[*queueFetch]int, jobs []*queue.Job, sent time.Time) {
-	if len(reserved) == 0 {
-		return
-	}
+// jobsByQueue groups jobs by their queue.
+func jobsByQueue(jobs []*queue.Job) map[string][]*queue.Job {
 	byQueue := map[string][]*queue.Job{}
 	for _, j := range jobs {
 		byQueue[j.Queue] = append(byQueue[j.Queue], j)
 	}
-	w.stats.claimed.Add(int64(len(jobs)))
+	return byQueue
+}
+
+// handOver gives the runners the jobs, by queue, that a FinishClaim sent
+// at sent claimed (none when it failed), and frees the reserved slots
+// they did not fill. Their lease holds at least until sent+Lease by this
+// worker's clock.
+func (w *Worker) handOver(reserved map[*queueFetch]int, byQueue map[string][]*queue.Job, sent time.Time) {
+	for _, jobs := range byQueue {
+		w.stats.claimed.Add(int64(len(jobs)))
+	}
 	for f, n := range reserved {
 		f.handOver(n, byQueue[f.name], sent.Add(w.cfg.Lease))
 	}
@@ -182,17 +188,11 @@ func (w *Worker) handOver(reserved map[*queueFetch]int, jobs []*queue.Job, sent 
 // that took took reserved slots in, the jobs it claimed there (none
 // included, as a fetch loop's empty claim is), so that whatever counts
 // claims through the hook counts the jobs outcomes claim as well.
-func (w *Worker) reportClaims(reserved map[*queueFetch]int, jobs []*queue.Job, took time.Duration) {
+func (w *Worker) reportClaims(reserved map[*queueFetch]int, byQueue map[string][]*queue.Job, took time.Duration) {
 	if w.cfg.Hooks.Claim == nil {
 		return
 	}
 	for f := range reserved {
-		n := 0
-		for _, j := range jobs {
-			if j.Queue == f.name {
-				n++
-			}
-		}
-		w.cfg.Hooks.Claim(context.Background(), ClaimInfo{Queue: f.name, Jobs: n, Duration: took, Finish: true})
+		w.cfg.Hooks.Claim(context.Background(), ClaimInfo{Queue: f.name, Jobs: len(byQueue[f.name]), Duration: took, Finish: true})
 	}
 }
