@@ -72,8 +72,8 @@ func TestDoPartitionedHolderIsCancelled(t *testing.T) {
 		t.Fatalf("A: ctx cause %v, Do error %v; want ErrStaleFence for both", o.cause, o.err)
 	}
 	// A's clock and the database's are this host's. The slack is for
-	// scheduling on a loaded machine; a lease counted from the claim's
-	// reply would end a link delay (700ms) later.
+	// scheduling on a loaded machine, and below the link's delay
+	// (latency), which a lease counted from the claim's reply would add.
 	cancelled := time.Unix(0, cancelledAt.Load())
 	if late := cancelled.Sub(rec.LeaseExpiresAt); late > 500*time.Millisecond {
 		t.Fatalf("A's fn cancelled %v after the lease the database recorded ended", late)

@@ -241,7 +241,12 @@ const claimTurnSQL = `SELECT pg_advisory_xact_lock('jobfence_jobs'::regclass::oi
 // The connection's value is kept in a setting of the transaction's own
 // (jobfence.lock_timeout) rather than restored with SET LOCAL ... TO
 // DEFAULT: the batch is a transaction, but not a transaction block, and
-// SET LOCAL there made the server log a warning at every claim.
+// SET LOCAL there made the server log a warning at every claim. A frozen
+// holder of the turn holds up a claim claimTurnWait at most
+// (TestClaimTurnWaitIsBounded holds the turn in an open transaction), and
+// one stopped mid-batch is ended by EndStalledSessions
+// (TestStalledSessionIsEnded); TestClaimTurnLeavesNoWarning checks the
+// bound and its restore.
 const (
 	claimTurnWaitSQL = `SELECT set_config('jobfence.lock_timeout', current_setting('lock_timeout'), true),
     set_config('lock_timeout', $1::bigint::text, true)`

@@ -11,10 +11,9 @@ import (
 
 // claimPaced claims up to n jobs of the default queue, as claim does,
 // with c pacing itself as if its last claim had taken took: an hour keeps
-// the claim from reading the queue's start (the test's own pace on a
-// loaded machine can pass the 250 ms that would), zero lets it read from
-// the start once 250 ms have passed since a claim last did (a slow claim
-// before would stretch that).
+// the claim from reading the queue's start, however slowly the test runs;
+// zero lets it read from the start once the shortest head interval has
+// passed since a claim last did (a slow claim before would stretch it).
 func claimPaced(t *testing.T, c *pgqueue.Client, n int, took time.Duration) []*queue.Job {
 	t.Helper()
 	pgqueue.SetClaimTook(c, "default", took)
