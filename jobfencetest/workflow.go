@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
@@ -77,6 +79,12 @@ func RunWorkflow(ctx context.Context, t TestingT, w *Worker, wf *workflow.Workfl
 				}
 			}
 		}
+		if !progressed {
+			if progressed, err = w.releasesDone(ctx, res.ID); err != nil {
+				t.Fatalf("jobfencetest: RunWorkflow: %v", err)
+				return nil
+			}
+		}
 	}
 	if run.Workflow, err = w.client.Workflow(ctx, res.ID); err != nil {
 		t.Fatalf("jobfencetest: RunWorkflow: %v", err)
@@ -84,6 +92,36 @@ func RunWorkflow(ctx context.Context, t TestingT, w *Worker, wf *workflow.Workfl
 	}
 	return run
 }
+
+// releasesDone waits, releasesWait at most, until workflow id has no
+// dependents left to release after a completion (a task with more than
+// the completion releases itself: see pgqueue.Client.ReleaseDependents),
+// releasing them itself too, and reports whether there were any, so that
+// RunWorkflow runs the tasks they make ready.
+func (w *Worker) releasesDone(ctx context.Context, id string) (bool, error) {
+	deadline := time.Now().Add(releasesWait)
+	waited := false
+	for {
+		released, err := w.client.ReleaseDependents(ctx, nil)
+		if err != nil {
+			return false, err
+		}
+		waited = waited || released > 0
+		n, err := w.client.ReleasesLeft(ctx, id)
+		if err != nil || n == 0 {
+			return waited, err
+		}
+		waited = true
+		if time.Now().After(deadline) {
+			return false, fmt.Errorf("%d ranges of dependents still to release after %s", n, releasesWait)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// releasesWait bounds RunWorkflow's wait for the releases of another
+// client (the one that completed a task) in flight.
+const releasesWait = 30 * time.Second
 
 // Task returns the task named name, failing t when the workflow has none.
 func (r *WorkflowRun) Task(t TestingT, name string) *pgqueue.Task {

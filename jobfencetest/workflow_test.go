@@ -2,6 +2,7 @@ package jobfencetest_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/jobfence/jobfence/jobfencetest"
@@ -64,4 +65,33 @@ func TestRunWorkflow(t *testing.T) {
 	if len(rec.msgs) != 2 || rec.msgs[0] != want[0] || rec.msgs[1] != want[1] {
 		t.Fatalf("messages:\n%q\nwant\n%q", rec.msgs, want)
 	}
+}
+
+type leaf struct {
+	N int `json:"n"`
+}
+
+func (leaf) Kind() string { return "leaf" }
+
+// TestRunWorkflowFanOut: a task with more dependents than its completion
+// releases itself (the rest are released after the commit, in ranges)
+// still has every dependent run before RunWorkflow returns.
+func TestRunWorkflowFanOut(t *testing.T) {
+	ctx := context.Background()
+	db := jobfencetest.NewDB(t)
+	client := pgqueue.New(db.Pool, pgqueue.Config{})
+	defer client.Close()
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[leaf]) error { return nil })
+	w := jobfencetest.NewWorker(t, client, reg, worker.Config{})
+	const width = 1_005 // past the 1,000 a completion releases itself
+	wf := workflow.New("fan").Add("root", leaf{}, nil)
+	for i := range width {
+		wf.Add(fmt.Sprintf("leaf-%d", i), leaf{N: i}, &workflow.TaskOpts{DependsOn: []string{"root"}})
+	}
+	run := jobfencetest.RunWorkflow(ctx, t, w, wf)
+	if len(run.Results) != width+1 {
+		t.Fatalf("ran %d attempts, want %d", len(run.Results), width+1)
+	}
+	run.RequireTaskState(t, fmt.Sprintf("leaf-%d", width-1), queue.StateCompleted)
 }

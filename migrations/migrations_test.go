@@ -320,3 +320,34 @@ func TestUniqueHashMigrationOnABigTable(t *testing.T) {
 	}
 	check("up again")
 }
+
+// TestReleasesDownRefusedWhileARangeWaits: going down past version 21 is
+// refused while a completed task's dependents wait in jobfence_releases
+// (the workers before it would never release them), with a message that
+// says what to do, and the table is kept; once it is empty, down goes.
+func TestReleasesDownRefusedWhileARangeWaits(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO jobfence_releases (task_id, first, last) VALUES (1, 1001, 2000)`); err != nil {
+		t.Fatal(err)
+	}
+	p := providerAt(t, db.URL, 21)
+	_, err := p.DownTo(ctx, 20)
+	if want := "workflow dependents are still waiting to be released (jobfence_releases is not empty): run this release's workers until it is, then migrate down"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("down past 21 with a range waiting = %v, want an error containing %q", err, want)
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_releases`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("after the refused down: %d ranges, %v; want the one kept", n, err)
+	}
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM jobfence_releases`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 20); err != nil {
+		t.Fatalf("down past 21 with no range waiting: %v", err)
+	}
+	var exists bool
+	if err := db.Pool.QueryRow(ctx, `SELECT to_regclass('jobfence_releases') IS NOT NULL`).Scan(&exists); err != nil || exists {
+		t.Fatalf("jobfence_releases exists = %v, %v after down; want dropped", exists, err)
+	}
+}

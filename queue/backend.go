@@ -77,6 +77,20 @@ type SessionReaper interface {
 	EndStalledSessions(ctx context.Context) (int, error)
 }
 
+// DependentReleaser is implemented by backends whose completion of a
+// workflow task with many dependents releases the first of them in its
+// own transaction and leaves the rest to be released after its commit
+// (pgqueue: in ranges of 1,000). Every worker calls it with nil at each
+// rescue (worker.Config.RescueInterval), for what a client that stopped
+// first left, and with the task's ID after a transactional handler's
+// commit; any number of instances may call it at once.
+type DependentReleaser interface {
+	// ReleaseDependents releases the dependents left to release of the
+	// completed tasks ids, or of any task when ids is nil, and returns
+	// how many ranges of them it released.
+	ReleaseDependents(ctx context.Context, ids []int64) (int, error)
+}
+
 // FinishedMaintainer is implemented by backends that keep finished jobs
 // in time partitions, dropped whole once older than the retention, rather
 // than deleting them row by row (pgqueue: jobfence_jobs_finished). Every

@@ -187,9 +187,30 @@ func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *runni
 		return false, "", w.txFailed(ctx, tx, job, fmt.Errorf("jobfence: commit: %w", err))
 	}
 	w.stats.completed.Add(1)
+	if f.Workflow {
+		w.releaseAfterCommit(ctx, job)
+	}
 	r.took = time.Since(start)
 	w.ended(r, JobEnd{Outcome: queue.OutcomeComplete})
 	return true, "", nil
+}
+
+// releaseAfterCommit releases the dependents that a workflow task's
+// transactional completion left to release after its commit (a task with
+// more dependents than the completion releases itself; see
+// queue.DependentReleaser), bounded by the lease. A failure is logged:
+// the workers' maintenance releases them.
+func (w *Worker) releaseAfterCommit(ctx context.Context, job *queue.Job) {
+	r, ok := w.backend.(queue.DependentReleaser)
+	if !ok {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease)
+	defer cancel()
+	if _, err := r.ReleaseDependents(rctx, []int64{job.ID}); err != nil {
+		w.logJob(ctx, slog.LevelWarn, "jobfence: releasing the task's dependents failed; the workers' maintenance releases them", job,
+			slog.Any("err", err))
+	}
 }
 
 // outcome maps a handler's result to the outcome to report; r stays

@@ -19,7 +19,8 @@ const (
 // (queue.FinishedMaintainer), creates and drops those as it starts and
 // before each prune. With each rescue it ends the database sessions left
 // holding the queue's locks by a client that stopped mid-batch
-// (queue.SessionReaper).
+// (queue.SessionReaper), and releases the workflow dependents that a
+// stopped client left to release (queue.DependentReleaser).
 // Every worker runs it; the backend's SKIP LOCKED batches and bounded DDL
 // keep instances off each other's rows and locks, so there is no leader
 // to elect or lose.
@@ -49,6 +50,7 @@ func (w *Worker) maintenanceLoop(ctx context.Context, m queue.Maintainer) {
 				return n, err
 			})
 			w.endStalledSessions(ctx, m)
+			w.releaseLeftDependents(ctx, m)
 			rescue.Reset(jitter(w.cfg.RescueInterval))
 		case <-prune.C:
 			w.maintainFinished(ctx, m, &partitions)
@@ -75,6 +77,25 @@ func (w *Worker) endStalledSessions(ctx context.Context, m queue.Maintainer) {
 	}
 	if err != nil && ctx.Err() == nil {
 		w.log.Warn("jobfence: maintenance failed; will try again", "task", "stalled sessions", "err", err)
+	}
+}
+
+// releaseLeftDependents runs the backend's queue.DependentReleaser once
+// for every task, if it has one: it releases the dependents that a client
+// which completed their workflow task left to release when it stopped.
+// They are counted in Stats.ReleasedRanges and logged.
+func (w *Worker) releaseLeftDependents(ctx context.Context, m queue.Maintainer) {
+	r, ok := m.(queue.DependentReleaser)
+	if !ok {
+		return
+	}
+	n, err := r.ReleaseDependents(ctx, nil)
+	w.stats.releasedRanges.Add(int64(n))
+	if n > 0 {
+		w.log.Info("jobfence: released the dependents that a stopped client left to release", "ranges", n)
+	}
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("jobfence: maintenance failed; will try again", "task", "release dependents", "err", err)
 	}
 }
 

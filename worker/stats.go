@@ -56,11 +56,16 @@ type Stats struct {
 	// middle of a batch, for a client that had stopped sending
 	// (queue.SessionReaper).
 	EndedSessions int64
+	// ReleasedRanges counts ranges of workflow dependents that this
+	// worker's maintenance released because the client that completed
+	// their task had stopped before it released them
+	// (queue.DependentReleaser).
+	ReleasedRanges int64
 }
 
 type counters struct {
 	claimed, completed, retried, discarded, snoozed, unknownKind, cancelled, stale, lost, stuck, stuckRunning, panics,
-	fetchErrors, finishErrors, rescued, pruned, promoted, refilled, refillErrors, endedSessions atomic.Int64
+	fetchErrors, finishErrors, rescued, pruned, promoted, refilled, refillErrors, endedSessions, releasedRanges atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
@@ -71,5 +76,6 @@ func (c *counters) snapshot() Stats {
 		Panics: c.panics.Load(), FetchErrors: c.fetchErrors.Load(), FinishErrors: c.finishErrors.Load(),
 		Rescued: c.rescued.Load(), Pruned: c.pruned.Load(), Promoted: c.promoted.Load(),
 		Refilled: c.refilled.Load(), RefillErrors: c.refillErrors.Load(), EndedSessions: c.endedSessions.Load(),
+		ReleasedRanges: c.releasedRanges.Load(),
 	}
 }

@@ -185,7 +185,7 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 			if err := tx.QueryRow(ctx, cancelSQL, id, cancelChannel).Scan(nil); err != nil {
 				return err
 			}
-			return release(ctx, tx, []int64{id}, true)
+			return c.releaseFailed(ctx, tx, []int64{id})
 		})
 	} else {
 		err = c.pool.QueryRow(ctx, cancelSQL, id, cancelChannel).Scan(nil)
@@ -328,7 +328,7 @@ RETURNING id`
 // deleteJobs deletes the jobs among ids that are not running, in tx,
 // after cancelling the dependents of the workflow tasks among them (see
 // cancelDeletedTasksSQL), and returns the IDs and queues it deleted.
-func deleteJobs(ctx context.Context, tx pgx.Tx, ids []int64) (deleted []int64, queues []string, err error) {
+func (c *Client) deleteJobs(ctx context.Context, tx pgx.Tx, ids []int64) (deleted []int64, queues []string, err error) {
 	rows, err := tx.Query(ctx, cancelDeletedTasksSQL, ids)
 	if err != nil {
 		return nil, nil, err
@@ -338,7 +338,7 @@ func deleteJobs(ctx context.Context, tx pgx.Tx, ids []int64) (deleted []int64, q
 		return nil, nil, err
 	}
 	if len(tasks) > 0 {
-		if err := release(ctx, tx, tasks, true); err != nil {
+		if err := c.releaseFailed(ctx, tx, tasks); err != nil {
 			return nil, nil, fmt.Errorf("cancel the dependents of deleted tasks: %w", err)
 		}
 	}
@@ -375,7 +375,7 @@ func (c *Client) Delete(ctx context.Context, id int64) error {
 	var deleted []int64
 	err := c.boundedTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		deleted, _, err = deleteJobs(ctx, tx, []int64{id})
+		deleted, _, err = c.deleteJobs(ctx, tx, []int64{id})
 		return err
 	})
 	if err == nil && len(deleted) == 0 {

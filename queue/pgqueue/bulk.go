@@ -180,7 +180,7 @@ func (c *Client) deleteBatch(ctx context.Context, q string, args []any) (n, curs
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		deleted, qs, err := deleteJobs(ctx, tx, ids)
+		deleted, qs, err := c.deleteJobs(ctx, tx, ids)
 		if err != nil {
 			return err
 		}

@@ -100,6 +100,8 @@ var (
 	_ queue.Registrar     = (*Client)(nil)
 	_ queue.FinishClaimer = (*Client)(nil)
 	_ queue.SessionReaper = (*Client)(nil)
+
+	_ queue.DependentReleaser = (*Client)(nil)
 )
 
 // Client enqueues, claims and finishes jobs in PostgreSQL. It implements
@@ -130,6 +132,11 @@ type Client struct {
 	stalled stalledSessions
 	// wakes coalesces the wake-ups of Enqueue and Insert.
 	wakes *wakes
+	// releases runs the releases of dependents after completions.
+	releases *releases
+	// releaseChunk is how many dependents a completion releases itself
+	// (defaultReleaseChunk; the tests set less).
+	releaseChunk int
 }
 
 // New returns a Client on pool. The pool's search_path decides the schema
@@ -150,7 +157,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 	if cfg.StalledSession == 0 {
 		cfg.StalledSession = DefaultStalledSession
 	}
-	c := &Client{pool: pool, cfg: cfg}
+	c := &Client{pool: pool, cfg: cfg, releases: newReleases(), releaseChunk: defaultReleaseChunk}
 	c.refills.wake = make(chan struct{}, 1)
 	c.listener = newListener(cfg.Logger, c.listenConn)
 	c.wakes = newWakes(cfg.Logger, func(ctx context.Context, q string) error {
@@ -168,12 +175,18 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 // Close stops the wake-ups that the client sends in the background after
 // Enqueue and Insert (a job committed while its queue's previous wake-up
 // was in flight rides on the next one, sent when that one is done), and
-// returns once they have stopped: call it before closing the pool. A
-// wake-up it stops is logged, and its jobs are found by the workers' next
-// poll. Close does not stop workers or listeners (their contexts do); the
-// client stays usable, and from then on each Enqueue sends its own
-// wake-up.
-func (c *Client) Close() { c.wakes.close() }
+// the releases of a workflow task's dependents that it runs after the
+// task's completion (see ReleaseDependents), and returns once they have
+// stopped: call it before closing the pool. A wake-up it stops is logged,
+// and its jobs are found by the workers' next poll; a release it stops is
+// logged, and a worker's maintenance finishes it. Close does not stop
+// workers or listeners (their contexts do); the client stays usable, and
+// from then on each Enqueue sends its own wake-up and each completion
+// releases all its dependents before it returns.
+func (c *Client) Close() {
+	c.wakes.close()
+	c.releases.close()
+}
 
 // TxSlots reports how many transactional handlers may hold a connection
 // at once: the pool's MaxConns less Config.TxReserve. A worker warns when

@@ -214,7 +214,9 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 		applied, claimed = fg.applied, fg.claimed
 		lims = append(without(fg.lims, held), fg.declined...)
 	} else {
-		applied, lims, err = c.finishBatch(ctx, sql, args, tasks)
+		var more []int64
+		applied, lims, more, err = c.finishBatch(ctx, sql, args, tasks)
+		c.releaseLater(ctx, more)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)
@@ -231,16 +233,18 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 	return stale, claimed, nil
 }
 
-// finishBatch runs a finish statement and returns the leases it applied.
-// With workflow tasks among the jobs, releaseSQL follows it in the same
-// transaction: the dependents a completion releases become available with
-// it, under its fence, or not at all. The release is a statement of its
-// own because it must see what committed while the finish waited for its
-// rows (a task added meanwhile that depends on one of them: see
-// workflow's dynamic tasks); a statement sees only what had committed
-// when it began. The transaction is bounded (boundedTx): a client frozen
-// between the two statements holds their rows txbound.Idle at most.
-func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks []int64) (map[queue.Lease]bool, []partition, error) {
+// finishBatch runs a finish statement and returns the leases it applied,
+// and the completed tasks whose dependents it left to release after the
+// commit (see releaseRangeSQL). With workflow tasks among the jobs,
+// releaseSQL follows it in the same transaction: the dependents a
+// completion releases become available with it, under its fence, or not
+// at all. The release is a statement of its own because it must see what
+// committed while the finish waited for its rows (a task added meanwhile
+// that depends on one of them: see workflow's dynamic tasks); a statement
+// sees only what had committed when it began. The transaction is bounded
+// (boundedTx): a client frozen between the two statements holds their
+// rows txbound.Idle at most.
+func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks []int64) (map[queue.Lease]bool, []partition, []int64, error) {
 	applied := make(map[queue.Lease]bool, len(args[0].([]int64)))
 	var lims []partition
 	run := func(db DB) error {
@@ -251,22 +255,28 @@ func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks 
 		return scanFinished(rows, applied, &lims)
 	}
 	if len(tasks) == 0 {
-		return applied, lims, run(c.pool)
+		return applied, lims, nil, run(c.pool)
 	}
 	if sql == completeSQL {
 		// Completions cascade nothing: the release goes in their round
 		// trip, as a grant does (finishAndGrant, with no partition).
 		fg, err := c.finishAndGrant(ctx, sql, args, tasks, nil, nil)
-		return fg.applied, fg.lims, err
+		return fg.applied, fg.lims, fg.more, err
 	}
+	var more []int64
 	err := c.boundedTx(ctx, func(tx pgx.Tx) error {
 		if err := run(tx); err != nil {
 			return err
 		}
 		// Only finishSQL can discard or cancel.
-		return release(ctx, tx, tasks, sql == finishSQL)
+		var err error
+		more, err = release(ctx, tx, tasks, sql == finishSQL, c.releaseChunk)
+		return err
 	})
-	return applied, lims, err
+	if err != nil {
+		return applied, lims, nil, err
+	}
+	return applied, lims, more, nil
 }
 
 // boundedTx runs fn in a transaction bounded as EnqueueMany's is

@@ -90,7 +90,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	b.Queue(batchBoundsSQL)
 	b.Queue(sql, args...)
 	if len(tasks) > 0 {
-		b.Queue(releaseSQL, tasks, insertChannel)
+		b.Queue(releaseSQL, tasks, c.releaseChunk, insertChannel)
 	}
 	if len(g.conc) > 0 {
 		b.Queue(genericPlanSQL)
@@ -105,6 +105,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	granted := map[string]int{}
 	var declined []partition
 	var claimed []*queue.Job
+	var more []int64
 	_, err := br.Exec()
 	if err == nil {
 		_, err = br.Exec()
@@ -116,7 +117,11 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 		}
 	}
 	if err == nil && len(tasks) > 0 {
-		if _, err = br.Exec(); err != nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			more, err = scanReleased(rows)
+		}
+		if err != nil {
 			err = fmt.Errorf("release dependents: %w", err)
 		}
 	}
@@ -147,7 +152,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	if len(declined) > 0 {
 		c.routes.markFull(declined, time.Now())
 	}
-	return finishGrant{applied: applied, lims: lims, declined: declined, claimed: claimed}, nil
+	return finishGrant{applied: applied, lims: lims, declined: declined, claimed: claimed, more: more}, nil
 }
 
 // finishGrant is what finishAndGrant returns: the leases applied, every
@@ -158,6 +163,9 @@ type finishGrant struct {
 	lims     []partition
 	declined []partition
 	claimed  []*queue.Job
+	// more are the completed tasks whose dependents past the first chunk
+	// wait in jobfence_releases (see releaseSQL).
+	more []int64
 }
 
 // claimCaps returns what fs ask grantConcurrencySQL to claim (see

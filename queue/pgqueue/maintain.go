@@ -167,7 +167,7 @@ func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) 
 			if err := scan(moved); err != nil {
 				return err
 			}
-			return release(ctx, tx, tasks, true)
+			return c.releaseFailed(ctx, tx, tasks)
 		})
 	} else {
 		var moved pgx.Rows

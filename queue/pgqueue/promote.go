@@ -173,7 +173,7 @@ func (c *Client) discardLateTasks(ctx context.Context, limit int) error {
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		return release(ctx, tx, ids, true)
+		return c.releaseFailed(ctx, tx, ids)
 	})
 	if err != nil {
 		return fmt.Errorf("pgqueue: discard workflow tasks past their deadline: %w", err)

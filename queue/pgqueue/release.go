@@ -18,7 +18,9 @@ import (
 // releases, once.
 //
 // For each task it ended:
-//   - completed: every pending dependent gets one dependency fewer
+//   - completed: every pending dependent among the first $2 of its list
+//     (the rest are recorded as ranges of $2, released after the commit:
+//     see releaseRangeSQL) gets one dependency fewer
 //     (deps_left), and becomes available at zero (or scheduled, if its
 //     time is still to come, or limited, if a limit governs it: the
 //     limits' grant gives it a slot, as to any other job). A task that no
@@ -57,8 +59,23 @@ import (
 // locked in ascending ID order, as Finish locks its jobs; they are pending
 // rows, which no claim, heartbeat or rescue locks, and each statement
 // holds them only while the server runs it. The available ones wake their
-// queues' workers at commit.
-const releaseSQL = releaseClosure + `, a AS (
+// queues' workers (channel $3) at commit. The reply is a row per queue
+// woken and one per completed task with ranges recorded (its ID).
+const releaseSQL = releaseClosure + releaseUpdateTail + `, rs AS (
+    INSERT INTO jobfence_releases (task_id, first, last)
+    SELECT d.id, g.first, least(g.first + $2 - 1, cardinality(d.dependents))
+    FROM done d CROSS JOIN LATERAL generate_series($2 + 1, cardinality(d.dependents), $2) AS g(first)
+    WHERE d.state = 'completed'
+    ON CONFLICT DO NOTHING
+    RETURNING task_id
+)
+SELECT pg_notify($3, r.queue)::text, NULL::bigint FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') r
+UNION ALL
+SELECT NULL, task_id FROM (SELECT DISTINCT task_id FROM rs) r`
+
+// releaseUpdateTail changes the dependents that l locked (see releaseSQL)
+// and returns them as u.
+const releaseUpdateTail = `, a AS (
     SELECT array_agg(id) AS ids, array_agg(n) AS ns, array_agg(cancel) AS cancels,
            array_agg(cause) AS causes, array_agg(cause_state) AS cause_states,
            array_agg(adopt_name) AS adopt_names, array_agg(adopt_part) AS adopt_parts FROM l
@@ -84,8 +101,7 @@ const releaseSQL = releaseClosure + `, a AS (
                  unnest(a.adopt_names) AS adopt_name, unnest(a.adopt_parts) AS adopt_part FROM a) c
     WHERE j.id = c.id AND j.state = 'pending'
     RETURNING j.id, j.state, j.queue
-)
-SELECT pg_notify($2, r.queue) FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') r`
+)`
 
 // releaseClosure is the head of releaseSQL: what a release changes, and
 // its rows locked (l: each row's ID, and either the dependencies it loses
@@ -118,7 +134,8 @@ WITH RECURSIVE done AS MATERIALIZED (
 ), cset AS MATERIALIZED (
     SELECT DISTINCT ON (id) id, cause, cause_state FROM cx ORDER BY id, cause
 ), edges AS (
-    SELECT u.id FROM done d CROSS JOIN LATERAL unnest(d.dependents) AS u(id)
+    SELECT u.id FROM done d
+    CROSS JOIN LATERAL unnest(CASE WHEN d.state = 'completed' THEN d.dependents[1:$2] ELSE d.dependents END) AS u(id)
   UNION ALL
     SELECT u.id FROM cset c
     CROSS JOIN LATERAL (SELECT p.dependents FROM jobfence_jobs p WHERE p.id = c.id OFFSET 0) p
@@ -128,7 +145,13 @@ WITH RECURSIVE done AS MATERIALIZED (
     FROM edges WHERE id NOT IN (SELECT id FROM cset) GROUP BY id
   UNION ALL
     SELECT id, NULL, true, cause, cause_state FROM cset
-), l AS MATERIALIZED (
+)` + releaseLockTail
+
+// releaseLockTail locks the dependents a release changes, given s: each
+// one's ID, and either the dependencies it loses (n) or, if cancel, the
+// task whose failure cancels it and how it ended (cause, cause_state). It
+// is l: the same rows with the limit a released one comes under (adopt).
+const releaseLockTail = `, l AS MATERIALIZED (
     SELECT s.id, s.n, s.cancel, s.cause, s.cause_state, adopt.name AS adopt_name, adopt.part AS adopt_part
     FROM (SELECT * FROM s ORDER BY id OFFSET 0) s
     CROSS JOIN LATERAL (
@@ -153,9 +176,12 @@ const maxReleasePasses = 100
 var ErrWorkflowGrowing = errors.New("jobfence: tasks kept being appended to a workflow while its tasks were being cancelled")
 
 // release runs releaseSQL in tx for the workflow tasks among ids that tx
-// has just ended. When cascade is set (some may have been discarded or
-// cancelled), releaseLockSQL first locks what the release would change,
-// again and again until a pass finds nothing new.
+// has just ended, releasing at most chunk dependents of each completed
+// one there; it returns the completed tasks that have more, whose ranges
+// it recorded for after the commit (see releaseRangeSQL). When cascade is
+// set (some may have been discarded or cancelled), releaseLockSQL first
+// locks what the release would change, again and again until a pass finds
+// nothing new.
 //
 // The reason is a task appended meanwhile (workflow.Append) to a task
 // that the release cancels: the append locks the tasks its new ones
@@ -169,16 +195,16 @@ var ErrWorkflowGrowing = errors.New("jobfence: tasks kept being appended to a wo
 // transaction and then finds its dependencies cancelled, and inserts its
 // tasks cancelled. A completion alone needs no pass: the dependents it
 // releases are listed on the rows that its own statement locked.
-func release(ctx context.Context, tx pgx.Tx, ids []int64, cascade bool) error {
+func release(ctx context.Context, tx pgx.Tx, ids []int64, cascade bool, chunk int) ([]int64, error) {
 	if cascade {
 		last := int64(-1)
 		for pass := 0; ; pass++ {
 			if pass == maxReleasePasses {
-				return fmt.Errorf("release dependents: %w (%d passes)", ErrWorkflowGrowing, pass)
+				return nil, fmt.Errorf("release dependents: %w (%d passes)", ErrWorkflowGrowing, pass)
 			}
 			var n int64
-			if err := tx.QueryRow(ctx, releaseLockSQL, ids).Scan(&n); err != nil {
-				return fmt.Errorf("release dependents: lock: %w", err)
+			if err := tx.QueryRow(ctx, releaseLockSQL, ids, chunk).Scan(&n); err != nil {
+				return nil, fmt.Errorf("release dependents: lock: %w", err)
 			}
 			if n == last {
 				break
@@ -186,8 +212,40 @@ func release(ctx context.Context, tx pgx.Tx, ids []int64, cascade bool) error {
 			last = n
 		}
 	}
-	if _, err := tx.Exec(ctx, releaseSQL, ids, insertChannel); err != nil {
-		return fmt.Errorf("release dependents: %w", err)
+	rows, err := tx.Query(ctx, releaseSQL, ids, chunk, insertChannel)
+	if err != nil {
+		return nil, fmt.Errorf("release dependents: %w", err)
 	}
-	return nil
+	more, err := scanReleased(rows)
+	if err != nil {
+		return nil, fmt.Errorf("release dependents: %w", err)
+	}
+	return more, nil
+}
+
+// releaseFailed is release for tasks that tx discarded or cancelled,
+// with every dependent they cancel (they complete none, so they leave no
+// range for after the commit: a range the release recorded anyway would
+// be released by a worker's maintenance).
+func (c *Client) releaseFailed(ctx context.Context, tx pgx.Tx, ids []int64) error {
+	_, err := release(ctx, tx, ids, true, c.releaseChunk)
+	return err
+}
+
+// scanReleased reads releaseSQL's reply: the completed tasks whose
+// dependents past the first chunk wait in jobfence_releases.
+func scanReleased(rows pgx.Rows) ([]int64, error) {
+	var more []int64
+	for rows.Next() {
+		var id *int64
+		if err := rows.Scan(nil, &id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if id != nil {
+			more = append(more, *id)
+		}
+	}
+	rows.Close()
+	return more, rows.Err()
 }

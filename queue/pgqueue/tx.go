@@ -106,8 +106,10 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, l queue.Lease) error
 // FinishTx is CompleteTx for a completion f that may carry the handler's
 // output (f.Output), stored by the fenced update, and may be a workflow
 // task's (f.Workflow): its dependents are released in tx, after the
-// completion, so they become available if and only if tx commits. f's
-// Outcome must be OutcomeComplete.
+// completion, so they become available if and only if tx commits; of a
+// task with more than a chunk of them (see defaultReleaseChunk), the rest
+// once tx has committed, by ReleaseDependents. f's Outcome must be
+// OutcomeComplete.
 func (c *Client) FinishTx(ctx context.Context, tx pgx.Tx, f queue.Finish) error {
 	if f.Outcome != queue.OutcomeComplete {
 		return fmt.Errorf("pgqueue: finish job %d in tx: outcome %s: only a completion commits with a transaction", f.ID, f.Outcome)
@@ -132,7 +134,10 @@ func (c *Client) FinishTx(ctx context.Context, tx pgx.Tx, f queue.Finish) error 
 		return &queue.StaleFenceError{Lease: f.Lease}
 	}
 	if f.Workflow {
-		if err := release(ctx, tx, []int64{f.ID}, false); err != nil {
+		// Dependents past the first chunk are released after tx commits:
+		// the caller calls ReleaseDependents then (the worker does), or a
+		// worker's maintenance does.
+		if _, err := release(ctx, tx, []int64{f.ID}, false, c.releaseChunk); err != nil {
 			return fmt.Errorf("pgqueue: complete job %d in tx: %w", f.ID, err)
 		}
 	}

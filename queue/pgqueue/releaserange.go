@@ -1,0 +1,208 @@
+package pgqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A completed task with many dependents (a fan-out) releases the first
+// releaseChunk of them in its completion's own transaction, under its
+// fence, and records the rest as ranges of its dependents list in
+// jobfence_releases (migration 00021), in that same transaction. The
+// ranges are released after the commit, each in a statement of its own
+// (releaseRangeSQL), by the client that sent the completion and, should
+// it stop first, by any worker's maintenance (ReleaseDependents).
+//
+// One transaction releasing 10,000 dependents is serial: their tasks wait
+// for all of it before the first can be claimed, and the root's
+// completion holds its rows for as long. In ranges, the first tasks are
+// claimed while the next ranges are being released, several at once.
+//
+// What holds: a range is recorded only by the accepted completion (the
+// xmin test of releaseClosure's done: a zombie's stale outcome writes
+// nothing, so records nothing), and a range is released once (the
+// statement that releases it deletes it, under the row lock it took with
+// SKIP LOCKED, in the same statement). A range covers the dependents the
+// list held at the completion: a task appended later to a completed task
+// does not count it among its dependencies (workflow.Append), and no range
+// reaches it.
+const (
+	// defaultReleaseChunk is how many dependents of a completed task its
+	// completion releases, and how many a range holds.
+	defaultReleaseChunk = 1000
+	// releaseWorkers is how many ranges a client releases at once after a
+	// completion, each in a round trip of its own.
+	releaseWorkers = 4
+	// releaseRangeTimeout bounds one range's release: its wait for a
+	// connection and its statement. A range it stops stays recorded, for
+	// the next try or a worker's maintenance.
+	releaseRangeTimeout = 30 * time.Second
+	// maxMaintainedRanges bounds the ranges one ReleaseDependents(nil)
+	// releases, so that a maintenance pass ends.
+	maxMaintainedRanges = 10_000
+)
+
+// releaseRangeSQL releases one range of jobfence_releases, of the tasks
+// $1 (NULL: of any task), that no other session is releasing (SKIP
+// LOCKED), and deletes it; channel $2 wakes the queues of the dependents
+// it makes available. Its dependents are the list's entries [first,
+// last] of the task as it is now (the list only grows: Append adds at its
+// end). A task deleted meanwhile (pruned: its dependents had all ended)
+// leaves the range nothing to release. The dependents are locked and
+// changed as releaseSQL changes them, in ascending ID order, so that it
+// and every completion lock in one order. It replies with the range's
+// task (none: nothing was left) and a row per queue woken.
+const releaseRangeSQL = `
+WITH r AS MATERIALIZED (
+    SELECT x.task_id, x.first, x.last FROM jobfence_releases x
+    WHERE $1::bigint[] IS NULL OR x.task_id = ANY($1::bigint[])
+    ORDER BY x.task_id, x.first
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), edges AS (
+    SELECT u.id FROM r
+    CROSS JOIN LATERAL (SELECT p.dependents FROM jobfence_jobs p WHERE p.id = r.task_id OFFSET 0) p
+    CROSS JOIN LATERAL unnest(p.dependents[r.first:r.last]) AS u(id)
+), s AS (
+    SELECT id, count(*)::int AS n, false AS cancel, NULL::text AS cause, NULL::text AS cause_state
+    FROM edges GROUP BY id
+)` + releaseLockTail + releaseUpdateTail + `, gone AS (
+    DELETE FROM jobfence_releases x USING r WHERE x.task_id = r.task_id AND x.first = r.first
+)
+SELECT pg_notify($2, w.queue)::text, NULL::bigint FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') w
+UNION ALL
+SELECT NULL, task_id FROM r`
+
+// releaseRange releases one range of the tasks ids (nil: of any task) and
+// reports whether there was one.
+func (c *Client) releaseRange(ctx context.Context, ids []int64) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, releaseRangeTimeout)
+	defer cancel()
+	rows, err := c.pool.Query(ctx, releaseRangeSQL, ids, insertChannel)
+	if err != nil {
+		return false, err
+	}
+	done, err := scanReleased(rows)
+	return len(done) > 0, err
+}
+
+// ReleaseDependents releases the dependents that completed workflow tasks
+// left to release after their completion's commit (see
+// defaultReleaseChunk): those of the tasks ids, or of any task when ids is
+// nil, releaseWorkers ranges at once. It returns the ranges it released.
+// The client that completed a task calls it in the background after the
+// commit; every worker calls it with nil at each rescue, for the ranges of
+// a client that stopped first; a worker calls it after a transactional
+// handler's commit. Any number of clients may call it at once: each range
+// is released by one of them. With nil it releases maxMaintainedRanges at
+// most.
+func (c *Client) ReleaseDependents(ctx context.Context, ids []int64) (int, error) {
+	if ids != nil && len(ids) == 0 {
+		return 0, nil
+	}
+	var (
+		n    atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for range releaseWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil && (ids != nil || n.Load() < maxMaintainedRanges) {
+				ok, err := c.releaseRange(ctx, ids)
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+				if !ok {
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return int(n.Load()), fmt.Errorf("pgqueue: release dependents: %w", err)
+	}
+	return int(n.Load()), ctx.Err()
+}
+
+// releasesLeftSQL counts the ranges left to release of workflow $1's
+// tasks.
+const releasesLeftSQL = `
+SELECT count(*) FROM jobfence_releases x JOIN jobfence_jobs j ON j.id = x.task_id WHERE j.workflow_id = $1`
+
+// ReleasesLeft returns how many ranges of dependents the completed tasks
+// of workflow id have left to release (see ReleaseDependents): none once
+// every completion's dependents are released.
+func (c *Client) ReleasesLeft(ctx context.Context, id string) (int, error) {
+	var n int
+	if err := c.pool.QueryRow(ctx, releasesLeftSQL, id).Scan(&n); err != nil {
+		return 0, fmt.Errorf("pgqueue: ranges left to release of workflow %s: %w", id, err)
+	}
+	return n, nil
+}
+
+// releases runs the releases a client starts after its completions'
+// commits (releaseLater), until close.
+type releases struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	closed bool
+}
+
+func newReleases() *releases {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &releases{ctx: ctx, cancel: cancel}
+}
+
+// releaseLater releases, in the background, the ranges that the
+// completions of the tasks ids recorded. A failure is logged: the ranges
+// stay recorded, and a worker's maintenance releases them. After Close it
+// releases them before it returns, bounded by ctx.
+func (c *Client) releaseLater(ctx context.Context, ids []int64) {
+	if len(ids) == 0 {
+		return
+	}
+	r := c.releases
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		c.releaseNow(ctx, ids)
+		return
+	}
+	r.wg.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.wg.Done()
+		c.releaseNow(r.ctx, ids)
+	}()
+}
+
+// releaseNow is ReleaseDependents for ids, its failure logged.
+func (c *Client) releaseNow(ctx context.Context, ids []int64) {
+	if _, err := c.ReleaseDependents(ctx, ids); err != nil {
+		c.cfg.Logger.Warn("pgqueue: releasing a workflow task's dependents failed; a worker's maintenance releases them",
+			"tasks", ids, "err", err)
+	}
+}
+
+// close stops the background releases and waits for them.
+func (r *releases) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.cancel()
+	r.wg.Wait()
+}
