@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
+
+	"github.com/jobfence/jobfence/internal/txbound"
 )
 
 // A completed task with many dependents (a fan-out) releases the first
@@ -38,9 +39,11 @@ const (
 	// completion, each in a round trip of its own.
 	releaseWorkers = 4
 	// releaseRangeTimeout bounds one range's release: its wait for a
-	// connection and its statement. A range it stops stays recorded, for
-	// the next try or a worker's maintenance.
-	releaseRangeTimeout = 30 * time.Second
+	// connection and its statement, whose wait for a dependent's row it
+	// bounds as txbound.LockWait bounds other statements' lock waits (the
+	// cancel ends the wait). A range it stops stays recorded, for the
+	// next try or a worker's maintenance.
+	releaseRangeTimeout = txbound.LockWait
 	// maxMaintainedRanges bounds the ranges one ReleaseDependents(nil)
 	// releases, so that a maintenance pass ends.
 	maxMaintainedRanges = 10_000
