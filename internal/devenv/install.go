@@ -37,32 +37,45 @@ func redisBinary() (string, bool) {
 // installing the Debian packages postgresql and redis-server when the
 // process runs as root. It does nothing when both are already installed.
 func Install(ctx context.Context) error {
-	return installMissing(ctx, false)
+	return installMissing(ctx, servers{postgres: true, redis: true})
 }
 
 // InstallAll is Install, InstallPgBouncer and InstallChromium in one
 // apt-get run: what jobfence setup does before the tests.
 func InstallAll(ctx context.Context) error {
-	return installMissing(ctx, true)
+	return installMissing(ctx, servers{postgres: true, redis: true, pgbouncer: true, chromium: true})
+}
+
+// servers names the servers whose binaries a caller needs.
+type servers struct {
+	postgres, redis, pgbouncer, chromium bool
+}
+
+// missing returns the Debian packages of the servers in s whose binaries
+// are not installed.
+func (s servers) missing() []string {
+	var pkgs []string
+	if _, ok := postgresBinDir(); s.postgres && !ok {
+		pkgs = append(pkgs, "postgresql")
+	}
+	if _, ok := redisBinary(); s.redis && !ok {
+		pkgs = append(pkgs, "redis-server")
+	}
+	if _, ok := pgbouncerBinary(); s.pgbouncer && !ok {
+		pkgs = append(pkgs, "pgbouncer")
+	}
+	if _, ok := ChromiumBinary(); s.chromium && !ok {
+		pkgs = append(pkgs, "chromium")
+	}
+	return pkgs
 }
 
 // installMissing installs, in one apt-get run, the packages of the servers
-// whose binaries are missing: PostgreSQL and Redis, and PgBouncer and
-// Chromium (for the dashboard's browser test) too when all is set.
-func installMissing(ctx context.Context, all bool) error {
-	var pkgs []string
-	if _, ok := postgresBinDir(); !ok {
-		pkgs = append(pkgs, "postgresql")
-	}
-	if _, ok := redisBinary(); !ok {
-		pkgs = append(pkgs, "redis-server")
-	}
-	if _, ok := pgbouncerBinary(); all && !ok {
-		pkgs = append(pkgs, "pgbouncer")
-	}
-	if _, ok := ChromiumBinary(); all && !ok {
-		pkgs = append(pkgs, "chromium")
-	}
+// in s whose binaries are missing. A caller that starts one server asks
+// for that one's package only: the bench, which needs PostgreSQL alone,
+// runs on a machine without Redis and without apt-get's package lists.
+func installMissing(ctx context.Context, s servers) error {
+	pkgs := s.missing()
 	if len(pkgs) == 0 {
 		return nil
 	}

@@ -54,7 +54,7 @@ func StartPostgres(ctx context.Context) (*Postgres, error) {
 
 // StartPostgresWith is StartPostgres with options.
 func StartPostgresWith(ctx context.Context, o PostgresOptions) (*Postgres, error) {
-	if err := Install(ctx); err != nil {
+	if err := installMissing(ctx, servers{postgres: true}); err != nil {
 		return nil, err
 	}
 	bin, ok := postgresBinDir()

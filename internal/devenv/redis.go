@@ -24,7 +24,7 @@ type Redis struct {
 // StartRedis starts redis-server without persistence on a free loopback port
 // in a new temporary directory.
 func StartRedis(ctx context.Context) (*Redis, error) {
-	if err := Install(ctx); err != nil {
+	if err := installMissing(ctx, servers{redis: true}); err != nil {
 		return nil, err
 	}
 	bin, ok := redisBinary()
