@@ -1,0 +1,69 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jobfence/jobfence/internal/pgtest"
+	"github.com/jobfence/jobfence/internal/testwatch"
+	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
+	"github.com/jobfence/jobfence/worker"
+)
+
+// TestLeftDependentsReleasedByMaintenance: the dependents that a client
+// left to release after a fan-out's completion (it completed the root in
+// a transaction and stopped before releasing past the first 1,000) are
+// released by a worker's rescue pass, once, and counted.
+func TestLeftDependentsReleasedByMaintenance(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
+	const width = 1_005 // one range of 5 past the 1,000 the completion releases
+	p := queue.WorkflowParams{Name: "fan", Tasks: []queue.WorkflowTask{{Name: "root", Params: queue.EnqueueParams{Kind: "k", Queue: "root", Args: []byte(`{}`)}}}}
+	for i := range width {
+		p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: fmt.Sprintf("task-%d", i), DependsOn: []string{"root"},
+			Params: queue.EnqueueParams{Kind: "k", Queue: "fan", Args: []byte(`{}`)}})
+	}
+	res, err := c.InsertWorkflow(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := c.Claim(ctx, queue.ClaimParams{Queue: "root", Limit: 1, Lease: time.Minute, WorkerID: "stopped"})
+	if err != nil || len(root) != 1 {
+		t.Fatalf("claim the root: %v %v", root, err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.FinishTx(ctx, tx, queue.Finish{Lease: root[0].Lease(), Outcome: queue.OutcomeComplete, Workflow: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	available := func() int {
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE workflow_id = $1 AND queue = 'fan' AND state = 'available'`, res.ID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := available(); n != 1_000 {
+		t.Fatalf("%d dependents available after the completion, want the first 1,000", n)
+	}
+	// The worker works another queue: only its maintenance touches the fan.
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[effectArgs]) error { return nil })
+	w := startWorker(t, pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quietLogger()}), reg,
+		worker.Config{Queues: map[string]int{"other": 1}, RescueInterval: 100 * time.Millisecond})
+	testwatch.WaitFor(t, 30*time.Second, "the worker's maintenance to release the range left", func() bool {
+		return w.Stats().ReleasedRanges > 0
+	})
+	if n, s := available(), w.Stats(); n != width || s.ReleasedRanges != 1 {
+		t.Fatalf("%d dependents available, %d ranges released by the worker; want %d and 1", n, s.ReleasedRanges, width)
+	}
+}
