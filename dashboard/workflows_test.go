@@ -36,6 +36,11 @@ func TestWorkflowPages(t *testing.T) {
 		Error: &queue.AttemptError{Attempt: 1, Error: "out of stock"}}}); err != nil {
 		t.Fatal(err)
 	}
+	// A range of charge's dependents left to release, as a completing
+	// client that stopped leaves one.
+	if _, err := d.db.Pool.Exec(ctx, `INSERT INTO jobfence_releases (task_id, first, last) VALUES ($1, 3, 3)`, res.Tasks["charge"]); err != nil {
+		t.Fatal(err)
+	}
 	mustContain(t, "GET /workflows", d.getOK("/workflows"),
 		fmt.Sprintf(`<a href="/workflows/%s"><code>%s</code></a>`, res.ID, res.ID), "order 9", "available 1, completed 1, discarded 1, cancelled 1")
 	page := "/workflows/" + res.ID
@@ -43,7 +48,8 @@ func TestWorkflowPages(t *testing.T) {
 		`<svg class="workflow-graph" id="workflow-graph"`, `<line class="edge" x1="160" y1="28" x2="220" y2="28"/>`,
 		fmt.Sprintf(`<a href="/jobs/%d"><g class="task task-completed">`, res.Tasks["charge"]), ">charge</text>",
 		`<code>{&#34;charge_id&#34;: &#34;ch_9&#34;}</code>`, "out of stock",
-		`jobfence: dependency failed: task &#34;reserve&#34; was discarded; cancelled`, `id="retry"`, `id="cancel"`)
+		`jobfence: dependency failed: task &#34;reserve&#34; was discarded; cancelled`, `id="retry"`, `id="cancel"`,
+		`<dd id="workflow-releases">ranges of up to 1,000 dependents: 1 (`)
 	mustContain(t, "GET job page", d.getOK(fmt.Sprintf("/jobs/%d", res.Tasks["charge"])),
 		`<pre class="args" id="job-output">{
   &#34;charge_id&#34;: &#34;ch_9&#34;

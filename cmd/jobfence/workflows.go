@@ -110,6 +110,9 @@ func stateCounts(counts map[queue.State]int64) string {
 // they wait for, how long they took, and their outputs.
 func showWorkflow(out io.Writer, w *pgqueue.WorkflowInfo) {
 	fmt.Fprintf(out, "workflow %s %q, created %s\n  %d tasks: %s\n", w.ID, w.Name, w.CreatedAt.UTC().Format(time.RFC3339), w.Total(), stateCounts(w.Counts))
+	if w.ReleasesLeft > 0 {
+		fmt.Fprintf(out, "  ranges of dependents left to release after their tasks' completion: %d (each worker's rescue pass releases them)\n", w.ReleasesLeft)
+	}
 	names := map[int64]string{}
 	for _, t := range w.Tasks {
 		names[t.ID] = t.TaskName

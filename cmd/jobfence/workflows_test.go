@@ -46,11 +46,17 @@ func TestWorkflowsCommand(t *testing.T) {
 		code := run(ctx, append([]string{"workflows", "--database-url", db.URL}, args...), &out, &errb)
 		return out.String() + errb.String(), code
 	}
+	// A range of charge's dependents left to release, as a completing
+	// client that stopped leaves one.
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO jobfence_releases (task_id, first, last) VALUES ($1, 2, 2)`, res.Tasks["charge"]); err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range []struct {
 		args     []string
 		wantCode int
 		want     []string
 	}{
+		{[]string{"show", res.ID}, 0, []string{"ranges of dependents left to release after their tasks' completion: 1"}},
 		{[]string{"list"}, 0, []string{res.ID + "  order 7", "3      yes   completed 1, discarded 1, cancelled 1"}},
 		{[]string{"show", res.ID}, 0, []string{`workflow ` + res.ID + ` "order 7"`, `{"charge_id": "ch_7"}`, "error: out of stock",
 			`error: jobfence: dependency failed: task "reserve" was discarded`, "reserve  "}},

@@ -57,6 +57,11 @@ type WorkflowInfo struct {
 	// Tasks holds its tasks, by ID (in dependency order), from Workflow
 	// only.
 	Tasks []*Task
+	// ReleasesLeft counts the ranges of dependents that its completed
+	// tasks have left to release after their completions (see
+	// Client.ReleaseDependents), from Workflow only: ranges that stay
+	// mean that no worker of this release runs its rescue pass.
+	ReleasesLeft int
 }
 
 // Task is a workflow task as stored: its job and its dependencies.
@@ -127,6 +132,9 @@ func (c *Client) Workflow(ctx context.Context, id string) (*WorkflowInfo, error)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("pgqueue: workflow %s: %w", id, err)
+	}
+	if w.ReleasesLeft, err = c.ReleasesLeft(ctx, id); err != nil {
+		return nil, err
 	}
 	return w, nil
 }
