@@ -11,7 +11,7 @@ import (
 )
 
 // A completed task with many dependents (a fan-out) releases the first
-// releaseChunk of them in its completion's own transaction, under its
+// defaultReleaseChunk of them in its completion's own transaction, under its
 // fence, and records the rest as ranges of its dependents list in
 // jobfence_releases (migration 00021), in that same transaction. The
 // ranges are released after the commit, each in a statement of its own
