@@ -35,8 +35,8 @@ const (
 	// defaultReleaseChunk is how many dependents of a completed task its
 	// completion releases, and how many a range holds.
 	defaultReleaseChunk = 1000
-	// releaseWorkers is how many ranges a client releases at once after a
-	// completion, each in a round trip of its own.
+	// releaseWorkers is how many ranges a client releases at once, each in
+	// a round trip of its own.
 	releaseWorkers = 4
 	// releaseRangeTimeout bounds one range's release: its wait for a
 	// connection and its statement, whose wait for a dependent's row it
@@ -81,10 +81,19 @@ UNION ALL
 SELECT NULL, task_id FROM r`
 
 // releaseRange releases one range of the tasks ids (nil: of any task) and
-// reports whether there was one.
+// reports whether there was one. A client runs releaseWorkers of them at
+// once at most, whatever the completions and maintenance passes asking:
+// the rest wait their turn, and the pool keeps connections for claims and
+// outcomes.
 func (c *Client) releaseRange(ctx context.Context, ids []int64) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, releaseRangeTimeout)
 	defer cancel()
+	select {
+	case c.releases.turns <- struct{}{}:
+		defer func() { <-c.releases.turns }()
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
 	rows, err := c.pool.Query(ctx, releaseRangeSQL, ids, insertChannel)
 	if err != nil {
 		return false, err
@@ -163,11 +172,13 @@ type releases struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	closed bool
+	// turns holds a token for each range being released (releaseRange).
+	turns chan struct{}
 }
 
 func newReleases() *releases {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &releases{ctx: ctx, cancel: cancel}
+	return &releases{ctx: ctx, cancel: cancel, turns: make(chan struct{}, releaseWorkers)}
 }
 
 // releaseLater releases, in the background, the ranges that the
