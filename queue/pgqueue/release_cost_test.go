@@ -49,18 +49,25 @@ SELECT 'other', 'k', 'completed', now() FROM generate_series(1, $1)`, unrelated)
 }
 
 // fanOutSetup inserts, through c, a workflow of the shape bench --mode
-// fanout times: a task "root" that width tasks in queue "fan" depend on,
-// all of which the task "sum" depends on; it returns root's ID.
+// fanout times (fanOut's, in queue "fan"); it returns root's ID.
 func fanOutSetup(ctx context.Context, tb testing.TB, c *pgqueue.Client, db *pgtest.DB, width int) int64 {
 	tb.Helper()
-	p := queue.WorkflowParams{Name: "fan", Tasks: []queue.WorkflowTask{task("root", "fan")}}
+	p, _ := fanOut("fan", width)
+	return insertAnalyzed(ctx, tb, c, db, p, "root")
+}
+
+// fanOut is a workflow of a task "root" that width tasks in queue q
+// depend on, all of which the task "sum" depends on, and the names of the
+// width tasks, in order.
+func fanOut(q string, width int) (queue.WorkflowParams, []string) {
+	p := queue.WorkflowParams{Name: q, Tasks: []queue.WorkflowTask{task("root", q)}}
 	names := make([]string, width)
 	for i := range names {
 		names[i] = fmt.Sprintf("task-%d", i)
-		p.Tasks = append(p.Tasks, task(names[i], "fan", "root"))
+		p.Tasks = append(p.Tasks, task(names[i], q, "root"))
 	}
-	p.Tasks = append(p.Tasks, task("sum", "fan", names...))
-	return insertAnalyzed(ctx, tb, c, db, p, "root")
+	p.Tasks = append(p.Tasks, task("sum", q, names...))
+	return p, names
 }
 
 // insertAnalyzed inserts the workflow p through c, vacuums and analyzes

@@ -328,11 +328,6 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 				return fail(fmt.Errorf("task %q: %w", t.Name, err))
 			}
 		}
-		d[k2] = int64Array(taskDeps[k2])
-		if ts, ok := newDependents[tid[k2]]; ok {
-			v := int64Array(ts)
-			dn[k2] = &v
-		}
 		if left[k2] == 0 && failed[k2] == "" && !tp.ScheduledAt.After(now) {
 			queues[tp.Queue] = true
 		}
@@ -341,15 +336,18 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		// COPY cannot find a task's limit, nor read the database's clock:
 		// tasks that a limit may govern, or scheduled ones, or cancelled
 		// ones, go through insertTasksSQL.
-		names := make([]string, 0, len(queues))
-		for _, qn := range q {
-			names = append(names, qn)
-		}
+		names := distinct(q)
 		var limited bool
 		if err := tx.QueryRow(ctx, limitedQueuesSQL, names).Scan(&limited); err != nil {
 			return fail(fmt.Errorf("look up limits: %w", err))
 		}
 		copyable = !limited
+	}
+	restore := func(context.Context) error { return nil }
+	if hasLongList(taskDeps, newDependents) {
+		if restore, err = compressListsWithLZ4(ctx, tx); err != nil {
+			return fail(err)
+		}
 	}
 	if copyable {
 		rows := make([][]any, n)
@@ -368,8 +366,18 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"jobfence_jobs"}, copyTaskColumns, pgx.CopyFromRows(rows)); err != nil {
 			return fail(fmt.Errorf("copy: %w", err))
 		}
-	} else if _, err := tx.Exec(ctx, insertTasksSQL, tid, q, k, a, pr, s, m, md, tc, keys, dl, tm, nm, id, d, left, ra, failed, lk, dn); err != nil {
-		return fail(err)
+	} else {
+		// insertTasksSQL takes the lists, of different lengths, as text.
+		for k2 := range tid {
+			d[k2] = int64Array(taskDeps[k2])
+			if ts, ok := newDependents[tid[k2]]; ok {
+				v := int64Array(ts)
+				dn[k2] = &v
+			}
+		}
+		if _, err := tx.Exec(ctx, insertTasksSQL, tid, q, k, a, pr, s, m, md, tc, keys, dl, tm, nm, id, d, left, ra, failed, lk, dn); err != nil {
+			return fail(err)
+		}
 	}
 	// Dependents on the existing tasks.
 	var onOld []int64
@@ -387,6 +395,9 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		if _, err := tx.Exec(ctx, addDependentsSQL, onOld, onOldIDs); err != nil {
 			return fail(err)
 		}
+	}
+	if err := restore(ctx); err != nil {
+		return fail(err)
 	}
 	ready := make([]string, 0, len(queues))
 	for qn := range queues {
@@ -448,4 +459,18 @@ func int64Array(ids []int64) string {
 // uuidString formats u as a UUID's text.
 func uuidString(u pgtype.UUID) string {
 	return strings.TrimPrefix(jobKey(u), "jobfence-")
+}
+
+// distinct returns s's strings without repeats, in their first order: a
+// look-up by a workflow's queues takes each once, not once per task.
+func distinct(s []string) []string {
+	seen := make(map[string]bool)
+	var out []string
+	for _, v := range s {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
 }
