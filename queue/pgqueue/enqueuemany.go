@@ -199,7 +199,7 @@ func (pl *manyPlan) insert(ctx context.Context, tx pgx.Tx, notify bool) (int64, 
 		for _, p := range plain {
 			names = append(names, p.Queue)
 		}
-		if err := tx.QueryRow(ctx, limitedQueuesSQL, names).Scan(&limited); err != nil {
+		if err := tx.QueryRow(ctx, limitedQueuesSQL, distinct(names)).Scan(&limited); err != nil {
 			return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: look up limits: %w", err)
 		}
 		if limited {

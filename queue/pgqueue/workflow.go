@@ -462,7 +462,8 @@ func uuidString(u pgtype.UUID) string {
 }
 
 // distinct returns s's strings without repeats, in their first order: a
-// look-up by a workflow's queues takes each once, not once per task.
+// look-up by the queues of a workflow or a batch takes each once, not once
+// per job.
 func distinct(s []string) []string {
 	seen := make(map[string]bool)
 	var out []string
