@@ -79,12 +79,12 @@ func (leaf) Kind() string { return "leaf" }
 func TestRunWorkflowFanOut(t *testing.T) {
 	ctx := context.Background()
 	db := jobfencetest.NewDB(t)
-	client := pgqueue.New(db.Pool, pgqueue.Config{})
+	const chunk, width = 10, 25 // past the 10 a completion releases itself
+	client := pgqueue.New(db.Pool, pgqueue.Config{ReleaseChunk: chunk})
 	defer client.Close()
 	reg := worker.NewRegistry()
 	worker.Add(reg, func(ctx context.Context, job *worker.Job[leaf]) error { return nil })
 	w := jobfencetest.NewWorker(t, client, reg, worker.Config{})
-	const width = 1_005 // past the 1,000 a completion releases itself
 	wf := workflow.New("fan").Add("root", leaf{}, nil)
 	for i := range width {
 		wf.Add(fmt.Sprintf("leaf-%d", i), leaf{N: i}, &workflow.TaskOpts{DependsOn: []string{"root"}})

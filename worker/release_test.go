@@ -15,13 +15,13 @@ import (
 
 // TestLeftDependentsReleasedByMaintenance: the dependents that a client
 // left to release after a fan-out's completion (it completed the root in
-// a transaction and stopped before releasing past the first 1,000) are
+// a transaction and stopped before releasing past the first chunk) are
 // released by a worker's rescue pass, once, and counted.
 func TestLeftDependentsReleasedByMaintenance(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
-	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
-	const width = 1_005 // one range of 5 past the 1,000 the completion releases
+	const chunk, width = 10, 15 // one range of 5 past the 10 the completion releases
+	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger(), ReleaseChunk: chunk})
 	p := queue.WorkflowParams{Name: "fan", Tasks: []queue.WorkflowTask{{Name: "root", Params: queue.EnqueueParams{Kind: "k", Queue: "root", Args: []byte(`{}`)}}}}
 	for i := range width {
 		p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: fmt.Sprintf("task-%d", i), DependsOn: []string{"root"},
@@ -52,8 +52,8 @@ func TestLeftDependentsReleasedByMaintenance(t *testing.T) {
 		}
 		return n
 	}
-	if n := available(); n != 1_000 {
-		t.Fatalf("%d dependents available after the completion, want the first 1,000", n)
+	if n := available(); n != chunk {
+		t.Fatalf("%d dependents available after the completion, want the first %d", n, chunk)
 	}
 	// The worker works another queue: only its maintenance touches the fan.
 	reg := worker.NewRegistry()

@@ -82,6 +82,11 @@ type Config struct {
 	// negative value turns the check off, as a server older than
 	// PostgreSQL 14 does.
 	StalledSession time.Duration
+	// ReleaseChunk is how many dependents of a completed workflow task
+	// its completion releases in its own transaction; the rest are
+	// released after its commit, in ranges of as many (see
+	// ReleaseDependents). Zero means DefaultReleaseChunk (1,000).
+	ReleaseChunk int
 }
 
 // DefaultTxReserve is the default of Config.TxReserve: one connection for
@@ -134,9 +139,6 @@ type Client struct {
 	wakes *wakes
 	// releases runs the releases of dependents after completions.
 	releases *releases
-	// releaseChunk is how many dependents a completion releases itself
-	// (defaultReleaseChunk; the tests set less).
-	releaseChunk int
 }
 
 // New returns a Client on pool. The pool's search_path decides the schema
@@ -157,7 +159,10 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 	if cfg.StalledSession == 0 {
 		cfg.StalledSession = DefaultStalledSession
 	}
-	c := &Client{pool: pool, cfg: cfg, releases: newReleases(), releaseChunk: defaultReleaseChunk}
+	if cfg.ReleaseChunk <= 0 {
+		cfg.ReleaseChunk = DefaultReleaseChunk
+	}
+	c := &Client{pool: pool, cfg: cfg, releases: newReleases()}
 	c.refills.wake = make(chan struct{}, 1)
 	c.listener = newListener(cfg.Logger, c.listenConn)
 	c.wakes = newWakes(cfg.Logger, func(ctx context.Context, q string) error {

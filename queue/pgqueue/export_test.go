@@ -21,11 +21,6 @@ var (
 // its root's completion committed.
 const ReleaseRangeSQL = releaseRangeSQL
 
-// SetReleaseChunk sets how many dependents c's completions release
-// themselves, and how many a range holds, for the tests of ranges that
-// would otherwise need fan-outs of thousands.
-func SetReleaseChunk(c *Client, n int) { c.releaseChunk = n }
-
 // The claim statement and the read of its jobs, for the tests that
 // EXPLAIN them.
 var (

@@ -270,7 +270,7 @@ func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks 
 		}
 		// Only finishSQL can discard or cancel.
 		var err error
-		more, err = release(ctx, tx, tasks, sql == finishSQL, c.releaseChunk)
+		more, err = release(ctx, tx, tasks, sql == finishSQL, c.cfg.ReleaseChunk)
 		return err
 	})
 	if err != nil {

@@ -90,7 +90,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	b.Queue(batchBoundsSQL)
 	b.Queue(sql, args...)
 	if len(tasks) > 0 {
-		b.Queue(releaseSQL, tasks, c.releaseChunk, insertChannel)
+		b.Queue(releaseSQL, tasks, c.cfg.ReleaseChunk, insertChannel)
 	}
 	if len(g.conc) > 0 {
 		b.Queue(genericPlanSQL)

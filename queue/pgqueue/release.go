@@ -228,7 +228,7 @@ func release(ctx context.Context, tx pgx.Tx, ids []int64, cascade bool, chunk in
 // range for after the commit: a range the release recorded anyway would
 // be released by a worker's maintenance).
 func (c *Client) releaseFailed(ctx context.Context, tx pgx.Tx, ids []int64) error {
-	_, err := release(ctx, tx, ids, true, c.releaseChunk)
+	_, err := release(ctx, tx, ids, true, c.cfg.ReleaseChunk)
 	return err
 }
 

@@ -11,7 +11,7 @@ import (
 )
 
 // A completed task with many dependents (a fan-out) releases the first
-// defaultReleaseChunk of them in its completion's own transaction, under its
+// Config.ReleaseChunk of them in its completion's own transaction, under its
 // fence, and records the rest as ranges of its dependents list in
 // jobfence_releases (migration 00021), in that same transaction. The
 // ranges are released after the commit, each in a statement of its own
@@ -32,9 +32,6 @@ import (
 // does not count it among its dependencies (workflow.Append), and no range
 // reaches it.
 const (
-	// defaultReleaseChunk is how many dependents of a completed task its
-	// completion releases, and how many a range holds.
-	defaultReleaseChunk = 1000
 	// releaseWorkers is how many ranges a client releases at once, each in
 	// a round trip of its own.
 	releaseWorkers = 4
@@ -48,6 +45,11 @@ const (
 	// releases, so that a maintenance pass ends.
 	maxMaintainedRanges = 10_000
 )
+
+// DefaultReleaseChunk is the default of Config.ReleaseChunk: how many
+// dependents of a completed workflow task its completion releases itself,
+// and how many a range of the rest holds.
+const DefaultReleaseChunk = 1000
 
 // releaseRangeSQL releases one range of jobfence_releases, of the tasks
 // $1 (NULL: of any task), that no other session is releasing (SKIP
@@ -104,7 +106,7 @@ func (c *Client) releaseRange(ctx context.Context, ids []int64) (bool, error) {
 
 // ReleaseDependents releases the dependents that completed workflow tasks
 // left to release after their completion's commit (see
-// defaultReleaseChunk): those of the tasks ids, or of any task when ids is
+// Config.ReleaseChunk): those of the tasks ids, or of any task when ids is
 // nil, releaseWorkers ranges at once. It returns the ranges it released.
 // The client that completed a task calls it in the background after the
 // commit; every worker calls it with nil at each rescue, for the ranges of

@@ -20,6 +20,13 @@ const (
 	rangeWidth = 35
 )
 
+// newRangeClient is newClient with a chunk of rangeChunk.
+func newRangeClient(t *testing.T) (*pgqueue.Client, *pgtest.DB) {
+	t.Helper()
+	db := pgtest.New(t)
+	return pgqueue.New(db.Pool, pgqueue.Config{ReleaseChunk: rangeChunk}), db
+}
+
 // rangeFanOut inserts a workflow in which rangeWidth tasks of queue "fan"
 // depend on "root" and on "gate", a task of queue "gate" (so that each
 // keeps a dependency once root's completion released it, and one
@@ -126,8 +133,7 @@ func ranges(t *testing.T, db *pgtest.DB, id int64) []string {
 // released by clients at once, release each dependent once.
 func TestFanOutReleasedInRanges(t *testing.T) {
 	ctx := context.Background()
-	c, db := newClient(t)
-	pgqueue.SetReleaseChunk(c, rangeChunk)
+	c, db := newRangeClient(t)
 	wf, root := rangeFanOut(t, c, db)
 	if got, want := fanStates(t, db, wf), map[string]int{"pending/1": rangeChunk, "pending/2": rangeWidth - rangeChunk}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after the completion: %v, want %v (the first chunk released, the rest not yet)", got, want)
@@ -202,8 +208,7 @@ func TestFanOutReleasedInRanges(t *testing.T) {
 // dependencies, and no range reaches it.
 func TestRangesSkipATaskAppendedLater(t *testing.T) {
 	ctx := context.Background()
-	c, db := newClient(t)
-	pgqueue.SetReleaseChunk(c, rangeChunk)
+	c, db := newRangeClient(t)
 	wf, root := rangeFanOut(t, c, db)
 	if _, err := c.InsertWorkflow(ctx, queue.WorkflowParams{ID: wf, Tasks: []queue.WorkflowTask{task("late", "late", "root", "gate")}}); err != nil {
 		t.Fatal(err)
@@ -227,9 +232,8 @@ func TestRangesSkipATaskAppendedLater(t *testing.T) {
 // background, without a worker's maintenance.
 func TestFanOutReleasedAfterFinish(t *testing.T) {
 	ctx := context.Background()
-	c, db := newClient(t)
+	c, db := newRangeClient(t)
 	defer c.Close()
-	pgqueue.SetReleaseChunk(c, rangeChunk)
 	p := queue.WorkflowParams{Name: "fan", Tasks: []queue.WorkflowTask{task("root", "root")}}
 	for i := range rangeWidth {
 		p.Tasks = append(p.Tasks, task(fmt.Sprintf("task-%02d", i), "fan", "root"))

@@ -107,7 +107,7 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, l queue.Lease) error
 // output (f.Output), stored by the fenced update, and may be a workflow
 // task's (f.Workflow): its dependents are released in tx, after the
 // completion, so they become available if and only if tx commits; of a
-// task with more than a chunk of them (see defaultReleaseChunk), the rest
+// task with more than a chunk of them (Config.ReleaseChunk), the rest
 // once tx has committed, by ReleaseDependents. f's Outcome must be
 // OutcomeComplete.
 func (c *Client) FinishTx(ctx context.Context, tx pgx.Tx, f queue.Finish) error {
@@ -137,7 +137,7 @@ func (c *Client) FinishTx(ctx context.Context, tx pgx.Tx, f queue.Finish) error 
 		// Dependents past the first chunk are released after tx commits:
 		// the caller calls ReleaseDependents then (the worker does), or a
 		// worker's maintenance does.
-		if _, err := release(ctx, tx, []int64{f.ID}, false, c.releaseChunk); err != nil {
+		if _, err := release(ctx, tx, []int64{f.ID}, false, c.cfg.ReleaseChunk); err != nil {
 			return fmt.Errorf("pgqueue: complete job %d in tx: %w", f.ID, err)
 		}
 	}
