@@ -37,15 +37,21 @@ WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals) AND setting <
 const restoreCompressionSQL = `SELECT set_config('default_toast_compression', $1, true)`
 
 // hasLongList says whether one of the lists a workflow's insert writes
-// (a task's dependencies, or the dependents it gives a task) is long.
-func hasLongList(deps [][]int64, dependents map[int64][]int64) bool {
+// is long: a task's dependencies, or the dependents it gives a task,
+// counting those an existing task (an append's) had already: an append of
+// a few to a long list writes the whole list again.
+func hasLongList(deps [][]int64, dependents map[int64][]int64, existing map[string]existingTask) bool {
 	for _, d := range deps {
 		if len(d) >= longListIDs {
 			return true
 		}
 	}
-	for _, d := range dependents {
-		if len(d) >= longListIDs {
+	had := make(map[int64]int, len(existing))
+	for _, e := range existing {
+		had[e.id] = e.dependents
+	}
+	for id, d := range dependents {
+		if had[id]+len(d) >= longListIDs {
 			return true
 		}
 	}

@@ -101,4 +101,19 @@ func TestLongListsAreCompressedWithLZ4(t *testing.T) {
 	}
 	got, how = lists(root, "dependents")
 	check("the root's dependents after the append", got, how, parts)
+
+	// An append of a few to the long list writes the whole list again:
+	// it is compressed as the long list it is.
+	few := queue.WorkflowParams{ID: res.ID}
+	for i := range 3 {
+		few.Tasks = append(few.Tasks, task(fmt.Sprintf("few-%d", i), "lists", "root"))
+	}
+	if added, err = c.InsertWorkflow(ctx, few); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		parts = append(parts, added.Tasks[fmt.Sprintf("few-%d", i)])
+	}
+	got, how = lists(root, "dependents")
+	check("the root's dependents after an append of three", got, how, parts)
 }

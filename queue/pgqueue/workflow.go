@@ -32,7 +32,7 @@ const workflowExistsSQL = `SELECT EXISTS (SELECT FROM jobfence_workflows WHERE i
 // by the holders' own bounds: a finish is one statement, a transactional
 // handler's completion is bounded by its lease (txbound).
 const existingTasksSQL = `
-SELECT id, task_name, state FROM jobfence_jobs
+SELECT id, task_name, state, coalesce(cardinality(dependents), 0) FROM jobfence_jobs
 WHERE workflow_id = $1 AND task_name = ANY($2::text[])
 ORDER BY id
 FOR NO KEY UPDATE`
@@ -344,7 +344,7 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		copyable = !limited
 	}
 	restore := func(context.Context) error { return nil }
-	if hasLongList(taskDeps, newDependents) {
+	if hasLongList(taskDeps, newDependents, existing) {
 		if restore, err = compressListsWithLZ4(ctx, tx); err != nil {
 			return fail(err)
 		}
@@ -415,6 +415,8 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 type existingTask struct {
 	id    int64
 	state queue.State
+	// dependents is the length of its dependents list before the append.
+	dependents int
 }
 
 // lockExistingTasks locks and reads the named tasks of workflow id (see
@@ -432,7 +434,7 @@ func lockExistingTasks(ctx context.Context, tx pgx.Tx, id pgtype.UUID, names []s
 	for rows.Next() {
 		var e existingTask
 		var name, state string
-		if err := rows.Scan(&e.id, &name, &state); err != nil {
+		if err := rows.Scan(&e.id, &name, &state, &e.dependents); err != nil {
 			return nil, err
 		}
 		e.state = queue.State(state)
