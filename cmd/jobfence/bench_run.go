@@ -205,8 +205,6 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, setti
 	if err := tel.attach(nil, &wcfg); err != nil {
 		return benchResult{}, err
 	}
-	diag := attachDiag(&wcfg)
-	defer diag.report()
 	w, err := worker.New(pgqueue.New(p, pgqueue.Config{Logger: quiet}), reg, wcfg)
 	if err != nil {
 		return benchResult{}, err
