@@ -3,9 +3,12 @@ package migrations_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
 
@@ -349,5 +352,44 @@ func TestReleasesDownRefusedWhileARangeWaits(t *testing.T) {
 	var exists bool
 	if err := db.Pool.QueryRow(ctx, `SELECT to_regclass('jobfence_releases') IS NOT NULL`).Scan(&exists); err != nil || exists {
 		t.Fatalf("jobfence_releases exists = %v, %v after down; want dropped", exists, err)
+	}
+}
+
+// TestReleasesDownGivesUpOnAFrozenHolder: a session frozen inside a
+// transaction that read jobfence_releases (a range's release whose client
+// stopped) holds down past version 21 1 s at most, its lock_timeout: the
+// down fails with lock_not_available, the table stays, and once the
+// holder is gone the down goes.
+func TestReleasesDownGivesUpOnAFrozenHolder(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	holder, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if _, err := holder.Exec(ctx, `SELECT count(*) FROM jobfence_releases`); err != nil {
+		t.Fatal(err)
+	}
+	p := providerAt(t, db.URL, 21)
+	start := time.Now()
+	_, err = p.DownTo(ctx, 20)
+	took := time.Since(start)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("down past 21 beside a frozen reader of jobfence_releases = %v, want lock_not_available (55P03)", err)
+	}
+	if took > 10*time.Second {
+		t.Errorf("down gave up after %v, want about its 1 s lock_timeout", took)
+	}
+	var exists bool
+	if err := db.Pool.QueryRow(ctx, `SELECT to_regclass('jobfence_releases') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		t.Fatalf("jobfence_releases exists = %v, %v after the refused down; want kept", exists, err)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 20); err != nil {
+		t.Fatalf("down past 21 once the holder is gone: %v", err)
 	}
 }
