@@ -162,8 +162,12 @@ func (w *Worker) reserveNext(batch []pending, fs []queue.Finish) map[*queueFetch
 	return reserved
 }
 
-// jobsByQueue groups jobs by their queue.
+// jobsByQueue groups jobs by their queue: nil for none, as after most
+// batches of outcomes, which claim nothing.
 func jobsByQueue(jobs []*queue.Job) map[string][]*queue.Job {
+	if len(jobs) == 0 {
+		return nil
+	}
 	byQueue := map[string][]*queue.Job{}
 	for _, j := range jobs {
 		byQueue[j.Queue] = append(byQueue[j.Queue], j)
