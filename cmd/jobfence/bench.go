@@ -54,6 +54,9 @@ type benchConfig struct {
 	// latency mode
 	rate      float64
 	producers int
+	// floor pairs each latency run with a run of a minimal queue
+	// (floorOnce).
+	floor bool
 	// claim mode
 	claim claimConfig
 	// heartbeat mode
@@ -116,6 +119,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Float64Var(&cfg.otelSample, "otel-sample", 1, "with --otel: the fraction of traces sampled (ParentBased(TraceIDRatioBased))")
 	fs.BoolVar(&cfg.statements, "statements", false, "print the five statements that took the most server time in each run (needs pg_stat_statements)")
 	fs.Float64Var(&cfg.rate, "rate", 0, "latency: jobs offered per second, each inserted in a transaction of its own")
+	fs.BoolVar(&cfg.floor, "floor", false, "latency: pair each run with the same load through a minimal queue on the same server (no fence, lease, attempt count or limit), taking turns going first: what the machine allows")
 	fs.IntVar(&cfg.producers, "producers", 32, "latency: producer goroutines that insert the offered jobs, as concurrent web requests would")
 	fs.IntVar(&cfg.claim.rows, "rows", 10_000_000, "claim: rows in the jobs table")
 	fs.IntVar(&cfg.claim.future, "future", 1_000_000, "claim: of them, retries scheduled in the future")
@@ -375,8 +379,8 @@ func (bf benchFlags) validate(cfg benchConfig) error {
 		if cfg.instances > 0 {
 			return errors.New("--mode latency runs one worker in this process, whose clock times each job: leave out --instances")
 		}
-	} else if bf.set["rate"] || bf.set["producers"] {
-		return fmt.Errorf("--rate and --producers are for --mode latency, not --mode %s", bf.mode)
+	} else if bf.set["rate"] || bf.set["producers"] || bf.set["floor"] {
+		return fmt.Errorf("--rate, --producers and --floor are for --mode latency, not --mode %s", bf.mode)
 	}
 	if err := cfg.limits.validate(bf.mode, cfg, bf.set); err != nil {
 		return err

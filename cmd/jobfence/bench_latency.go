@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,20 +110,56 @@ func (p percentiles) String() string {
 }
 
 // runLatencyBench runs --mode latency runs times and prints each run and
-// the medians.
+// the medians; with cfg.floor, each run is paired with a floor run
+// (floorOnce), the two taking turns going first.
 func runLatencyBench(ctx context.Context, dbURL string, cfg benchConfig, runs int, settings serverSettings, stdout io.Writer) error {
 	var rs []latencyResult
+	var fs []floorResult
 	for r := range runs {
+		floor := func() error {
+			if !cfg.floor {
+				return nil
+			}
+			res, err := floorOnce(ctx, dbURL, cfg, settings)
+			if err != nil {
+				return fmt.Errorf("floor run %d: %w", r+1, err)
+			}
+			fs = append(fs, res)
+			fmt.Fprintf(stdout, "floor      run %d: %s\n", r+1, res)
+			return nil
+		}
+		if r%2 == 1 {
+			if err := floor(); err != nil {
+				return err
+			}
+		}
 		res, err := latencyOnce(ctx, dbURL, cfg, settings)
 		if err != nil {
 			return fmt.Errorf("latency run %d: %w", r+1, err)
 		}
 		rs = append(rs, res)
 		fmt.Fprintf(stdout, "latency    run %d: %s\n", r+1, res)
+		if r%2 == 0 {
+			if err := floor(); err != nil {
+				return err
+			}
+		}
 	}
 	m := medianPercentiles(rs, func(r latencyResult) percentiles { return r.start })
 	db := medianPercentiles(rs, func(r latencyResult) percentiles { return r.dbStart })
 	fmt.Fprintf(stdout, "latency    median of %d at %.0f jobs/s: enqueue-to-start %s; database clock %s\n", len(rs), cfg.rate, m, db)
+	if cfg.floor {
+		frs := make([]latencyResult, len(fs))
+		ratios := make([]string, len(fs))
+		for i, f := range fs {
+			frs[i] = latencyResult{start: f.start, dbStart: f.dbStart}
+			ratios[i] = fmt.Sprintf("%.2f", float64(rs[i].start.p99)/float64(max(f.start.p99, 1)))
+		}
+		fm := medianPercentiles(frs, func(r latencyResult) percentiles { return r.start })
+		fdb := medianPercentiles(frs, func(r latencyResult) percentiles { return r.dbStart })
+		fmt.Fprintf(stdout, "floor      median of %d at %.0f jobs/s: enqueue-to-start %s; database clock %s; p99 jobfence/floor by pair %s\n",
+			len(fs), cfg.rate, fm, fdb, strings.Join(ratios, ", "))
+	}
 	return nil
 }
 
@@ -282,60 +319,36 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 		}()
 	}
 
-	// The pacer offers the jobs due by the clock every millisecond: a
-	// ticker that fell behind catches up instead of lowering the rate.
-	begin := time.Now()
 	var c0 dbCounters
 	var cpu0 time.Duration
 	var machine func() cpuclock.Machine
-	warmed := false
-	// analyzed reports the warm-up's ANALYZE; nil until it starts.
-	var analyzed chan error
-	tick := time.NewTicker(time.Millisecond)
-	for now := range tick.C {
-		if ctx.Err() != nil {
-			break
-		}
-		if analyzed == nil && now.Sub(begin) >= res.warmup/2 {
+	// analyzed reports the warm-up's ANALYZE.
+	analyzed := make(chan error, 1)
+	res.offered, res.late, err = pace(ctx, cfg, res.warmup, offers,
+		func() {
 			// Halfway through the warm-up, as autovacuum would within a
 			// minute: the table was analyzed empty, and the statements
 			// planned then (a completion's sequential scan of what was a
 			// one-page table) stay cached on their connections until
 			// new statistics invalidate them.
-			analyzed = make(chan error, 1)
-			go func(done chan<- error) { done <- analyzeJobs(ctx, producer) }(analyzed)
-		}
-		if !warmed && now.Sub(begin) >= res.warmup {
-			warmed = true
+			go func() { analyzed <- analyzeJobs(ctx, producer) }()
+		},
+		func() error {
+			var err error
 			if c0, err = pr.counters(ctx); err != nil {
-				break
+				return err
 			}
 			cpu0, machine = cpuclock.Process(), readMachine()
 			warmFrom.Store(time.Now().UnixNano())
-		}
-		elapsed := min(now.Sub(begin), cfg.duration)
-		for due := int64(cfg.rate * elapsed.Seconds()); res.offered < due; res.offered++ {
-			select {
-			case offers <- struct{}{}:
-			default:
-				res.late++
-				offers <- struct{}{}
-			}
-		}
-		if elapsed >= cfg.duration {
-			break
-		}
-	}
-	tick.Stop()
+			return nil
+		})
 	close(offers)
 	producers.Wait()
 	if err != nil {
 		return latencyResult{}, err
 	}
-	if analyzed != nil {
-		if err := <-analyzed; err != nil {
-			return latencyResult{}, err
-		}
+	if err := <-analyzed; err != nil {
+		return latencyResult{}, err
 	}
 	if insertErr != nil {
 		return latencyResult{}, fmt.Errorf("insert: %w", insertErr)
@@ -377,4 +390,45 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 		res.top = res.cost.topStatements(5)
 	}
 	return res, nil
+}
+
+// pace offers cfg.rate jobs a second on offers for cfg.duration, one
+// struct{} a job: every millisecond it offers the jobs due by the clock,
+// so that a ticker that fell behind catches up instead of lowering the
+// rate, and an offer that finds every producer busy waits for one (late
+// counts them). It calls halfway once halfway through warmup, and warmed
+// at its end (an error from warmed stops the offers and is returned).
+func pace(ctx context.Context, cfg benchConfig, warmup time.Duration, offers chan<- struct{}, halfway func(), warmed func() error) (offered, late int64, err error) {
+	begin := time.Now()
+	half, warm := false, false
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for now := range tick.C {
+		if ctx.Err() != nil {
+			return offered, late, ctx.Err()
+		}
+		if !half && now.Sub(begin) >= warmup/2 {
+			half = true
+			halfway()
+		}
+		if !warm && now.Sub(begin) >= warmup {
+			warm = true
+			if err := warmed(); err != nil {
+				return offered, late, err
+			}
+		}
+		elapsed := min(now.Sub(begin), cfg.duration)
+		for due := int64(cfg.rate * elapsed.Seconds()); offered < due; offered++ {
+			select {
+			case offers <- struct{}{}:
+			default:
+				late++
+				offers <- struct{}{}
+			}
+		}
+		if elapsed >= cfg.duration {
+			return offered, late, nil
+		}
+	}
+	return offered, late, nil
 }

@@ -58,7 +58,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"bench", "--mode", "latency"}, "--mode latency needs --rate R, the jobs offered per second (R > 0; got 0)"},
 		{[]string{"bench", "--mode", "latency", "--rate", "100", "--producers", "0"}, "--producers 0: want at least 1"},
 		{[]string{"bench", "--mode", "latency", "--rate", "100", "--instances", "2"}, "--mode latency runs one worker in this process"},
-		{[]string{"bench", "--mode", "burndown", "--rate", "100"}, "--rate and --producers are for --mode latency, not --mode burndown"},
+		{[]string{"bench", "--mode", "burndown", "--rate", "100"}, "--rate, --producers and --floor are for --mode latency, not --mode burndown"},
+		{[]string{"bench", "--mode", "fanout", "--floor"}, "--rate, --producers and --floor are for --mode latency, not --mode fanout"},
 		{[]string{"bench", "--mode", "claim", "--rows", "10", "--future", "20"}, "--future 20 + --ready 5 + --due 0 is more than --rows 10"},
 		{[]string{"bench", "--mode", "claim", "--claims", "0"}, "--claims 0: want at least 1"},
 		{[]string{"bench", "--mode", "heartbeat", "--runs", "3"}, "--mode heartbeat runs once"},
@@ -203,7 +204,7 @@ func TestBenchIsDurableByDefault(t *testing.T) {
 	}
 }
 
-// TestBenchModesOnYourServer: the latency, claim, heartbeat and soak modes
+// TestBenchModesOnYourServer: the latency mode (with its floor), claim, heartbeat and soak modes
 // run against a server given by URL, print its settings, and never its
 // password.
 func TestBenchModesOnYourServer(t *testing.T) {
@@ -220,8 +221,10 @@ func TestBenchModesOnYourServer(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"--mode", "latency", "--rate", "200", "--duration", "2s", "--producers", "4"}, []string{
+		{[]string{"--mode", "latency", "--rate", "200", "--duration", "2s", "--producers", "4", "--floor"}, []string{
 			"offered 200 jobs/s for 2s, each inserted in a transaction of its own by 4 producers (400 offers",
+			"floor      run 1: the same load through a minimal queue (no fence, lease, attempt count or limit; 400 offers",
+			"floor      median of 1 at 200 jobs/s: enqueue-to-start p50", "p99 jobfence/floor by pair ",
 			"enqueue-to-start p50", "database clock   p50", "stages, mean of the slowest", "+ until its claim began", "; database clock p50", "latency    median of 1 at 200 jobs/s: enqueue-to-start p50",
 			"CPU per job: this process (producers and worker) ", " µs, the machine ", "% of ",
 		}},
