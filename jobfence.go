@@ -234,7 +234,9 @@ func (c *Client) Start(ctx context.Context) error {
 // first, the handlers still running have their contexts cancelled and
 // their jobs are put back to run again without spending an attempt (see
 // worker.Worker.Stop): Stop returns soon after ctx's deadline, with an
-// error wrapping ctx's, whatever the handlers do. The errors of both
+// error wrapping ctx's, whatever the handlers do. The worker then waits,
+// within ctx, for the releases of workflow dependents that its completions
+// started, so the pool may be closed once Stop returns. The errors of both
 // components are joined.
 //
 // Stop returns ErrNotStarted on a client that is not running (never

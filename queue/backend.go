@@ -91,6 +91,18 @@ type DependentReleaser interface {
 	ReleaseDependents(ctx context.Context, ids []int64) (int, error)
 }
 
+// ReleaseWaiter is implemented by backends that release a completed
+// workflow task's dependents in the background after its completion's
+// commit (see DependentReleaser). A stopping worker calls it once its last
+// outcomes are recorded, so that the releases they started are done
+// before Stop returns: one cut short (its caller closes the pool next)
+// would wait for another instance's maintenance.
+type ReleaseWaiter interface {
+	// WaitReleases waits until none of the backend's background releases
+	// runs, or ctx ends (then it returns ctx's error and they go on).
+	WaitReleases(ctx context.Context) error
+}
+
 // FinishedMaintainer is implemented by backends that keep finished jobs
 // in time partitions, dropped whole once older than the retention, rather
 // than deleting them row by row (pgqueue: jobfence_jobs_finished). Every

@@ -67,3 +67,69 @@ func TestLeftDependentsReleasedByMaintenance(t *testing.T) {
 		t.Fatalf("%d dependents available, %d ranges released by the worker; want %d and 1", n, s.ReleasedRanges, width)
 	}
 }
+
+// TestStopWaitsForTheReleasesItStarted: the dependents that a worker's
+// completion of a fan-out's root left to release after the commit (past
+// the first chunk) are released before its Stop returns, so that a pool
+// closed next cuts none short. A row lock held on a dependent keeps the
+// range's release waiting while Stop is called.
+func TestStopWaitsForTheReleasesItStarted(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	const chunk, width = 10, 15 // one range of 5 past the 10 the completion releases
+	c := pgqueue.New(db.NewPool(t, 8), pgqueue.Config{Logger: quietLogger(), ReleaseChunk: chunk})
+	p := queue.WorkflowParams{Name: "fan", Tasks: []queue.WorkflowTask{{Name: "root", Params: queue.EnqueueParams{Kind: "effect", Queue: "root", Args: []byte(`{}`)}}}}
+	for i := range width {
+		p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: fmt.Sprintf("task-%d", i), DependsOn: []string{"root"},
+			Params: queue.EnqueueParams{Kind: "effect", Queue: "fan", Args: []byte(`{}`)}})
+	}
+	res, err := c.InsertWorkflow(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The range holds the last dependents; lock the last of them.
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT FROM jobfence_jobs WHERE id = (SELECT max(id) FROM jobfence_jobs WHERE workflow_id = $1) FOR UPDATE`, res.ID); err != nil {
+		t.Fatal(err)
+	}
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[effectArgs]) error { return nil })
+	w := startWorker(t, c, reg, worker.Config{Queues: map[string]int{"root": 1}})
+	testwatch.WaitFor(t, 30*time.Second, "the root to complete", func() bool {
+		var state string
+		err := db.Pool.QueryRow(ctx, `SELECT state FROM jobfence_jobs WHERE workflow_id = $1 AND task_name = 'root'`, res.ID).Scan(&state)
+		return err == nil && state == string(queue.StateCompleted)
+	})
+	stopped := make(chan error, 1)
+	go func() {
+		stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		stopped <- w.Stop(stopCtx)
+	}()
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) while a range of the root's dependents was still being released", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	left, err := c.ReleasesLeft(ctx, res.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var available int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE workflow_id = $1 AND queue = 'fan' AND state = 'available'`, res.ID).Scan(&available); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 || available != width {
+		t.Fatalf("after Stop: %d ranges left, %d of %d dependents available; want none left, all available", left, available, width)
+	}
+}

@@ -304,6 +304,11 @@ func (w *Worker) Start(ctx context.Context) error {
 // left to the rescuer once its lease runs out; Stop returns whatever
 // handlers do. No job is lost: one whose outcome cannot be recorded keeps
 // its claim until the lease expires and is then rescued.
+//
+// Once the outcomes are recorded, Stop waits, within ctx, for the
+// releases of workflow dependents that its completions left to run after
+// their commits (queue.ReleaseWaiter), so that closing the pool next cuts
+// none short; one still running when ctx ends is logged and goes on.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	if !w.started || w.stopped {
@@ -350,6 +355,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 		<-flushed
 		if stopErr == nil {
 			stopErr = fmt.Errorf("jobfence: worker stop: %w; outcomes not yet recorded were left to the rescuer", ctx.Err())
+		}
+	}
+	if rw, ok := w.backend.(queue.ReleaseWaiter); ok {
+		if err := rw.WaitReleases(ctx); err != nil {
+			w.log.Warn("jobfence: worker stopped before the dependents that its completions left to release were all released; "+
+				"they are released in the background, and a worker's maintenance releases any that a closed pool cuts short", "err", err)
 		}
 	}
 	w.bgCancel()

@@ -171,9 +171,12 @@ func (c *Client) ReleasesLeft(ctx context.Context, id string) (int, error) {
 type releases struct {
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
 	mu     sync.Mutex
 	closed bool
+	// running counts the background releases; idle is closed while it
+	// is zero (nil before the first), for wait.
+	running int
+	idle    chan struct{}
 	// turns holds a token for each range being released (releaseRange).
 	turns chan struct{}
 }
@@ -198,12 +201,52 @@ func (c *Client) releaseLater(ctx context.Context, ids []int64) {
 		c.releaseNow(ctx, ids)
 		return
 	}
-	r.wg.Add(1)
+	if r.running == 0 {
+		r.idle = make(chan struct{})
+	}
+	r.running++
 	r.mu.Unlock()
 	go func() {
-		defer r.wg.Done()
+		defer r.done()
 		c.releaseNow(r.ctx, ids)
 	}()
+}
+
+// done ends a background release.
+func (r *releases) done() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.running--
+	if r.running == 0 {
+		close(r.idle)
+	}
+}
+
+// wait waits until no background release runs, or ctx ends.
+func (r *releases) wait(ctx context.Context) error {
+	r.mu.Lock()
+	idle, running := r.idle, r.running
+	r.mu.Unlock()
+	if running == 0 {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// WaitReleases implements queue.ReleaseWaiter: it waits until the
+// releases of dependents that the client runs in the background after its
+// completions' commits (releaseLater) are done, or ctx ends. Unlike
+// Close, it leaves the client releasing in the background afterwards.
+func (c *Client) WaitReleases(ctx context.Context) error {
+	if err := c.releases.wait(ctx); err != nil {
+		return fmt.Errorf("pgqueue: wait for the releases of workflow tasks' dependents: %w", err)
+	}
+	return nil
 }
 
 // releaseNow is ReleaseDependents for ids, its failure logged.
@@ -220,5 +263,5 @@ func (r *releases) close() {
 	r.closed = true
 	r.mu.Unlock()
 	r.cancel()
-	r.wg.Wait()
+	r.wait(context.Background())
 }
