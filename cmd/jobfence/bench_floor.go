@@ -220,7 +220,10 @@ func floorOnce(ctx context.Context, baseURL string, cfg benchConfig, settings se
 							mu.Unlock()
 						}
 						started.Add(1)
-						done <- c.id
+						select {
+						case done <- c.id:
+						case <-runCtx.Done():
+						}
 					}()
 				}
 				if len(got) < floorClaimLimit {
