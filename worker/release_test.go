@@ -22,15 +22,7 @@ func TestLeftDependentsReleasedByMaintenance(t *testing.T) {
 	ctx := context.Background()
 	const chunk, width = 10, 15 // one range of 5 past the 10 the completion releases
 	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger(), ReleaseChunk: chunk})
-	p := queue.WorkflowParams{Name: "fan", Tasks: []queue.WorkflowTask{{Name: "root", Params: queue.EnqueueParams{Kind: "k", Queue: "root", Args: []byte(`{}`)}}}}
-	for i := range width {
-		p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: fmt.Sprintf("task-%d", i), DependsOn: []string{"root"},
-			Params: queue.EnqueueParams{Kind: "k", Queue: "fan", Args: []byte(`{}`)}})
-	}
-	res, err := c.InsertWorkflow(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := insertFan(t, c, "k", width)
 	root, err := c.Claim(ctx, queue.ClaimParams{Queue: "root", Limit: 1, Lease: time.Minute, WorkerID: "stopped"})
 	if err != nil || len(root) != 1 {
 		t.Fatalf("claim the root: %v %v", root, err)
@@ -78,15 +70,7 @@ func TestStopWaitsForTheReleasesItStarted(t *testing.T) {
 	ctx := context.Background()
 	const chunk, width = 10, 15 // one range of 5 past the 10 the completion releases
 	c := pgqueue.New(db.NewPool(t, 8), pgqueue.Config{Logger: quietLogger(), ReleaseChunk: chunk})
-	p := queue.WorkflowParams{Name: "fan", Tasks: []queue.WorkflowTask{{Name: "root", Params: queue.EnqueueParams{Kind: "effect", Queue: "root", Args: []byte(`{}`)}}}}
-	for i := range width {
-		p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: fmt.Sprintf("task-%d", i), DependsOn: []string{"root"},
-			Params: queue.EnqueueParams{Kind: "effect", Queue: "fan", Args: []byte(`{}`)}})
-	}
-	res, err := c.InsertWorkflow(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := insertFan(t, c, "effect", width)
 	// The range holds the last dependents; lock the last of them.
 	tx, err := db.Pool.Begin(ctx)
 	if err != nil {
@@ -132,4 +116,20 @@ func TestStopWaitsForTheReleasesItStarted(t *testing.T) {
 	if left != 0 || available != width {
 		t.Fatalf("after Stop: %d ranges left, %d of %d dependents available; want none left, all available", left, available, width)
 	}
+}
+
+// insertFan inserts a workflow "fan" of a task "root" (queue "root") that
+// width tasks (queue "fan") depend on, every task of kind kind.
+func insertFan(t *testing.T, c *pgqueue.Client, kind string, width int) queue.WorkflowResult {
+	t.Helper()
+	p := queue.WorkflowParams{Name: "fan", Tasks: []queue.WorkflowTask{{Name: "root", Params: queue.EnqueueParams{Kind: kind, Queue: "root", Args: []byte(`{}`)}}}}
+	for i := range width {
+		p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: fmt.Sprintf("task-%d", i), DependsOn: []string{"root"},
+			Params: queue.EnqueueParams{Kind: kind, Queue: "fan", Args: []byte(`{}`)}})
+	}
+	res, err := c.InsertWorkflow(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }

@@ -256,18 +256,8 @@ func floorOnce(ctx context.Context, baseURL string, cfg benchConfig, settings se
 			}
 		}()
 	}
-	var c0 dbCounters
-	var cpu0 time.Duration
-	var machine func() cpuclock.Machine
-	res.offered, res.late, err = pace(runCtx, cfg, warmup, offers, func() {}, func() error {
-		var err error
-		if c0, err = pr.counters(ctx); err != nil {
-			return err
-		}
-		cpu0, machine = cpuclock.Process(), readMachine()
-		warmFrom.Store(time.Now().UnixNano())
-		return nil
-	})
+	var win window
+	res.offered, res.late, err = pace(runCtx, cfg, warmup, offers, func() {}, func() error { return win.open(ctx, pr, &warmFrom) })
 	close(offers)
 	producers.Wait()
 	// Every inserted job must start, as in latencyOnce.
@@ -275,9 +265,7 @@ func floorOnce(ctx context.Context, baseURL string, cfg benchConfig, settings se
 	for err == nil && runCtx.Err() == nil && started.Load() < inserted.Load() && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if machine != nil {
-		res.cpu, res.machine = cpuclock.Process()-cpu0, machine()
-	}
+	res.cpu, res.machine = win.cpu()
 	stop()
 	bg.Wait()
 	select {
@@ -300,7 +288,7 @@ func floorOnce(ctx context.Context, baseURL string, cfg benchConfig, settings se
 	defer mu.Unlock()
 	res.start, res.dbStart = summarise(startTimes), summarise(dbTimes)
 	res.insert, res.claims = summarise(insertTimes), summarise(claimTimes)
-	res.cost = costBetween(c0, c1, int64(res.start.n))
+	res.cost = costBetween(win.counters, c1, int64(res.start.n))
 	return res, nil
 }
 

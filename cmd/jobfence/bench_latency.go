@@ -319,9 +319,7 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 		}()
 	}
 
-	var c0 dbCounters
-	var cpu0 time.Duration
-	var machine func() cpuclock.Machine
+	var win window
 	// analyzed reports the warm-up's ANALYZE.
 	analyzed := make(chan error, 1)
 	res.offered, res.late, err = pace(ctx, cfg, res.warmup, offers,
@@ -333,15 +331,7 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 			// new statistics invalidate them.
 			go func() { analyzed <- analyzeJobs(ctx, producer) }()
 		},
-		func() error {
-			var err error
-			if c0, err = pr.counters(ctx); err != nil {
-				return err
-			}
-			cpu0, machine = cpuclock.Process(), readMachine()
-			warmFrom.Store(time.Now().UnixNano())
-			return nil
-		})
+		func() error { return win.open(ctx, pr, &warmFrom) })
 	close(offers)
 	producers.Wait()
 	if err != nil {
@@ -366,9 +356,7 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 	if n, want := completed.Load(), inserted.Load(); n < want {
 		return latencyResult{}, fmt.Errorf("only %d of %d jobs ran within 30s of the last insert", n, want)
 	}
-	if machine != nil {
-		res.cpu, res.machine = cpuclock.Process()-cpu0, machine()
-	}
+	res.cpu, res.machine = win.cpu()
 	c1, err := pr.counters(ctx)
 	if err != nil {
 		return latencyResult{}, err
@@ -385,7 +373,7 @@ func latencyOnce(ctx context.Context, baseURL string, cfg benchConfig, settings 
 	hookMu.Lock()
 	res.claims = summarise(claimTimes)
 	hookMu.Unlock()
-	res.cost = costBetween(c0, c1, int64(res.start.n))
+	res.cost = costBetween(win.counters, c1, int64(res.start.n))
 	if cfg.statements {
 		res.top = res.cost.topStatements(5)
 	}
@@ -431,4 +419,33 @@ func pace(ctx context.Context, cfg benchConfig, warmup time.Duration, offers cha
 		}
 	}
 	return offered, late, nil
+}
+
+// window is a run's measured window, opened at the warm-up's end: the
+// server's counters, this process's CPU time and the machine's then.
+type window struct {
+	counters dbCounters
+	cpu0     time.Duration
+	machine  func() cpuclock.Machine
+}
+
+// open opens the window and stores its start in from (Unix nanoseconds),
+// from which the jobs offered count.
+func (w *window) open(ctx context.Context, pr *probe, from *atomic.Int64) error {
+	var err error
+	if w.counters, err = pr.counters(ctx); err != nil {
+		return err
+	}
+	w.cpu0, w.machine = cpuclock.Process(), readMachine()
+	from.Store(time.Now().UnixNano())
+	return nil
+}
+
+// cpu returns this process's CPU time and the machine's since the window
+// opened; zero if it never did.
+func (w *window) cpu() (time.Duration, cpuclock.Machine) {
+	if w.machine == nil {
+		return 0, cpuclock.Machine{}
+	}
+	return cpuclock.Process() - w.cpu0, w.machine()
 }
