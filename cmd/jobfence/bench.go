@@ -117,7 +117,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.completers, "completers", 0, "outcome batches in flight (0: the worker's default)")
 	fs.BoolVar(&cfg.otel, "otel", false, "attach telemetry with the OpenTelemetry SDK and exporters that drop everything, to measure its cost")
 	fs.Float64Var(&cfg.otelSample, "otel-sample", 1, "with --otel: the fraction of traces sampled (ParentBased(TraceIDRatioBased))")
-	fs.BoolVar(&cfg.statements, "statements", false, "print the five statements that took the most server time in each run (needs pg_stat_statements)")
+	fs.BoolVar(&cfg.statements, "statements", false, "print the five statements that took the most server time in each run, with their rows, buffers and WAL records (needs pg_stat_statements)")
 	fs.Float64Var(&cfg.rate, "rate", 0, "latency: jobs offered per second, each inserted in a transaction of its own")
 	fs.BoolVar(&cfg.floor, "floor", false, "latency: pair each run with the same load through a minimal queue on the same server (no fence, lease, attempt count or limit), taking turns going first: what the machine allows")
 	fs.IntVar(&cfg.producers, "producers", 32, "latency: producer goroutines that insert the offered jobs, as concurrent web requests would")

@@ -68,7 +68,10 @@ type dbCounters struct {
 type stmtCount struct {
 	calls int64
 	total float64 // milliseconds
-	query string
+	// rows are the rows the calls returned or changed; buffers the
+	// shared buffers they hit or read; wal their WAL records.
+	rows, buffers, wal int64
+	query              string
 }
 
 // pg_stat_database's counters are flushed by each backend at most once a
@@ -108,7 +111,8 @@ func parseLSN(s string) (uint64, error) {
 
 // statementsSQL reads this database's statements. It fails when the
 // extension is not installed here or not preloaded.
-const statementsSQL = `SELECT queryid, calls, total_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 100)
+const statementsSQL = `SELECT queryid, calls, total_exec_time, rows, shared_blks_hit + shared_blks_read, wal_records,
+    left(regexp_replace(query, '\s+', ' ', 'g'), 100)
 FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND queryid IS NOT NULL`
 
 func readStatements(ctx context.Context, conn *pgx.Conn) (map[int64]stmtCount, error) {
@@ -120,7 +124,7 @@ func readStatements(ctx context.Context, conn *pgx.Conn) (map[int64]stmtCount, e
 	for rows.Next() {
 		var id int64
 		var s stmtCount
-		if err := rows.Scan(&id, &s.calls, &s.total, &s.query); err != nil {
+		if err := rows.Scan(&id, &s.calls, &s.total, &s.rows, &s.buffers, &s.wal, &s.query); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -141,9 +145,10 @@ type cost struct {
 }
 
 type stmtDelta struct {
-	calls int64
-	total float64
-	query string
+	calls              int64
+	total              float64
+	rows, buffers, wal int64
+	query              string
 }
 
 // costBetween is the cost of jobs completed between two readings.
@@ -155,7 +160,9 @@ func costBetween(a, b dbCounters, jobs int64) cost {
 	if a.stmts != nil && b.stmts != nil {
 		c.calls = 0
 		for id, s := range b.stmts {
-			d := stmtDelta{calls: s.calls - a.stmts[id].calls, total: s.total - a.stmts[id].total, query: s.query}
+			was := a.stmts[id]
+			d := stmtDelta{calls: s.calls - was.calls, total: s.total - was.total, rows: s.rows - was.rows,
+				buffers: s.buffers - was.buffers, wal: s.wal - was.wal, query: s.query}
 			if d.calls <= 0 || strings.Contains(s.query, "pg_stat_statements") {
 				continue
 			}
@@ -189,8 +196,9 @@ func (c cost) topStatements(k int) string {
 		if i == k {
 			break
 		}
-		fmt.Fprintf(&b, "\n    %5.1f%% of statement time (%.0f ms, %d calls), %.3f calls/job, %.3f ms mean: %s",
-			100*d.total/c.totalTime(), d.total, d.calls, float64(d.calls)/float64(max(c.jobs, 1)), d.total/float64(d.calls), d.query)
+		fmt.Fprintf(&b, "\n    %5.1f%% of statement time (%.0f ms, %d calls), %.3f calls/job, %.3f ms mean; %d rows, %.1f buffers and %.1f WAL records a row: %s",
+			100*d.total/c.totalTime(), d.total, d.calls, float64(d.calls)/float64(max(c.jobs, 1)), d.total/float64(d.calls),
+			d.rows, float64(d.buffers)/float64(max(d.rows, 1)), float64(d.wal)/float64(max(d.rows, 1)), d.query)
 	}
 	return b.String()
 }

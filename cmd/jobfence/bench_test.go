@@ -188,7 +188,7 @@ func TestBenchIsDurableByDefault(t *testing.T) {
 	out.Reset()
 	errb.Reset()
 	code = run(ctx, []string{"bench", "--mode", "burndown", "--jobs", "1000", "--batch", "500", "--concurrency", "50",
-		"--unsafe-fast", "--shared-buffers", "128MB"}, &out, &errb)
+		"--unsafe-fast", "--shared-buffers", "128MB", "--statements"}, &out, &errb)
 	t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
 	if code != 0 {
 		t.Fatalf("--unsafe-fast: exit %d", code)
@@ -201,6 +201,20 @@ func TestBenchIsDurableByDefault(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--unsafe-fast output lacks %q", want)
 		}
+	}
+	// --statements: the costliest statements, each with the rows it
+	// returned or changed and its buffers and WAL records a row.
+	stmts := regexp.MustCompile(`of statement time \(\d+ ms, (\d+) calls\), [0-9.]+ calls/job, [0-9.]+ ms mean; (\d+) rows, ([0-9.]+) buffers and ([0-9.]+) WAL records a row: (.*)`).
+		FindAllStringSubmatch(out.String(), -1)
+	changed := false
+	for _, m := range stmts {
+		rows, _ := strconv.Atoi(m[2])
+		buffers, _ := strconv.ParseFloat(m[3], 64)
+		wal, _ := strconv.ParseFloat(m[4], 64)
+		changed = changed || rows > 0 && buffers > 0 && wal > 0
+	}
+	if len(stmts) == 0 || !changed {
+		t.Errorf("--statements printed %d statement lines, none with rows, buffers and WAL records: %q", len(stmts), stmts)
 	}
 }
 
