@@ -98,8 +98,9 @@ type DependentReleaser interface {
 // before Stop returns: one cut short (its caller closes the pool next)
 // would wait for another instance's maintenance.
 type ReleaseWaiter interface {
-	// WaitReleases waits until none of the backend's background releases
-	// runs, or ctx ends (then it returns ctx's error and they go on).
+	// WaitReleases waits until the background releases running when it
+	// is called have ended, or ctx ends (then it returns ctx's error and
+	// they go on).
 	WaitReleases(ctx context.Context) error
 }
 

@@ -173,17 +173,17 @@ type releases struct {
 	cancel context.CancelFunc
 	mu     sync.Mutex
 	closed bool
-	// running counts the background releases; idle is closed while it
-	// is zero (nil before the first), for wait.
-	running int
-	idle    chan struct{}
+	// running holds a channel for each background release, closed when
+	// it ends (see wait); next numbers them.
+	running map[uint64]chan struct{}
+	next    uint64
 	// turns holds a token for each range being released (releaseRange).
 	turns chan struct{}
 }
 
 func newReleases() *releases {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &releases{ctx: ctx, cancel: cancel, turns: make(chan struct{}, releaseWorkers)}
+	return &releases{ctx: ctx, cancel: cancel, running: make(map[uint64]chan struct{}), turns: make(chan struct{}, releaseWorkers)}
 }
 
 // releaseLater releases, in the background, the ranges that the
@@ -201,47 +201,51 @@ func (c *Client) releaseLater(ctx context.Context, ids []int64) {
 		c.releaseNow(ctx, ids)
 		return
 	}
-	if r.running == 0 {
-		r.idle = make(chan struct{})
-	}
-	r.running++
+	n := r.next
+	r.next++
+	done := make(chan struct{})
+	r.running[n] = done
 	r.mu.Unlock()
 	go func() {
-		defer r.done()
+		defer r.end(n, done)
 		c.releaseNow(r.ctx, ids)
 	}()
 }
 
-// done ends a background release.
-func (r *releases) done() {
+// end ends background release n.
+func (r *releases) end(n uint64, done chan struct{}) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.running--
-	if r.running == 0 {
-		close(r.idle)
-	}
+	delete(r.running, n)
+	r.mu.Unlock()
+	close(done)
 }
 
-// wait waits until no background release runs, or ctx ends.
+// wait waits until the background releases running when it is called
+// have ended, or ctx ends. It does not wait for those started meanwhile:
+// a client that keeps completing fan-outs would otherwise hold it for as
+// long as ctx allows.
 func (r *releases) wait(ctx context.Context) error {
 	r.mu.Lock()
-	idle, running := r.idle, r.running
+	running := make([]chan struct{}, 0, len(r.running))
+	for _, done := range r.running {
+		running = append(running, done)
+	}
 	r.mu.Unlock()
-	if running == 0 {
-		return nil
+	for _, done := range running {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return nil
 }
 
 // WaitReleases implements queue.ReleaseWaiter: it waits until the
-// releases of dependents that the client runs in the background after its
-// completions' commits (releaseLater) are done, or ctx ends. Unlike
-// Close, it leaves the client releasing in the background afterwards.
+// releases of dependents that the client was running in the background
+// when it was called, after its completions' commits (releaseLater), are
+// done, or ctx ends. Unlike Close, it leaves the client releasing in the
+// background afterwards.
 func (c *Client) WaitReleases(ctx context.Context) error {
 	if err := c.releases.wait(ctx); err != nil {
 		return fmt.Errorf("pgqueue: wait for the releases of workflow tasks' dependents: %w", err)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
@@ -247,5 +249,78 @@ func TestFanOutReleasedAfterFinish(t *testing.T) {
 	waitFanAvailable(t, db, res.ID)
 	if got := ranges(t, db, root.ID); len(got) != 0 {
 		t.Fatalf("ranges left %v, want none", got)
+	}
+}
+
+// TestWaitReleasesWaitsForThoseRunning: WaitReleases waits for the
+// releases the client was running in the background when it was called,
+// and not for one started meanwhile, so that a stopping worker is not held
+// for as long as its context allows by a client that keeps completing
+// fan-outs. A row lock on each fan-out's last dependent keeps its range
+// waiting.
+func TestWaitReleasesWaitsForThoseRunning(t *testing.T) {
+	ctx := context.Background()
+	c, db := newRangeClient(t)
+	defer c.Close()
+	fan := func(name string) (string, *queue.Job, pgx.Tx) {
+		p := queue.WorkflowParams{Name: name, Tasks: []queue.WorkflowTask{task("root", name+"-root")}}
+		for i := range rangeChunk + 5 {
+			p.Tasks = append(p.Tasks, task(fmt.Sprintf("task-%02d", i), name, "root"))
+		}
+		res, err := c.InsertWorkflow(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := db.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tx.Rollback(context.Background()) })
+		if _, err := tx.Exec(ctx, `SELECT FROM jobfence_jobs WHERE id = (SELECT max(id) FROM jobfence_jobs WHERE workflow_id = $1) FOR UPDATE`, res.ID); err != nil {
+			t.Fatal(err)
+		}
+		return res.ID, claimOne(t, c, name+"-root"), tx
+	}
+	first, root1, lock1 := fan("first")
+	second, root2, lock2 := fan("second")
+	finish(t, c, queue.Finish{Lease: root1.Lease(), Outcome: queue.OutcomeComplete, Workflow: true})
+	waited := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		waited <- c.WaitReleases(wctx)
+	}()
+	// Give the wait time to take its snapshot before the second release starts.
+	time.Sleep(200 * time.Millisecond)
+	finish(t, c, queue.Finish{Lease: root2.Lease(), Outcome: queue.OutcomeComplete, Workflow: true})
+	select {
+	case err := <-waited:
+		t.Fatalf("WaitReleases returned (%v) while the first fan-out's range was still held up", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := lock1.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitReleases still waits once the first fan-out's range could go: it waits for the second, started after it was called")
+	}
+	for wf, want := range map[string]int{first: 0, second: 1} {
+		if n, err := c.ReleasesLeft(ctx, wf); err != nil || n != want {
+			t.Fatalf("workflow %s: %d ranges left (%v), want %d", wf, n, err, want)
+		}
+	}
+	if err := lock2.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReleases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.ReleasesLeft(ctx, second); err != nil || n != 0 {
+		t.Fatalf("second workflow: %d ranges left (%v) once its range could go, want none", n, err)
 	}
 }
