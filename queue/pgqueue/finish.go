@@ -219,8 +219,9 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 		lims = append(without(fg.lims, held), fg.declined...)
 	} else {
 		var more []int64
-		applied, lims, more, err = c.finishBatch(ctx, sql, args, tasks)
-		c.releaseLater(ctx, more)
+		if applied, lims, more, err = c.finishBatch(ctx, sql, args, tasks); err == nil {
+			c.releaseLater(ctx, more)
+		}
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)
@@ -277,10 +278,7 @@ func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks 
 		more, err = release(ctx, tx, tasks, sql == finishSQL, c.cfg.ReleaseChunk)
 		return err
 	})
-	if err != nil {
-		return applied, lims, nil, err
-	}
-	return applied, lims, more, nil
+	return applied, lims, more, err
 }
 
 // boundedTx runs fn in a transaction bounded as EnqueueMany's is
