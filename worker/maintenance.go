@@ -70,13 +70,11 @@ func (w *Worker) endStalledSessions(ctx context.Context, m queue.Maintainer) {
 	if !ok {
 		return
 	}
-	n, err := r.EndStalledSessions(ctx)
-	w.stats.endedSessions.Add(int64(n))
+	n := w.maintainOnce(ctx, "stalled sessions", &w.stats.endedSessions, func(ctx context.Context) (int, error) {
+		return r.EndStalledSessions(ctx)
+	})
 	if n > 0 && w.cfg.Hooks.EndedSessions != nil {
 		w.cfg.Hooks.EndedSessions(ctx, n)
-	}
-	if err != nil && ctx.Err() == nil {
-		w.log.Warn("jobfence: maintenance failed; will try again", "task", "stalled sessions", "err", err)
 	}
 }
 
@@ -89,13 +87,32 @@ func (w *Worker) releaseLeftDependents(ctx context.Context, m queue.Maintainer) 
 	if !ok {
 		return
 	}
-	n, err := r.ReleaseDependents(ctx, nil)
-	w.stats.releasedRanges.Add(int64(n))
+	n := w.maintainOnce(ctx, "release dependents", &w.stats.releasedRanges, func(ctx context.Context) (int, error) {
+		return r.ReleaseDependents(ctx, nil)
+	})
 	if n > 0 {
 		w.log.Info("jobfence: released the dependents that a stopped client left to release", "ranges", n)
 	}
-	if err != nil && ctx.Err() == nil {
-		w.log.Warn("jobfence: maintenance failed; will try again", "task", "release dependents", "err", err)
+}
+
+// maintainOnce runs one maintenance task once: it counts what the task did
+// in counter, even when it failed part way, logs its failure (unless the
+// worker is stopping) for the next pass to try again, and returns the
+// count.
+func (w *Worker) maintainOnce(ctx context.Context, task string, counter interface{ Add(int64) int64 }, run func(context.Context) (int, error)) int {
+	n, err := run(ctx)
+	counter.Add(int64(n))
+	if err != nil {
+		w.maintenanceFailed(ctx, task, err)
+	}
+	return n
+}
+
+// maintenanceFailed logs a maintenance task's failure, unless the worker
+// is stopping (ctx ended): its next pass tries again.
+func (w *Worker) maintenanceFailed(ctx context.Context, task string, err error) {
+	if ctx.Err() == nil {
+		w.log.Warn("jobfence: maintenance failed; will try again", "task", task, "err", err)
 	}
 }
 
@@ -114,9 +131,7 @@ func (w *Worker) maintainFinished(ctx context.Context, m queue.Maintainer, on *b
 		*on = false
 		w.log.Info("jobfence: finished jobs stay in the jobs table, pruned row by row", "err", err)
 	case err != nil:
-		if ctx.Err() == nil {
-			w.log.Warn("jobfence: maintenance failed; will try again", "task", "finished partitions", "err", err)
-		}
+		w.maintenanceFailed(ctx, "finished partitions", err)
 	case res.Created > 0 || res.Dropped > 0:
 		w.log.Info("jobfence: maintenance", "task", "finished partitions", "created", res.Created, "dropped", res.Dropped,
 			"partitions", res.Partitions, "until", res.Until)
@@ -128,9 +143,7 @@ func (w *Worker) drain(ctx context.Context, what string, batch int, counter inte
 	for ctx.Err() == nil {
 		n, err := step(ctx)
 		if err != nil {
-			if ctx.Err() == nil {
-				w.log.Warn("jobfence: maintenance failed; will try again", "task", what, "err", err)
-			}
+			w.maintenanceFailed(ctx, what, err)
 			return
 		}
 		counter.Add(int64(n))
