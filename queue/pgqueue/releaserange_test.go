@@ -236,11 +236,7 @@ func TestFanOutReleasedAfterFinish(t *testing.T) {
 	ctx := context.Background()
 	c, db := newRangeClient(t)
 	defer c.Close()
-	p := queue.WorkflowParams{Name: "fan", Tasks: []queue.WorkflowTask{task("root", "root")}}
-	for i := range rangeWidth {
-		p.Tasks = append(p.Tasks, task(fmt.Sprintf("task-%02d", i), "fan", "root"))
-	}
-	res, err := c.InsertWorkflow(ctx, p)
+	res, err := c.InsertWorkflow(ctx, fanParams("fan", "root", rangeWidth))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,11 +259,7 @@ func TestWaitReleasesWaitsForThoseRunning(t *testing.T) {
 	c, db := newRangeClient(t)
 	defer c.Close()
 	fan := func(name string) (string, *queue.Job, pgx.Tx) {
-		p := queue.WorkflowParams{Name: name, Tasks: []queue.WorkflowTask{task("root", name+"-root")}}
-		for i := range rangeChunk + 5 {
-			p.Tasks = append(p.Tasks, task(fmt.Sprintf("task-%02d", i), name, "root"))
-		}
-		res, err := c.InsertWorkflow(ctx, p)
+		res, err := c.InsertWorkflow(ctx, fanParams(name, name+"-root", rangeChunk+5))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -323,4 +315,14 @@ func TestWaitReleasesWaitsForThoseRunning(t *testing.T) {
 	if n, err := c.ReleasesLeft(ctx, second); err != nil || n != 0 {
 		t.Fatalf("second workflow: %d ranges left (%v) once its range could go, want none", n, err)
 	}
+}
+
+// fanParams is a workflow name of a task "root" (queue rootQueue) that
+// width tasks of queue name depend on.
+func fanParams(name, rootQueue string, width int) queue.WorkflowParams {
+	p := queue.WorkflowParams{Name: name, Tasks: []queue.WorkflowTask{task("root", rootQueue)}}
+	for i := range width {
+		p.Tasks = append(p.Tasks, task(fmt.Sprintf("task-%02d", i), name, "root"))
+	}
+	return p
 }
