@@ -60,13 +60,20 @@ func fanOutSetup(ctx context.Context, tb testing.TB, c *pgqueue.Client, db *pgte
 // depend on, all of which the task "sum" depends on, and the names of the
 // width tasks, in order.
 func fanOut(q string, width int) (queue.WorkflowParams, []string) {
-	p := queue.WorkflowParams{Name: q, Tasks: []queue.WorkflowTask{task("root", q)}}
+	p, names := fanParams(q, q, width)
+	p.Tasks = append(p.Tasks, task("sum", q, names...))
+	return p, names
+}
+
+// fanParams is a workflow name of a task "root" in queue rootQueue that
+// width tasks of queue name depend on, and their names, in order.
+func fanParams(name, rootQueue string, width int) (queue.WorkflowParams, []string) {
+	p := queue.WorkflowParams{Name: name, Tasks: []queue.WorkflowTask{task("root", rootQueue)}}
 	names := make([]string, width)
 	for i := range names {
 		names[i] = fmt.Sprintf("task-%d", i)
-		p.Tasks = append(p.Tasks, task(names[i], q, "root"))
+		p.Tasks = append(p.Tasks, task(names[i], name, "root"))
 	}
-	p.Tasks = append(p.Tasks, task("sum", q, names...))
 	return p, names
 }
 

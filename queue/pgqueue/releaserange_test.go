@@ -236,7 +236,8 @@ func TestFanOutReleasedAfterFinish(t *testing.T) {
 	ctx := context.Background()
 	c, db := newRangeClient(t)
 	defer c.Close()
-	res, err := c.InsertWorkflow(ctx, fanParams("fan", "root", rangeWidth))
+	p, _ := fanParams("fan", "root", rangeWidth)
+	res, err := c.InsertWorkflow(ctx, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +260,8 @@ func TestWaitReleasesWaitsForThoseRunning(t *testing.T) {
 	c, db := newRangeClient(t)
 	defer c.Close()
 	fan := func(name string) (string, *queue.Job, pgx.Tx) {
-		res, err := c.InsertWorkflow(ctx, fanParams(name, name+"-root", rangeChunk+5))
+		p, _ := fanParams(name, name+"-root", rangeChunk+5)
+		res, err := c.InsertWorkflow(ctx, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -315,14 +317,4 @@ func TestWaitReleasesWaitsForThoseRunning(t *testing.T) {
 	if n, err := c.ReleasesLeft(ctx, second); err != nil || n != 0 {
 		t.Fatalf("second workflow: %d ranges left (%v) once its range could go, want none", n, err)
 	}
-}
-
-// fanParams is a workflow name of a task "root" (queue rootQueue) that
-// width tasks of queue name depend on.
-func fanParams(name, rootQueue string, width int) queue.WorkflowParams {
-	p := queue.WorkflowParams{Name: name, Tasks: []queue.WorkflowTask{task("root", rootQueue)}}
-	for i := range width {
-		p.Tasks = append(p.Tasks, task(fmt.Sprintf("task-%02d", i), name, "root"))
-	}
-	return p
 }
