@@ -45,7 +45,7 @@ var relations = []string{
 	"jobfence_jobs.output", "jobfence_jobs.workflow_id", "jobfence_jobs.run_anyway", "jobfence_workflows",
 	"jobfence_jobs.run_trace",
 	"jobfence_jobs.delete_on_complete", "jobfence_jobs_finished", "jobfence_finished_bounds",
-	"jobfence_releases",
+	"jobfence_releases", "jobfence_workflow_tasks",
 }
 
 // Querier is what Check needs of a connection: a *pgxpool.Pool, a *pgx.Conn

@@ -216,9 +216,13 @@ var ErrUniqueHeld = errors.New("jobfence: another job holds the job's unique key
 
 // uniqueHeld reports whether err is a retry's breach of the computed
 // unique key's index (migration 00012).
-func uniqueHeld(err error) bool {
+func uniqueHeld(err error) bool { return uniqueViolation(err, "jobfence_jobs_unique_hash") }
+
+// uniqueViolation reports whether err is a breach of the unique index or
+// key named constraint.
+func uniqueViolation(err error, constraint string) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "jobfence_jobs_unique_hash"
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == constraint
 }
 
 // retrySet makes a job ready now, with one more attempt if it had none

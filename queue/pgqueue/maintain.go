@@ -213,22 +213,28 @@ DELETE FROM jobfence_jobs WHERE id IN (
 )`
 
 // pruneWorkflowsSQL deletes up to $2 workflows created more than the
-// retention ($1) ago whose tasks have all been pruned: each task was
-// finished, and pruned after the retention, so the workflow is over and
-// nothing reads its row any more. It reads the workflows oldest first
-// through jobfence_workflows_created, and probes each one's tasks through
-// jobfence_jobs_workflow; SKIP LOCKED passes over a workflow that an
-// Append is adding tasks to (it holds the row: see workflowExistsSQL), so
-// such a workflow is kept, with its new tasks.
+// retention ($1) ago whose tasks have all been pruned, with their tasks'
+// names: each task was finished, and pruned after the retention, so the
+// workflow is over and nothing reads its rows any more. It reads the
+// workflows oldest first through jobfence_workflows_created, and probes
+// each one's tasks by primary key from their names (a workflow whose
+// first task named is still there costs one probe); SKIP LOCKED passes
+// over a workflow that an Append is adding tasks to (it holds the row:
+// see workflowExistsSQL), so such a workflow is kept, with its new tasks.
 const pruneWorkflowsSQL = `
-DELETE FROM jobfence_workflows WHERE id IN (
-    SELECT w.id FROM jobfence_workflows w
-    WHERE w.created_at < now() - $1::bigint * interval '1 microsecond'
-      AND NOT EXISTS (SELECT FROM jobfence_jobs j WHERE j.workflow_id = w.id)
-    ORDER BY w.created_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)`
+WITH w AS (
+    DELETE FROM jobfence_workflows WHERE id IN (
+        SELECT w.id FROM jobfence_workflows w
+        WHERE w.created_at < now() - $1::bigint * interval '1 microsecond'
+          AND NOT EXISTS (SELECT FROM jobfence_workflow_tasks s JOIN jobfence_jobs j ON j.id = s.job_id
+                          WHERE s.workflow_id = w.id)
+        ORDER BY w.created_at
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING id
+)
+DELETE FROM jobfence_workflow_tasks s USING w WHERE s.workflow_id = w.id`
 
 // Prune implements queue.Maintainer: it deletes up to limit final jobs
 // finalized more than retention ago, then up to limit workflows whose

@@ -31,15 +31,30 @@ const workflowExistsSQL = `SELECT EXISTS (SELECT FROM jobfence_workflows WHERE i
 // releaseSQL, a statement of its own for this reason). The wait is bounded
 // by the holders' own bounds: a finish is one statement, a transactional
 // handler's completion is bounded by its lease (txbound).
+// The tasks are found by name in jobfence_workflow_tasks (migration
+// 00022); a task pruned since is not found.
 const existingTasksSQL = `
-SELECT id, task_name, state, coalesce(cardinality(dependents), 0) FROM jobfence_jobs
-WHERE workflow_id = $1 AND task_name = ANY($2::text[])
-ORDER BY id
-FOR NO KEY UPDATE`
+SELECT j.id, s.task_name, j.state, coalesce(cardinality(j.dependents), 0)
+FROM jobfence_workflow_tasks s JOIN jobfence_jobs j ON j.id = s.job_id
+WHERE s.workflow_id = $1 AND s.task_name = ANY($2::text[])
+ORDER BY j.id
+FOR NO KEY UPDATE OF j`
 
 // existingNamesSQL reads the names of a workflow's tasks, to refuse a
-// task name used again.
-const existingNamesSQL = `SELECT task_name FROM jobfence_jobs WHERE workflow_id = $1 AND task_name = ANY($2::text[])`
+// task name used again, even one whose task has been pruned.
+const existingNamesSQL = `SELECT task_name FROM jobfence_workflow_tasks WHERE workflow_id = $1 AND task_name = ANY($2::text[])`
+
+// taskNamesTable and taskNamesColumns are where a workflow's insert copies
+// its tasks' names (migration 00022), in the transaction that inserts the
+// tasks. The table's key keeps names unique per workflow:
+// taskNamesConstraint is the key an insert that races another's same name
+// violates.
+const (
+	taskNamesTable      = "jobfence_workflow_tasks"
+	taskNamesConstraint = "jobfence_workflow_tasks_pkey"
+)
+
+var taskNamesColumns = []string{"workflow_id", "task_name", "job_id"}
 
 // addDependentsSQL appends new dependents to existing tasks.
 const addDependentsSQL = `
@@ -52,8 +67,13 @@ WHERE j.id = a.id`
 // known, in one statement; in ascending order, which the tasks take in
 // dependency order: a dependency's ID is always below its dependents'.
 // The sequence is looked up once: pg_get_serial_sequence in the select
-// list was evaluated per row, a catalog look-up per task.
-const taskIDsSQL = `SELECT nextval(s.seq) FROM (SELECT pg_get_serial_sequence('jobfence_jobs', 'id')::regclass AS seq OFFSET 0) s,
+// list was evaluated per row, a catalog look-up per task. The same
+// sub-select marks the transaction as one that writes its tasks' names
+// itself (the setting jobfence.task_names, until the transaction ends),
+// which spares its inserts the trigger that writes them for instances of
+// the release before migration 00022.
+const taskIDsSQL = `SELECT nextval(s.seq) FROM (SELECT pg_get_serial_sequence('jobfence_jobs', 'id')::regclass AS seq,
+    set_config('jobfence.task_names', 'written', true) OFFSET 0) s,
     generate_series(1, $1) ORDER BY 1`
 
 // insertTasksSQL inserts tasks with the IDs drawn, each with its
@@ -342,6 +362,18 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 			return fail(fmt.Errorf("look up limits: %w", err))
 		}
 		copyable = !limited
+	}
+	// The names first: a name that another transaction has just given a
+	// task of this workflow fails here, before any task is written.
+	nameRows := make([][]any, n)
+	for k2 := range nameRows {
+		nameRows[k2] = []any{id, nm[k2], tid[k2]}
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{taskNamesTable}, taskNamesColumns, pgx.CopyFromRows(nameRows)); err != nil {
+		if uniqueViolation(err, taskNamesConstraint) {
+			return fail(fmt.Errorf("%w: another insert has just given one of these names to a task of the workflow", queue.ErrInvalidWorkflow))
+		}
+		return fail(fmt.Errorf("copy names: %w", err))
 	}
 	restore := func(context.Context) error { return nil }
 	if hasLongList(taskDeps, newDependents, existing) {

@@ -14,11 +14,13 @@ import (
 )
 
 // taskOutputSQL reads, for task $1, the state and output of the task named
-// $2 of its workflow, and whether $1 depends on it.
+// $2 of its workflow (found by name in jobfence_workflow_tasks), and
+// whether $1 depends on it.
 const taskOutputSQL = `
 SELECT d.state, d.output, d.id = ANY(t.depends_on)
 FROM jobfence_jobs t
-JOIN jobfence_jobs d ON d.workflow_id = t.workflow_id AND d.task_name = $2
+JOIN jobfence_workflow_tasks s ON s.workflow_id = t.workflow_id AND s.task_name = $2
+JOIN jobfence_jobs d ON d.id = s.job_id
 WHERE t.id = $1`
 
 // TaskOutput returns the output that the task named name recorded, read
@@ -95,12 +97,17 @@ func (w *WorkflowInfo) Done() bool {
 	return final == w.Total()
 }
 
-// workflowCountsSQL counts a workflow's tasks by state through the
-// jobfence_jobs_workflow index.
-const workflowCountsSQL = `SELECT state, count(*) FROM jobfence_jobs WHERE workflow_id = $1 GROUP BY state`
+// workflowTaskRowsSQL are the rows of workflow $1's tasks (as j), reached
+// through their names in jobfence_workflow_tasks (migration 00022): a
+// probe of the jobs' primary key per task, none for a task pruned.
+const workflowTaskRowsSQL = `jobfence_workflow_tasks s JOIN jobfence_jobs j ON j.id = s.job_id WHERE s.workflow_id = $1`
 
+// workflowCountsSQL counts a workflow's tasks by state.
+const workflowCountsSQL = `SELECT j.state, count(*) FROM ` + workflowTaskRowsSQL + ` GROUP BY j.state`
+
+// workflowTasksSQL reads a workflow's tasks, in ID order.
 const workflowTasksSQL = `SELECT ` + jobColumns + `, coalesce(j.deps_left, 0), coalesce(j.run_anyway, false), j.finalized_at
-FROM jobfence_jobs j WHERE j.workflow_id = $1 ORDER BY j.id`
+FROM ` + workflowTaskRowsSQL + ` ORDER BY j.id`
 
 // Workflow returns workflow id with its tasks, or an error wrapping
 // queue.ErrWorkflowNotFound.
@@ -218,10 +225,10 @@ func (c *Client) countTasks(ctx context.Context, w *WorkflowInfo) error {
 // releases nothing.
 const cancelWorkflowSQL = `
 WITH l AS MATERIALIZED (
-    SELECT id FROM jobfence_jobs
-    WHERE workflow_id = $1 AND state IN ('pending', 'available', 'scheduled', 'retryable')
-    ORDER BY id
-    FOR UPDATE
+    SELECT j.id FROM ` + workflowTaskRowsSQL + `
+      AND j.state IN ('pending', 'available', 'scheduled', 'retryable')
+    ORDER BY j.id
+    FOR UPDATE OF j
 )
 UPDATE jobfence_jobs j
 SET state = 'cancelled', finalized_at = now(),
@@ -264,10 +271,10 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
 // runs again). One statement, its rows locked in ID order.
 const retryWorkflowSQL = `
 WITH r AS MATERIALIZED (
-    SELECT id, state FROM jobfence_jobs
-    WHERE workflow_id = $1 AND state IN ('discarded', 'cancelled', 'pending')
-    ORDER BY id
-    FOR UPDATE
+    SELECT j.id, j.state FROM ` + workflowTaskRowsSQL + `
+      AND j.state IN ('discarded', 'cancelled', 'pending')
+    ORDER BY j.id
+    FOR UPDATE OF j
 ), n AS MATERIALIZED (
     SELECT r.id, r.state AS was, (
         SELECT count(*) FROM unnest(t.depends_on) AS u(id) JOIN jobfence_jobs d ON d.id = u.id
@@ -310,7 +317,7 @@ func (c *Client) RetryWorkflow(ctx context.Context, id string) (int, error) {
 	// then their dependents, which have higher IDs): a dependency that
 	// ends from now on waits for this transaction, and the count below,
 	// a statement of its own, sees every end that did not wait.
-	if _, err := tx.Exec(ctx, `SELECT FROM jobfence_jobs WHERE workflow_id = $1 ORDER BY id FOR NO KEY UPDATE`, id); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT FROM `+workflowTaskRowsSQL+` ORDER BY j.id FOR NO KEY UPDATE OF j`, id); err != nil {
 		return 0, fmt.Errorf("pgqueue: retry workflow %s: %w", id, err)
 	}
 	if err := tx.QueryRow(ctx, retryWorkflowSQL, id).Scan(&n, &queues); err != nil {

@@ -3,6 +3,7 @@ package pgqueue_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 // all been pruned (each finished, then kept for the retention), up to its
 // batch a call; a workflow with a task left, finished or not, stays, and
 // so does one created within the retention. An Append to a pruned
-// workflow says it does not exist.
+// workflow says it does not exist. A workflow's task names go with it, and
+// stay while it does: a pruned task's name is not given again.
 func TestPruneWorkflows(t *testing.T) {
 	c, db := newClient(t)
 	ctx := context.Background()
@@ -117,6 +119,26 @@ func TestPruneWorkflows(t *testing.T) {
 	_, err = c.InsertWorkflow(ctx, queue.WorkflowParams{ID: old[0].ID, Tasks: []queue.WorkflowTask{task("c", "pr")}})
 	if !errors.Is(err, queue.ErrWorkflowNotFound) {
 		t.Fatalf("Append to a pruned workflow: err = %v, want ErrWorkflowNotFound", err)
+	}
+	names := func(id string) int {
+		t.Helper()
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_workflow_tasks WHERE workflow_id = $1`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, r := range old {
+		if n := names(r.ID); n != 0 {
+			t.Errorf("pruned workflow %s has %d task names left, want none", r.ID, n)
+		}
+	}
+	if n := names(running.ID); n != 2 {
+		t.Errorf("workflow %s, kept, has %d task names, want its 2", running.ID, n)
+	}
+	_, err = c.InsertWorkflow(ctx, queue.WorkflowParams{ID: running.ID, Tasks: []queue.WorkflowTask{task("a", "pr2")}})
+	if want := `the workflow has a task named "a" already`; !errors.Is(err, queue.ErrInvalidWorkflow) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Append of a task named as one pruned: err = %v, want ErrInvalidWorkflow containing %q", err, want)
 	}
 }
 

@@ -2,6 +2,8 @@ package pgqueue_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -130,5 +132,54 @@ func TestAppendRacingCascade(t *testing.T) {
 				t.Fatalf("round %d: states = %v, want p, t and u cancelled", i, got)
 			}
 		}
+	}
+}
+
+// TestAppendsOfOneNameRace: two appends that give a task the same new
+// name, the first in a transaction still open when the second starts:
+// the second waits for the first's commit, then fails with
+// queue.ErrInvalidWorkflow and a message that says why, having written
+// nothing; the workflow has one task of that name.
+func TestAppendsOfOneNameRace(t *testing.T) {
+	c, db := newClient(t)
+	ctx := context.Background()
+	res, err := c.InsertWorkflow(ctx, queue.WorkflowParams{Name: "names", Tasks: []queue.WorkflowTask{task("a", "names")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := c.InsertWorkflowTx(ctx, tx, queue.WorkflowParams{ID: res.ID, Tasks: []queue.WorkflowTask{task("b", "names", "a")}}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.InsertWorkflow(ctx, queue.WorkflowParams{ID: res.ID, Tasks: []queue.WorkflowTask{
+			task("c", "names"), task("b", "names", "c"),
+		}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the second append ended (%v) while the first, with the same name, was open", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = <-done
+	if want := "another insert has just given one of these names to a task of the workflow"; !errors.Is(err, queue.ErrInvalidWorkflow) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("second append = %v, want ErrInvalidWorkflow containing %q", err, want)
+	}
+	got := states(t, c, res.ID)
+	if len(got) != 2 || got["c"] != "" {
+		t.Fatalf("tasks = %v, want a and the first append's b only", got)
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE workflow_id = $1`, res.ID).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("the workflow has %d task rows (%v), want 2", n, err)
 	}
 }
