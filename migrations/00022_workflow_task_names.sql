@@ -22,9 +22,11 @@ CREATE TABLE IF NOT EXISTS jobfence_workflow_tasks (
 -- release's inserts write their tasks' names themselves (in one COPY)
 -- and mark their transaction with the setting jobfence.task_names, which
 -- the trigger's WHEN skips: every other job costs the trigger a test of
--- its workflow_id.
+-- its workflow_id. The function finds the table through the search_path
+-- this migration ran with, whatever the inserting session's.
 -- +goose StatementBegin
-CREATE OR REPLACE FUNCTION jobfence_workflow_task_named() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION jobfence_workflow_task_named() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
 BEGIN
     INSERT INTO jobfence_workflow_tasks (workflow_id, task_name, job_id) VALUES (NEW.workflow_id, NEW.task_name, NEW.id);
     RETURN NULL;

@@ -14,7 +14,8 @@ import (
 // jobfence_workflow_tasks the names of the tasks inserted before it (ids
 // far apart included), and its trigger the names of tasks inserted as the
 // release before inserts them, without names of their own, while the
-// fleet is upgraded; a name given twice is refused. An insert that
+// fleet is upgraded (from any search_path); a name given twice is
+// refused. An insert that
 // writes its names itself (this release's, marked by
 // jobfence.task_names) is left alone by the trigger. Migration 22 drops
 // the jobs' unique index of task names, and going down builds it again.
@@ -76,7 +77,26 @@ func TestTaskNamesFromTheReleaseBefore(t *testing.T) {
 	if got := names(); got["c"] != 4 {
 		t.Fatalf("names after the release before inserted c = %v, want c: 4", got)
 	}
-	err := task(ctx, 5, "c")
+	// From a session whose search_path does not lead to jobfence's tables.
+	other, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(ctx)
+	if _, err := other.Exec(ctx, `SET LOCAL search_path = pg_catalog`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(ctx, `INSERT INTO `+db.Schema+`.jobfence_jobs (id, queue, kind, args, workflow_id, task_name)
+		OVERRIDING SYSTEM VALUE VALUES (8, 'q', 'k', '{}', $1, 'elsewhere')`, wf); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); got["elsewhere"] != 8 {
+		t.Fatalf("names after an insert from another search_path = %v, want elsewhere: 8", got)
+	}
+	err = task(ctx, 5, "c")
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "jobfence_workflow_tasks_pkey" {
 		t.Fatalf("a second task named c = %v, want a unique violation of jobfence_workflow_tasks_pkey", err)
