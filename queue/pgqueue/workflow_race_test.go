@@ -8,7 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
 )
 
 // TestAppendDuringCascadeIsCancelled: tasks appended to a workflow
@@ -28,20 +32,7 @@ func TestAppendDuringCascadeIsCancelled(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tx, err := db.Pool.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(ctx)
-			var pid int
-			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.InsertWorkflowTx(ctx, tx, queue.WorkflowParams{ID: res.ID, Tasks: []queue.WorkflowTask{
-				task("t", "race", "p"), task("u", "race", "t"),
-			}}); err != nil {
-				t.Fatal(err)
-			}
+			tx, pid := appendOpen(t, c, db, res.ID, task("t", "race", "p"), task("u", "race", "t"))
 			done := make(chan error, 1)
 			go func() {
 				if via == "cancel" {
@@ -52,25 +43,7 @@ func TestAppendDuringCascadeIsCancelled(t *testing.T) {
 				done <- err
 			}()
 			// The cancel waits for the row the append holds.
-			deadline := time.Now().Add(time.Minute)
-			for {
-				var waiting int
-				if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&waiting); err != nil {
-					t.Fatal(err)
-				}
-				if waiting > 0 {
-					break
-				}
-				select {
-				case err := <-done:
-					t.Fatalf("the cancel ended (%v) without waiting for the append's transaction", err)
-				default:
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the cancel did not wait for the append's transaction within a minute")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			waitBlockedBy(t, db, pid, done, "the cancel")
 			if err := tx.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -147,14 +120,7 @@ func TestAppendsOfOneNameRace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := c.InsertWorkflowTx(ctx, tx, queue.WorkflowParams{ID: res.ID, Tasks: []queue.WorkflowTask{task("b", "names", "a")}}); err != nil {
-		t.Fatal(err)
-	}
+	tx, pid := appendOpen(t, c, db, res.ID, task("b", "names", "a"))
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.InsertWorkflow(ctx, queue.WorkflowParams{ID: res.ID, Tasks: []queue.WorkflowTask{
@@ -162,11 +128,7 @@ func TestAppendsOfOneNameRace(t *testing.T) {
 		}})
 		done <- err
 	}()
-	select {
-	case err := <-done:
-		t.Fatalf("the second append ended (%v) while the first, with the same name, was open", err)
-	case <-time.After(300 * time.Millisecond):
-	}
+	waitBlockedBy(t, db, pid, done, "the second append")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -181,5 +143,50 @@ func TestAppendsOfOneNameRace(t *testing.T) {
 	var n int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE workflow_id = $1`, res.ID).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("the workflow has %d task rows (%v), want 2", n, err)
+	}
+}
+
+// appendOpen appends tasks to workflow id in a transaction it leaves open
+// (rolled back at the test's end), and returns it with its backend's pid.
+func appendOpen(t *testing.T, c *pgqueue.Client, db *pgtest.DB, id string, tasks ...queue.WorkflowTask) (pgx.Tx, int) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(ctx) })
+	var pid int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.InsertWorkflowTx(ctx, tx, queue.WorkflowParams{ID: id, Tasks: tasks}); err != nil {
+		t.Fatal(err)
+	}
+	return tx, pid
+}
+
+// waitBlockedBy returns once a session waits for backend pid, failing if
+// what (whose end done reports) ends first or none waits within a minute.
+func waitBlockedBy(t *testing.T, db *pgtest.DB, pid int, done <-chan error, what string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var waiting int
+		if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			return
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("%s ended (%v) without waiting for the append's transaction", what, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not wait for the append's transaction within a minute", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
