@@ -40,22 +40,6 @@ WHERE s.workflow_id = $1 AND s.task_name = ANY($2::text[])
 ORDER BY j.id
 FOR NO KEY UPDATE OF j`
 
-// existingNamesSQL reads the names of a workflow's tasks, to refuse a
-// task name used again, even one whose task has been pruned.
-const existingNamesSQL = `SELECT task_name FROM jobfence_workflow_tasks WHERE workflow_id = $1 AND task_name = ANY($2::text[])`
-
-// taskNamesTable and taskNamesColumns are where a workflow's insert copies
-// its tasks' names (migration 00022), in the transaction that inserts the
-// tasks. The table's key keeps names unique per workflow:
-// taskNamesConstraint is the key an insert that races another's same name
-// violates.
-const (
-	taskNamesTable      = "jobfence_workflow_tasks"
-	taskNamesConstraint = "jobfence_workflow_tasks_pkey"
-)
-
-var taskNamesColumns = []string{"workflow_id", "task_name", "job_id"}
-
 // addDependentsSQL appends new dependents to existing tasks.
 const addDependentsSQL = `
 UPDATE jobfence_jobs j SET dependents = coalesce(j.dependents, '{}') || a.ids::bigint[]
@@ -365,15 +349,8 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 	}
 	// The names first: a name that another transaction has just given a
 	// task of this workflow fails here, before any task is written.
-	nameRows := make([][]any, n)
-	for k2 := range nameRows {
-		nameRows[k2] = []any{id, nm[k2], tid[k2]}
-	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{taskNamesTable}, taskNamesColumns, pgx.CopyFromRows(nameRows)); err != nil {
-		if uniqueViolation(err, taskNamesConstraint) {
-			return fail(fmt.Errorf("%w: another insert has just given one of these names to a task of the workflow", queue.ErrInvalidWorkflow))
-		}
-		return fail(fmt.Errorf("copy names: %w", err))
+	if err := copyTaskNames(ctx, tx, id, nm, tid); err != nil {
+		return fail(err)
 	}
 	restore := func(context.Context) error { return nil }
 	if hasLongList(taskDeps, newDependents, existing) {

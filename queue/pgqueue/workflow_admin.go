@@ -97,11 +97,6 @@ func (w *WorkflowInfo) Done() bool {
 	return final == w.Total()
 }
 
-// workflowTaskRowsSQL are the rows of workflow $1's tasks (as j), reached
-// through their names in jobfence_workflow_tasks (migration 00022): a
-// probe of the jobs' primary key per task, none for a task pruned.
-const workflowTaskRowsSQL = `jobfence_workflow_tasks s JOIN jobfence_jobs j ON j.id = s.job_id WHERE s.workflow_id = $1`
-
 // workflowCountsSQL counts a workflow's tasks by state.
 const workflowCountsSQL = `SELECT j.state, count(*) FROM ` + workflowTaskRowsSQL + ` GROUP BY j.state`
 
