@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // WorkflowTask is one task of a workflow to insert: a job with a name and
@@ -100,48 +101,76 @@ func (p WorkflowParams) TopoOrder(existing func(name string) bool) ([]int, error
 		}
 		index[t.Name] = i
 	}
-	for _, t := range p.Tasks {
-		seen := map[string]bool{}
-		for _, d := range t.DependsOn {
-			if seen[d] {
+	// Each task's dependencies among p's tasks, as indexes, looked up once:
+	// task i's are deps[start[i]:start[i+1]]. A list is checked for a name
+	// given twice against the names before it, or, when long (a fan-in's),
+	// against a set.
+	const shortList = 16
+	start := make([]int, len(p.Tasks)+1)
+	deps := make([]int, 0, len(p.Tasks))
+	var seen map[string]bool
+	for i, t := range p.Tasks {
+		if len(t.DependsOn) > shortList {
+			if seen == nil {
+				seen = make(map[string]bool, len(t.DependsOn))
+			}
+			clear(seen)
+		}
+		for k, d := range t.DependsOn {
+			var twice bool
+			if len(t.DependsOn) > shortList {
+				twice = seen[d]
+				seen[d] = true
+			} else {
+				twice = slices.Contains(t.DependsOn[:k], d)
+			}
+			if twice {
 				return nil, invalidWorkflow("task %q depends on %q twice", t.Name, d)
 			}
-			seen[d] = true
-			if _, ok := index[d]; !ok && (existing == nil || !existing(d)) {
+			if j, ok := index[d]; ok {
+				deps = append(deps, j)
+			} else if existing == nil || !existing(d) {
 				return nil, invalidWorkflow("task %q depends on %q, which the workflow has no task of", t.Name, d)
 			}
 		}
+		start[i+1] = len(deps)
 	}
-	// Depth-first, so a cycle is found and named.
+	// Depth-first, so a cycle is found and named: stack holds the tasks
+	// being visited, each depending on the one before.
 	const (
 		unseen = iota
 		visiting
 		done
 	)
-	mark := make([]int, len(p.Tasks))
+	mark := make([]uint8, len(p.Tasks))
 	order := make([]int, 0, len(p.Tasks))
-	var visit func(i int, path []string) error
-	visit = func(i int, path []string) error {
+	var stack []int
+	var visit func(i int) error
+	visit = func(i int) error {
 		switch mark[i] {
 		case done:
 			return nil
 		case visiting:
+			path := make([]string, 0, len(stack)+1)
+			for _, s := range stack {
+				path = append(path, p.Tasks[s].Name)
+			}
 			return invalidWorkflow("a cycle: %v", append(path, p.Tasks[i].Name))
 		}
 		mark[i] = visiting
-		for _, d := range p.Tasks[i].DependsOn {
-			if j, ok := index[d]; ok {
-				if err := visit(j, append(path, p.Tasks[i].Name)); err != nil {
-					return err
-				}
+		stack = append(stack, i)
+		for _, j := range deps[start[i]:start[i+1]] {
+			if err := visit(j); err != nil {
+				return err
 			}
 		}
+		stack = stack[:len(stack)-1]
 		mark[i] = done
 		order = append(order, i)
 		return nil
 	}
 	for i := range p.Tasks {
-		if err := visit(i, nil); err != nil {
+		if err := visit(i); err != nil {
 			return nil, err
 		}
 	}
