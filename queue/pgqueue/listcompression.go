@@ -37,12 +37,13 @@ WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals) AND setting <
 const restoreCompressionSQL = `SELECT set_config('default_toast_compression', $1, true)`
 
 // hasLongList says whether one of the lists a workflow's insert writes
-// is long: a task's dependencies, or the dependents it gives a task,
-// counting those an existing task (an append's) had already: an append of
-// a few to a long list writes the whole list again.
-func hasLongList(deps [][]int64, dependents map[int64][]int64, existing map[string]existingTask) bool {
-	for _, d := range deps {
-		if len(d) >= longListIDs {
+// is long: a new task's dependencies (deps) or dependents (dependents),
+// by position, or the dependents it gives an existing task (onExisting,
+// by ID), counting those the task had already: an append of a few to a
+// long list writes the whole list again.
+func hasLongList(deps, dependents [][]int64, onExisting map[int64][]int64, existing map[string]existingTask) bool {
+	for k := range deps {
+		if len(deps[k]) >= longListIDs || len(dependents[k]) >= longListIDs {
 			return true
 		}
 	}
@@ -50,7 +51,7 @@ func hasLongList(deps [][]int64, dependents map[int64][]int64, existing map[stri
 	for _, e := range existing {
 		had[e.id] = e.dependents
 	}
-	for id, d := range dependents {
+	for id, d := range onExisting {
 		if had[id]+len(d) >= longListIDs {
 			return true
 		}

@@ -28,6 +28,22 @@ const existingNamesSQL = `SELECT task_name FROM jobfence_workflow_tasks WHERE wo
 // for a task pruned.
 const workflowTaskRowsSQL = `jobfence_workflow_tasks s JOIN jobfence_jobs j ON j.id = s.job_id WHERE s.workflow_id = $1`
 
+// existingTasksSQL locks the existing tasks that new tasks depend on, in
+// ID order (as every finish locks), so that a dependency's completion and
+// this insert take turns: the completion either came first, and this
+// insert reads the dependency as completed, or waits for this insert's
+// commit and then finds the new dependents in the dependency's row (see
+// releaseSQL, a statement of its own for this reason). The wait is bounded
+// by the holders' own bounds: a finish is one statement, a transactional
+// handler's completion is bounded by its lease (txbound). A task pruned
+// since is not found.
+const existingTasksSQL = `
+SELECT j.id, s.task_name, j.state, coalesce(cardinality(j.dependents), 0)
+FROM jobfence_workflow_tasks s JOIN jobfence_jobs j ON j.id = s.job_id
+WHERE s.workflow_id = $1 AND s.task_name = ANY($2::text[])
+ORDER BY j.id
+FOR NO KEY UPDATE OF j`
+
 // taskNamesConstraint is the key that an insert racing another's same
 // name violates.
 const taskNamesConstraint = "jobfence_workflow_tasks_pkey"
@@ -50,4 +66,36 @@ func copyTaskNames(ctx context.Context, tx pgx.Tx, id pgtype.UUID, names []strin
 		return fmt.Errorf("copy names: %w", err)
 	}
 	return nil
+}
+
+// existingTask is a task a new one depends on.
+type existingTask struct {
+	id    int64
+	state queue.State
+	// dependents is the length of its dependents list before the append.
+	dependents int
+}
+
+// lockExistingTasks locks and reads the named tasks of workflow id (see
+// existingTasksSQL).
+func lockExistingTasks(ctx context.Context, tx pgx.Tx, id pgtype.UUID, names []string) (map[string]existingTask, error) {
+	out := map[string]existingTask{}
+	if len(names) == 0 {
+		return out, nil
+	}
+	rows, err := tx.Query(ctx, existingTasksSQL, id, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var e existingTask
+		var name, state string
+		if err := rows.Scan(&e.id, &name, &state, &e.dependents); err != nil {
+			return nil, err
+		}
+		e.state = queue.State(state)
+		out[name] = e
+	}
+	return out, rows.Err()
 }

@@ -23,23 +23,6 @@ const workflowRowSQL = `INSERT INTO jobfence_workflows (id, name) VALUES ($1, $2
 // blocks no other append and no write to the tasks.
 const workflowExistsSQL = `SELECT EXISTS (SELECT FROM jobfence_workflows WHERE id = $1 FOR KEY SHARE)`
 
-// existingTasksSQL locks the existing tasks that new tasks depend on, in
-// ID order (as every finish locks), so that a dependency's completion and
-// this insert take turns: the completion either came first, and this
-// insert reads the dependency as completed, or waits for this insert's
-// commit and then finds the new dependents in the dependency's row (see
-// releaseSQL, a statement of its own for this reason). The wait is bounded
-// by the holders' own bounds: a finish is one statement, a transactional
-// handler's completion is bounded by its lease (txbound).
-// The tasks are found by name in jobfence_workflow_tasks (migration
-// 00022); a task pruned since is not found.
-const existingTasksSQL = `
-SELECT j.id, s.task_name, j.state, coalesce(cardinality(j.dependents), 0)
-FROM jobfence_workflow_tasks s JOIN jobfence_jobs j ON j.id = s.job_id
-WHERE s.workflow_id = $1 AND s.task_name = ANY($2::text[])
-ORDER BY j.id
-FOR NO KEY UPDATE OF j`
-
 // addDependentsSQL appends new dependents to existing tasks.
 const addDependentsSQL = `
 UPDATE jobfence_jobs j SET dependents = coalesce(j.dependents, '{}') || a.ids::bigint[]
@@ -248,6 +231,9 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 	if err := rows.Err(); err != nil {
 		return fail(err)
 	}
+	if len(ids) != len(p.Tasks) {
+		return fail(fmt.Errorf("drew %d task IDs for %d tasks", len(ids), len(p.Tasks)))
+	}
 	taskID := make(map[string]int64, len(p.Tasks))
 	for k, i := range order {
 		taskID[p.Tasks[i].Name] = ids[k]
@@ -267,20 +253,43 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		tm                  = make([]*int64, n)
 		ra                  = make([]bool, n)
 		lk                  = make([]string, n)
-		tid                 = make([]int64, n)
+		// tid[k2] is the ID of the task at position k2 of order: the IDs
+		// were drawn in ascending order for the tasks in that order.
+		tid = ids
 	)
 	keys := newJobKeys(n)
 	// Dependencies first: every task's dependents are then known before
 	// the insert, which writes them with the rows rather than updating
-	// each task that has some afterwards.
-	newDependents := map[int64][]int64{}
+	// each task that has some afterwards. The lists of all the tasks share
+	// one array each way (a fan-in's 10,000 and the 10,000 lists of one),
+	// indexed by position: at maps a new task's name to its position.
+	at := make(map[string]int, n)
+	listed := 0
+	for k2, i := range order {
+		at[p.Tasks[i].Name] = k2
+		listed += len(p.Tasks[i].DependsOn)
+	}
 	taskDeps := make([][]int64, n)
-	position := make(map[string]int, n)
+	depsBack := make([]int64, 0, listed)
+	dependentsOf := make([][]int64, n)
+	onExisting := map[int64][]int64{}
+	count := make([]int, n)
+	for _, i := range order {
+		for _, dn := range p.Tasks[i].DependsOn {
+			if _, ok := existing[dn]; !ok {
+				count[at[dn]]++
+			}
+		}
+	}
+	dependentsBack := make([]int64, 0, listed)
+	for k2, c := range count {
+		if c > 0 {
+			dependentsOf[k2] = carve(&dependentsBack, c)
+		}
+	}
 	for k2, i := range order {
 		t := p.Tasks[i]
-		tid[k2] = taskID[t.Name]
-		position[t.Name] = k2
-		taskDeps[k2] = make([]int64, 0, len(t.DependsOn))
+		taskDeps[k2] = carve(&depsBack, len(t.DependsOn))
 		for _, dn := range t.DependsOn {
 			if e, ok := existing[dn]; ok {
 				taskDeps[k2] = append(taskDeps[k2], e.id)
@@ -294,16 +303,16 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 				default:
 					left[k2]++
 				}
-				newDependents[e.id] = append(newDependents[e.id], tid[k2])
+				onExisting[e.id] = append(onExisting[e.id], tid[k2])
 				continue
 			}
-			dep := taskID[dn]
-			taskDeps[k2] = append(taskDeps[k2], dep)
-			newDependents[dep] = append(newDependents[dep], tid[k2])
+			dk := at[dn]
+			taskDeps[k2] = append(taskDeps[k2], tid[dk])
+			dependentsOf[dk] = append(dependentsOf[dk], tid[k2])
 			// A new task cancelled at insert (its own dependency had
 			// failed) fails its dependents as a cancel would.
 			switch {
-			case failed[position[dn]] == "":
+			case failed[dk] == "":
 				left[k2]++
 			case t.RunAnyway:
 			case failed[k2] == "":
@@ -353,7 +362,7 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		return fail(err)
 	}
 	restore := func(context.Context) error { return nil }
-	if hasLongList(taskDeps, newDependents, existing) {
+	if hasLongList(taskDeps, dependentsOf, onExisting, existing) {
 		if restore, err = compressListsWithLZ4(ctx, tx); err != nil {
 			return fail(err)
 		}
@@ -365,12 +374,8 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 			if ready {
 				state = queue.StateAvailable
 			}
-			var dependents []int64
-			if ts, ok := newDependents[tid[k2]]; ok {
-				dependents = ts
-			}
 			rows[k2] = []any{tid[k2], q[k2], k[k2], a[k2], string(state), pr[k2], m[k2], md[k2], tc[k2], keys[k2], dl[k2], tm[k2],
-				id, nm[k2], taskDeps[k2], dependents, left[k2], ra[k2]}
+				id, nm[k2], taskDeps[k2], dependentsOf[k2], left[k2], ra[k2]}
 		}
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"jobfence_jobs"}, copyTaskColumns, pgx.CopyFromRows(rows)); err != nil {
 			return fail(fmt.Errorf("copy: %w", err))
@@ -379,7 +384,7 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		// insertTasksSQL takes the lists, of different lengths, as text.
 		for k2 := range tid {
 			d[k2] = int64Array(taskDeps[k2])
-			if ts, ok := newDependents[tid[k2]]; ok {
+			if ts := dependentsOf[k2]; ts != nil {
 				v := int64Array(ts)
 				dn[k2] = &v
 			}
@@ -391,14 +396,8 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 	// Dependents on the existing tasks.
 	var onOld []int64
 	var onOldIDs []string
-	isNew := make(map[int64]bool, n)
-	for _, v := range tid {
-		isNew[v] = true
-	}
-	for dep, ts := range newDependents {
-		if !isNew[dep] {
-			onOld, onOldIDs = append(onOld, dep), append(onOldIDs, int64Array(ts))
-		}
+	for dep, ts := range onExisting {
+		onOld, onOldIDs = append(onOld, dep), append(onOldIDs, int64Array(ts))
 	}
 	if len(onOld) > 0 {
 		if _, err := tx.Exec(ctx, addDependentsSQL, onOld, onOldIDs); err != nil {
@@ -420,36 +419,13 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 	return queue.WorkflowResult{ID: uuidString(id), Tasks: taskID}, ready, nil
 }
 
-// existingTask is a task a new one depends on.
-type existingTask struct {
-	id    int64
-	state queue.State
-	// dependents is the length of its dependents list before the append.
-	dependents int
-}
-
-// lockExistingTasks locks and reads the named tasks of workflow id (see
-// existingTasksSQL).
-func lockExistingTasks(ctx context.Context, tx pgx.Tx, id pgtype.UUID, names []string) (map[string]existingTask, error) {
-	out := map[string]existingTask{}
-	if len(names) == 0 {
-		return out, nil
-	}
-	rows, err := tx.Query(ctx, existingTasksSQL, id, names)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var e existingTask
-		var name, state string
-		if err := rows.Scan(&e.id, &name, &state, &e.dependents); err != nil {
-			return nil, err
-		}
-		e.state = queue.State(state)
-		out[name] = e
-	}
-	return out, rows.Err()
+// carve returns the next n entries of *back, which has room for them, as
+// an empty slice of capacity n whose appends fill them, and takes them
+// from *back: lists carved from one array are one allocation.
+func carve(back *[]int64, n int) []int64 {
+	l := len(*back)
+	*back = (*back)[:l+n]
+	return (*back)[l : l : l+n]
 }
 
 // int64Array writes ids as a PostgreSQL array literal, for a column of
