@@ -57,14 +57,13 @@ type floorResult struct {
 }
 
 func (r floorResult) String() string {
-	l := latencyResult{start: r.start, cpu: r.cpu, machine: r.machine}
 	return fmt.Sprintf("the same load through a minimal queue (no fence, lease, attempt count or limit; %d offers, %d waited for a free producer)\n"+
 		"    enqueue-to-start %s (%d jobs offered after the warm-up)\n"+
 		"    database clock   %s\n"+
 		"    insert call %s; claims %s, %.2f jobs each (%d claims)\n"+
 		"    cost: %s; load %s%s",
 		r.offered, r.late, r.start, r.start.n, r.dbStart, r.insert, r.claims,
-		float64(r.claimed)/float64(max(r.claims.n, 1)), r.claims.n, r.cost, r.load, l.cpuPerJob())
+		float64(r.claimed)/float64(max(r.claims.n, 1)), r.claims.n, r.cost, r.load, cpuPerJob(r.start.n, r.cpu, r.machine))
 }
 
 // floorOnce offers the floor the load latencyOnce offers jobfence, in a

@@ -71,20 +71,20 @@ func (r latencyResult) String() string {
 		r.rate, r.duration, r.producers, r.offered, r.late, r.start, r.start.n, r.warmup, r.dbStart,
 		r.nAll, r.stagesAll, r.nSlow, r.stagesSlow, r.insert,
 		r.claims, float64(r.claimed)/float64(max(r.claims.n, 1)), r.claims.n, float64(r.finished)/float64(max(r.finishes, 1)),
-		r.cost, r.conns, r.load, r.cpuPerJob()) + r.top
+		r.cost, r.conns, r.load, cpuPerJob(r.start.n, r.cpu, r.machine)) + r.top
 }
 
 // cpuPerJob says what a job cost in CPU, empty where the system cannot
 // tell: this process's share, and the machine's with its busy share (on
 // an otherwise idle machine the difference is the server's).
-func (r latencyResult) cpuPerJob() string {
-	if r.start.n == 0 || r.cpu <= 0 {
+func cpuPerJob(jobs int, cpu time.Duration, machine cpuclock.Machine) string {
+	if jobs == 0 || cpu <= 0 {
 		return ""
 	}
-	s := fmt.Sprintf("\n    CPU per job: this process (producers and worker) %.0f µs", float64(r.cpu.Microseconds())/float64(r.start.n))
-	if r.machine.CPUs > 0 {
+	s := fmt.Sprintf("\n    CPU per job: this process (producers and worker) %.0f µs", float64(cpu.Microseconds())/float64(jobs))
+	if machine.CPUs > 0 {
 		s += fmt.Sprintf(", the machine %.0f µs (busy %.0f %% of %d CPUs, steal %.0f %%)",
-			float64(r.machine.Busy.Microseconds())/float64(r.start.n), 100*r.machine.BusyShare(), r.machine.CPUs, 100*r.machine.StealShare())
+			float64(machine.Busy.Microseconds())/float64(jobs), 100*machine.BusyShare(), machine.CPUs, 100*machine.StealShare())
 	}
 	return s
 }
@@ -149,14 +149,12 @@ func runLatencyBench(ctx context.Context, dbURL string, cfg benchConfig, runs in
 	db := medianPercentiles(rs, func(r latencyResult) percentiles { return r.dbStart })
 	fmt.Fprintf(stdout, "latency    median of %d at %.0f jobs/s: enqueue-to-start %s; database clock %s\n", len(rs), cfg.rate, m, db)
 	if cfg.floor {
-		frs := make([]latencyResult, len(fs))
 		ratios := make([]string, len(fs))
 		for i, f := range fs {
-			frs[i] = latencyResult{start: f.start, dbStart: f.dbStart}
 			ratios[i] = fmt.Sprintf("%.2f", float64(rs[i].start.p99)/float64(max(f.start.p99, 1)))
 		}
-		fm := medianPercentiles(frs, func(r latencyResult) percentiles { return r.start })
-		fdb := medianPercentiles(frs, func(r latencyResult) percentiles { return r.dbStart })
+		fm := medianPercentiles(fs, func(r floorResult) percentiles { return r.start })
+		fdb := medianPercentiles(fs, func(r floorResult) percentiles { return r.dbStart })
 		fmt.Fprintf(stdout, "floor      median of %d at %.0f jobs/s: enqueue-to-start %s; database clock %s; p99 jobfence/floor by pair %s\n",
 			len(fs), cfg.rate, fm, fdb, strings.Join(ratios, ", "))
 	}
@@ -165,7 +163,7 @@ func runLatencyBench(ctx context.Context, dbURL string, cfg benchConfig, runs in
 
 // medianPercentiles is, for each percentile, its median over the runs rs
 // of the figures f picks.
-func medianPercentiles(rs []latencyResult, f func(latencyResult) percentiles) percentiles {
+func medianPercentiles[R any](rs []R, f func(R) percentiles) percentiles {
 	med := func(g func(percentiles) time.Duration) time.Duration {
 		v := make([]time.Duration, len(rs))
 		for i, r := range rs {

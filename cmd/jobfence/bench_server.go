@@ -65,6 +65,8 @@ type dbCounters struct {
 	stmts   map[int64]stmtCount
 }
 
+// stmtCount is a statement's counters in pg_stat_statements, or what they
+// grew by between two readings (minus).
 type stmtCount struct {
 	calls int64
 	total float64 // milliseconds
@@ -72,6 +74,12 @@ type stmtCount struct {
 	// shared buffers they hit or read; wal their WAL records.
 	rows, buffers, wal int64
 	query              string
+}
+
+// minus is what s's counters grew by since was.
+func (s stmtCount) minus(was stmtCount) stmtCount {
+	return stmtCount{calls: s.calls - was.calls, total: s.total - was.total, rows: s.rows - was.rows,
+		buffers: s.buffers - was.buffers, wal: s.wal - was.wal, query: s.query}
 }
 
 // pg_stat_database's counters are flushed by each backend at most once a
@@ -141,14 +149,7 @@ type cost struct {
 	walBytes uint64
 	// calls is the statements run (-1 without pg_stat_statements).
 	calls int64
-	top   []stmtDelta
-}
-
-type stmtDelta struct {
-	calls              int64
-	total              float64
-	rows, buffers, wal int64
-	query              string
+	top   []stmtCount
 }
 
 // costBetween is the cost of jobs completed between two readings.
@@ -160,9 +161,7 @@ func costBetween(a, b dbCounters, jobs int64) cost {
 	if a.stmts != nil && b.stmts != nil {
 		c.calls = 0
 		for id, s := range b.stmts {
-			was := a.stmts[id]
-			d := stmtDelta{calls: s.calls - was.calls, total: s.total - was.total, rows: s.rows - was.rows,
-				buffers: s.buffers - was.buffers, wal: s.wal - was.wal, query: s.query}
+			d := s.minus(a.stmts[id])
 			if d.calls <= 0 || strings.Contains(s.query, "pg_stat_statements") {
 				continue
 			}
