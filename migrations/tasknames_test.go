@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -147,5 +148,45 @@ func TestTaskNamesFromTheReleaseBefore(t *testing.T) {
 	// The release before's insert of a task works as it did.
 	if err := task(ctx, 7, "e"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTaskNamesDownGivesUpOnAFrozenHolder: a session frozen inside a
+// transaction that read jobfence_workflow_tasks (an append whose client
+// stopped) holds down past version 22 1 s at most, its lock_timeout: the
+// down fails with lock_not_available, the names table and its trigger
+// stay, and once the holder is gone the down goes.
+func TestTaskNamesDownGivesUpOnAFrozenHolder(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	holder, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if _, err := holder.Exec(ctx, `SELECT count(*) FROM jobfence_workflow_tasks`); err != nil {
+		t.Fatal(err)
+	}
+	p := providerAt(t, db.URL, 22)
+	start := time.Now()
+	_, err = p.DownTo(ctx, 21)
+	took := time.Since(start)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("down past 22 beside a frozen reader of jobfence_workflow_tasks = %v, want lock_not_available (55P03)", err)
+	}
+	if took > 10*time.Second {
+		t.Errorf("down gave up after %v, want about its 1 s lock_timeout", took)
+	}
+	var kept bool
+	if err := db.Pool.QueryRow(ctx, `SELECT to_regclass('jobfence_workflow_tasks') IS NOT NULL
+		AND EXISTS (SELECT FROM pg_trigger WHERE tgrelid = 'jobfence_jobs'::regclass AND tgname = 'jobfence_jobs_task_named')`).Scan(&kept); err != nil || !kept {
+		t.Fatalf("names table and trigger kept = %v, %v after the refused down; want both kept", kept, err)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 21); err != nil {
+		t.Fatalf("down past 22 once the holder is gone: %v", err)
 	}
 }
