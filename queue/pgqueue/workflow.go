@@ -273,12 +273,19 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 	depsBack := make([]int64, 0, listed)
 	dependentsOf := make([][]int64, n)
 	onExisting := map[int64][]int64{}
+	// depAt holds, for each dependency listed (tasks in order, each's list
+	// in its order), the position of the new task it names, or -1 for an
+	// existing task: looked up once, for the counts and the lists.
 	count := make([]int, n)
+	depAt := make([]int, 0, listed)
 	for _, i := range order {
 		for _, dn := range p.Tasks[i].DependsOn {
+			dk := -1
 			if _, ok := existing[dn]; !ok {
-				count[at[dn]]++
+				dk = at[dn]
+				count[dk]++
 			}
+			depAt = append(depAt, dk)
 		}
 	}
 	dependentsBack := make([]int64, 0, listed)
@@ -291,7 +298,10 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		t := p.Tasks[i]
 		taskDeps[k2] = carve(&depsBack, len(t.DependsOn))
 		for _, dn := range t.DependsOn {
-			if e, ok := existing[dn]; ok {
+			dk := depAt[0]
+			depAt = depAt[1:]
+			if dk < 0 {
+				e := existing[dn]
 				taskDeps[k2] = append(taskDeps[k2], e.id)
 				switch {
 				case e.state == queue.StateCompleted:
@@ -306,7 +316,6 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 				onExisting[e.id] = append(onExisting[e.id], tid[k2])
 				continue
 			}
-			dk := at[dn]
 			taskDeps[k2] = append(taskDeps[k2], tid[dk])
 			dependentsOf[dk] = append(dependentsOf[dk], tid[k2])
 			// A new task cancelled at insert (its own dependency had
