@@ -93,14 +93,16 @@ type DependentReleaser interface {
 
 // ReleaseWaiter is implemented by backends that release a completed
 // workflow task's dependents in the background after its completion's
-// commit (see DependentReleaser). A stopping worker calls it once its last
-// outcomes are recorded, so that the releases they started are done
-// before Stop returns: one cut short (its caller closes the pool next)
-// would wait for another instance's maintenance.
+// commit (see DependentReleaser), or wake other processes' workers of the
+// jobs that outcomes made ready in the background. A stopping worker
+// calls it once its last outcomes are recorded, so that the releases and
+// wake-ups they started are done before Stop returns: a release cut short
+// (its caller closes the pool next) would wait for another instance's
+// maintenance, a wake-up for the workers' poll.
 type ReleaseWaiter interface {
 	// WaitReleases waits until the background releases running when it
-	// is called have ended, or ctx ends (then it returns ctx's error and
-	// they go on).
+	// is called, and the wake-ups in flight, have ended, or ctx ends
+	// (then it returns ctx's error and they go on).
 	WaitReleases(ctx context.Context) error
 }
 

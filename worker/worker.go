@@ -307,8 +307,9 @@ func (w *Worker) Start(ctx context.Context) error {
 //
 // Once the outcomes are recorded, Stop waits, within ctx, for the
 // releases of workflow dependents that its completions left to run after
-// their commits (queue.ReleaseWaiter), so that closing the pool next cuts
-// none short; one still running when ctx ends is logged and goes on.
+// their commits, and for the wake-ups of the jobs they made ready
+// (queue.ReleaseWaiter), so that closing the pool next cuts none short;
+// one still running when ctx ends is logged and goes on.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	if !w.started || w.stopped {
@@ -359,8 +360,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	if rw, ok := w.backend.(queue.ReleaseWaiter); ok {
 		if err := rw.WaitReleases(ctx); err != nil {
-			w.log.Warn("jobfence: worker stopped before the dependents that its completions left to release were all released; "+
-				"they are released in the background, and a worker's maintenance releases any that a closed pool cuts short", "err", err)
+			w.log.Warn("jobfence: worker stopped before the releases and wake-ups that its outcomes started were done; "+
+				"they go on in the background, a worker's maintenance releases any dependents that a closed pool cuts short, "+
+				"and workers poll for jobs whose wake-up was cut short", "err", err)
 		}
 	}
 	w.bgCancel()

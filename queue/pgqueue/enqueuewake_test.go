@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jobfence/jobfence/internal/netfault"
+	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
@@ -66,6 +67,11 @@ func TestLimitedEnqueueWakesAtItsGrant(t *testing.T) {
 	if len(first) != 1 {
 		t.Fatalf("claimed %d jobs, want the first one, granted its slot", len(first))
 	}
+	// The grant's wake-up goes out after its commit, in the background:
+	// it must not be the first the listener below hears.
+	testwatch.WaitFor(t, time.Minute, "the first grant's wake-up to be sent", func() bool {
+		return pgqueue.WakesInFlight(c) == 0
+	})
 	conn, err := db.Pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -90,3 +90,7 @@ func WakesInFlight(c *Client) int {
 
 // WakeSenders counts c's background senders of wake-ups still running.
 func WakeSenders(c *Client) int64 { return c.wakes.running.Load() }
+
+// PromoteSQL is promoteSQL, for the test that no statement which makes
+// jobs ready notifies inside its transaction.
+const PromoteSQL = promoteSQL

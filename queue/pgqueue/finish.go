@@ -268,17 +268,21 @@ func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks 
 		fg, err := c.finishAndGrant(ctx, sql, args, tasks, nil, nil)
 		return fg.applied, fg.lims, fg.more, err
 	}
-	var more []int64
+	var r released
 	err := c.boundedTx(ctx, func(tx pgx.Tx) error {
 		if err := run(tx); err != nil {
 			return err
 		}
 		// Only finishSQL can discard or cancel.
 		var err error
-		more, err = release(ctx, tx, tasks, sql == finishSQL, c.cfg.ReleaseChunk)
+		r, err = release(ctx, tx, tasks, sql == finishSQL, c.cfg.ReleaseChunk, "")
 		return err
 	})
-	return applied, lims, more, err
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c.wakeReady(ctx, r.ready)
+	return applied, lims, r.more, nil
 }
 
 // boundedTx runs fn in a transaction bounded as EnqueueMany's is

@@ -77,6 +77,11 @@ func heldPartitions(fs []queue.Finish) []partition {
 // held for the statements and the commit only, never for a round trip
 // (TestFrozenTaskCompleterHoldsNoFanIn).
 //
+// No statement of the batch notifies: the jobs it made available, granted
+// or released, wake their queues' workers once the batch has committed
+// (wakeReady), so that its durable commit does not wait for other
+// notifying commits (TestReadyJobsNotifyAfterTheirCommit).
+//
 // It returns what finishBatch does, the leases applied and every partition
 // the applied outcomes freed a slot of, held or not, the held partitions
 // that grantConcurrencySQL found it could not serve (the caller grants
@@ -90,7 +95,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	b.Queue(batchBoundsSQL)
 	b.Queue(sql, args...)
 	if len(tasks) > 0 {
-		b.Queue(releaseSQL, tasks, c.cfg.ReleaseChunk, insertChannel)
+		b.Queue(releaseSQL, tasks, c.cfg.ReleaseChunk, "")
 	}
 	if len(g.conc) > 0 {
 		b.Queue(genericPlanSQL)
@@ -119,7 +124,12 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	if err == nil && len(tasks) > 0 {
 		var rows pgx.Rows
 		if rows, err = br.Query(); err == nil {
-			more, err = scanReleased(rows)
+			var r released
+			r, err = scanReleased(rows)
+			more = r.more
+			for q, n := range r.ready {
+				granted[q] += n
+			}
 		}
 		if err != nil {
 			err = fmt.Errorf("release dependents: %w", err)
@@ -148,7 +158,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	if err != nil {
 		c.cfg.Logger.Warn("pgqueue: granting limit slots failed; the workers' next pass grants them", "err", err)
 	}
-	c.wakeGranted(granted)
+	c.wakeReady(ctx, granted)
 	if len(declined) > 0 {
 		c.routes.markFull(declined, time.Now())
 	}

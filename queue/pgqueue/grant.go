@@ -43,8 +43,9 @@ ON CONFLICT DO NOTHING`
 
 // grantSQL hands the free slots of partitions ($1 names, $2 parts) to
 // their oldest limited jobs, up to $3 a partition, and makes those jobs
-// available, waking their queues (channel $4). Jobs of a partition whose
-// limit no longer exists are made available without a slot.
+// available; the caller wakes their queues once the transaction has
+// committed (wakeReady). Jobs of a partition whose limit no longer exists
+// are made available without a slot.
 //
 // The free slots are read, without locks, from the statement's snapshot:
 // a concurrency slot is free when its job no longer holds it (holdsSQL), a
@@ -186,7 +187,7 @@ WITH l AS MATERIALIZED (
     WHERE j.id = ANY (ARRAY(SELECT id FROM orphans)) AND j.state = 'limited'
     RETURNING j.queue
 )
-SELECT q.queue, count(*), pg_notify($4, q.queue)
+SELECT q.queue, count(*)
 FROM (SELECT queue FROM g UNION ALL SELECT queue FROM o) q
 GROUP BY q.queue`
 
@@ -228,10 +229,13 @@ func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, err
 		c.routes.markFull(declined, time.Now())
 		_, err = c.grantBatch(ctx, grantPlan{full: grantChunks(declined), ensure: false}, out)
 	}
+	// What a batch that failed counted was rolled back: its wake-ups are
+	// spurious, not lost. One that committed before the other failed
+	// made its jobs available.
+	c.wakeReady(ctx, out)
 	if err != nil {
 		return nil, fmt.Errorf("pgqueue: grant limit slots: %w", err)
 	}
-	c.wakeGranted(out)
 	return out, nil
 }
 
@@ -295,7 +299,7 @@ func queueGrant(b *pgx.Batch, g grantPlan) {
 func queueFullGrant(b *pgx.Batch, chunks [][]partition) {
 	for _, ch := range chunks {
 		names, parts := chunkArrays(ch)
-		b.Queue(grantSQL, names, parts, grantBatch, insertChannel)
+		b.Queue(grantSQL, names, parts, grantBatch)
 		queueNextRefill(b, names, parts)
 	}
 }
@@ -333,7 +337,7 @@ func (c *Client) readFullGrant(br pgx.BatchResults, chunks [][]partition, out ma
 				for rows.Next() {
 					var q string
 					var n int
-					if err = rows.Scan(&q, &n, nil); err != nil {
+					if err = rows.Scan(&q, &n); err != nil {
 						break
 					}
 					out[q] += n
@@ -353,18 +357,6 @@ func (c *Client) readFullGrant(br pgx.BatchResults, chunks [][]partition, out ma
 		}
 	}
 	return err
-}
-
-// wakeGranted tells this client's own fetch loops of the queues a
-// committed grant made jobs available in: they take the jobs now, without
-// waiting for the NOTIFY to come back (a slot goes round a round trip
-// sooner).
-func (c *Client) wakeGranted(out map[string]int) {
-	for q, n := range out {
-		if n > 0 {
-			c.listener.deliverLocal(insertChannel, q)
-		}
-	}
 }
 
 // waitingPartitionsSQL lists up to $3 partitions that have limited jobs,

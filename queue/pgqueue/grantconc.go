@@ -14,24 +14,25 @@ import (
 // names, $2 parts) whose limit is a concurrency cap alone, with no rate
 // and not a sequence (Concurrency 1 holding through retries). It hands
 // their free concurrency slots to their oldest limited jobs, up to $3 a
-// partition, and makes those jobs available, waking their queues
-// (channel $4). Its reply is the claimed jobs' rows (below), a row per
-// queue (jobColumns NULL, its name, NULL, the jobs made available) and a
-// row per partition it did not serve (jobColumns NULL, its limit's name
-// and the partition, NULLs): a limit with a rate, a sequence, or none at
-// all (a deleted limit's orphans), which grantSQL serves.
+// partition, and makes those jobs available. Its reply is the claimed
+// jobs' rows (below), a row per queue (jobColumns NULL, its name, NULL,
+// the jobs made available), whose workers the caller wakes once the
+// transaction has committed (wakeReady), and a row per partition it did
+// not serve (jobColumns NULL, its limit's name and the partition, NULL):
+// a limit with a rate, a sequence, or none at all (a deleted limit's
+// orphans), which grantSQL serves.
 //
 // Run in a Finish's transaction, it claims for the worker that sent the
-// outcomes up to $5[i] of the jobs granted in partition i (FinishClaim):
+// outcomes up to $4[i] of the jobs granted in partition i (FinishClaim):
 // only jobs paired with a slot whose holder row this transaction wrote
 // (its xmin is ours: an outcome of this Finish applied and freed it; a
 // zombie's stale outcome writes nothing), not of a paused queue, not a
 // workflow task (its dependencies' traces are read by claimedSQL), and at
-// most $9 of them whose rows come to at most $8 bytes (claimRowBytes), so
+// most $8 of them whose rows come to at most $7 bytes (claimRowBytes), so
 // that the reply fits in the sockets' buffers as a small claim's does
 // (see claimSQL) and the batch commits whether or not its client reads.
 // A claimed job is updated as claimSQL updates it: running, attempt + 1,
-// leased for $6 microseconds, attempted by $7, under a fence drawn (f)
+// leased for $5 microseconds, attempted by $6, under a fence drawn (f)
 // after every row of the claim is locked: its job's in z and its slot's
 // in lc, which cl reads through uc. The others are made available.
 //
@@ -55,7 +56,7 @@ import (
 const grantConcurrencySQL = `
 WITH fr AS MATERIALIZED (
     SELECT l.name, p.pt, p.cap, f.slots, f.gens, f.mine, greatest(0, least($3::int, cardinality(f.slots) - f.above)) AS k
-    FROM (SELECT n, pt, coalesce(sum(c), 0) AS cap FROM unnest($1::text[], $2::text[], $5::int[]) AS p(n, pt, c) GROUP BY n, pt) p
+    FROM (SELECT n, pt, coalesce(sum(c), 0) AS cap FROM unnest($1::text[], $2::text[], $4::int[]) AS p(n, pt, c) GROUP BY n, pt) p
     JOIN jobfence_limits l ON l.name = p.n AND l.rate IS NULL AND NOT (l.concurrency = 1 AND l.hold_retrying)
     CROSS JOIN LATERAL (
         SELECT coalesce(array_agg(s.slot ORDER BY s.slot) FILTER (WHERE s.slot < l.concurrency AND j.id IS NULL), '{}') AS slots,
@@ -94,7 +95,7 @@ WITH fr AS MATERIALIZED (
         WHERE lc.mine AND lc.id IN (SELECT job_id FROM uc) AND j.depends_on IS NULL
           AND NOT EXISTS (SELECT FROM jobfence_queues q WHERE q.name = j.queue AND q.paused_at IS NOT NULL)
     ) c
-    WHERE c.rn <= c.cap AND c.n <= $9 AND c.bytes <= $8
+    WHERE c.rn <= c.cap AND c.n <= $8 AND c.bytes <= $7
 ), f AS MATERIALIZED (
     SELECT nextval('jobfence_fence_seq') AS fence FROM (SELECT count(*) AS n FROM cl) c WHERE c.n > 0
 ), g AS (
@@ -103,19 +104,19 @@ WITH fr AS MATERIALIZED (
         limit_slot = x.slot, scheduled_at = now(),
         attempt = CASE WHEN x.claimed THEN j.attempt + 1 ELSE j.attempt END,
         fence = CASE WHEN x.claimed THEN (SELECT fence FROM f) ELSE j.fence END,
-        lease_expires_at = CASE WHEN x.claimed THEN now() + $6::bigint * interval '1 microsecond' ELSE j.lease_expires_at END,
+        lease_expires_at = CASE WHEN x.claimed THEN now() + $5::bigint * interval '1 microsecond' ELSE j.lease_expires_at END,
         attempted_at = CASE WHEN x.claimed THEN statement_timestamp() ELSE j.attempted_at END,
-        attempted_by = CASE WHEN x.claimed THEN j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $7::text
+        attempted_by = CASE WHEN x.claimed THEN j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $6::text
             ELSE j.attempted_by END
     FROM (SELECT uc.job_id, uc.slot, uc.job_id IN (SELECT id FROM cl) AS claimed FROM uc) x
     WHERE j.id = ANY (ARRAY(SELECT job_id FROM uc)) AND j.id = x.job_id AND j.state = 'limited'
     RETURNING j.queue, x.claimed, j
 )
-SELECT ` + jobColumns + `, NULL, NULL, NULL, NULL FROM (SELECT (g.j).* FROM g WHERE g.claimed) j
+SELECT ` + jobColumns + `, NULL, NULL, NULL FROM (SELECT (g.j).* FROM g WHERE g.claimed) j
 UNION ALL
-SELECT ` + claimReplyNulls + `, g.queue, NULL::text, count(*), pg_notify($4, g.queue) FROM g WHERE NOT g.claimed GROUP BY g.queue
+SELECT ` + claimReplyNulls + `, g.queue, NULL::text, count(*) FROM g WHERE NOT g.claimed GROUP BY g.queue
 UNION ALL
-SELECT ` + claimReplyNulls + `, p.n, p.pt, NULL, NULL FROM unnest($1::text[], $2::text[]) AS p(n, pt)
+SELECT ` + claimReplyNulls + `, p.n, p.pt, NULL FROM unnest($1::text[], $2::text[]) AS p(n, pt)
 WHERE NOT EXISTS (SELECT FROM fr WHERE fr.name = p.n AND fr.pt = p.pt)`
 
 // genericPlanSQL gives the statements after it in a transaction a
@@ -226,7 +227,7 @@ func queueConcGrant(b *pgx.Batch, chunks [][]partition, claim *concClaim) {
 			}
 			lease, worker = claim.lease.Microseconds(), claim.workerID
 		}
-		b.Queue(grantConcurrencySQL, names, parts, grantBatch, insertChannel, caps, lease, worker, bytes, claimInlineJobs)
+		b.Queue(grantConcurrencySQL, names, parts, grantBatch, caps, lease, worker, bytes, claimInlineJobs)
 	}
 }
 
@@ -234,11 +235,11 @@ func queueConcGrant(b *pgx.Batch, chunks [][]partition, claim *concClaim) {
 // the jobs made available per queue to out; it returns the jobs claimed
 // and the partitions the statements did not serve, which grantSQL must.
 func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int) (claimed []*queue.Job, declined []partition, err error) {
-	summary := make([]any, claimJobColumns, claimJobColumns+4)
+	summary := make([]any, claimJobColumns, claimJobColumns+3)
 	var name string
 	var part *string
 	var n *int
-	summary = append(summary, &name, &part, &n, nil)
+	summary = append(summary, &name, &part, &n)
 	for range chunks {
 		rows, err := br.Query()
 		if err != nil {
@@ -247,7 +248,7 @@ func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int
 		for rows.Next() {
 			if rows.RawValues()[0] != nil {
 				var j *queue.Job
-				if j, err = scanJob(rows, nil, nil, nil, nil); err != nil {
+				if j, err = scanJob(rows, nil, nil, nil); err != nil {
 					break
 				}
 				claimed = append(claimed, j)

@@ -98,7 +98,7 @@ func explainGrant(t *testing.T, ctx context.Context, pool *pgxpool.Pool, sql str
 		t.Fatal(err)
 	}
 	var raw []byte
-	args := []any{pgx.QueryExecModeDescribeExec, []string{l.Name}, []string{""}, 1000, "x"}
+	args := []any{pgx.QueryExecModeDescribeExec, []string{l.Name}, []string{""}, 1000}
 	switch {
 	case claim:
 		// The outcomes that freed the slots, written in the grant's

@@ -55,7 +55,7 @@ func TestBatchStatementsProbeThePrimaryKey(t *testing.T) {
 		{"complete", pgqueue.CompleteSQL, []any{ids, fences, errs, errs}},
 		{"finish", pgqueue.FinishSQL, []any{ids, fences, outcomes, delays, errs, errs, errs}},
 		{"release", pgqueue.ReleaseSQL, []any{ids, 1000, "wake"}},
-		{"release range", pgqueue.ReleaseRangeSQL, []any{ids, "wake"}},
+		{"release range", pgqueue.ReleaseRangeSQL, []any{ids}},
 		{"heartbeat", pgqueue.HeartbeatSQL, []any{ids, fences, time.Minute.Microseconds()}},
 		{"rescue", pgqueue.RescueSQL, []any{ids, fences, delays, restarted, make([]int32, n), queue.PutBackLimit}},
 	} {

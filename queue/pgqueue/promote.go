@@ -8,15 +8,16 @@ import (
 )
 
 // promoteSQL makes up to $1 jobs whose time has come available, oldest
-// first, and notifies each of their queues once. It reads them through
+// first, and replies with a row per queue and how many. It reads them through
 // jobfence_jobs_waiting (migration 00006), which holds only scheduled and
 // retryable jobs by time, so a call finds the due ones without reading the
 // jobs that are still waiting. SKIP LOCKED keeps concurrent promoters
 // (every worker runs one) off each other's rows; a row another promoter
 // moved while this one waited for it is re-checked against the WHERE
-// clause under its lock and skipped, so no job is moved twice. The notify
-// is in the select list, which PostgreSQL evaluates for every row it
-// returns, and is sent when the statement's transaction commits.
+// clause under its lock and skipped, so no job is moved twice. Promote
+// wakes the queues' workers once the statement has committed (wakeReady):
+// a NOTIFY in the statement would make its commit wait its turn behind
+// every other notifying commit.
 //
 // The same statement discards up to $1 jobs not started by their deadline
 // (EnqueueParams.Deadline): waiting or available, its deadline passed. It
@@ -80,12 +81,12 @@ WITH due AS (
     FROM late
     WHERE j.id = late.id
 )
-SELECT queue, count(*), pg_notify($2, queue)::text, false
+SELECT queue, count(*), false
 FROM moved
 WHERE state = 'available'
 GROUP BY queue
 UNION ALL
-SELECT NULL, 0, NULL, true WHERE EXISTS (
+SELECT NULL, 0, true WHERE EXISTS (
     SELECT FROM jobfence_jobs
     WHERE deadline < now() AND deadline IS NOT NULL AND state IN ('available', 'scheduled', 'retryable')
       AND dependents IS NOT NULL)`
@@ -126,7 +127,7 @@ func (c *Client) Promote(ctx context.Context, limit int) (map[string]int, error)
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := c.pool.Query(ctx, promoteSQL, limit, insertChannel)
+	rows, err := c.pool.Query(ctx, promoteSQL, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pgqueue: promote due jobs: %w", err)
 	}
@@ -137,7 +138,7 @@ func (c *Client) Promote(ctx context.Context, limit int) (map[string]int, error)
 		var q *string
 		var n int
 		var tasks bool
-		if err := rows.Scan(&q, &n, nil, &tasks); err != nil {
+		if err := rows.Scan(&q, &n, &tasks); err != nil {
 			return nil, fmt.Errorf("pgqueue: promote due jobs: %w", err)
 		}
 		if tasks {
@@ -152,6 +153,8 @@ func (c *Client) Promote(ctx context.Context, limit int) (map[string]int, error)
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("pgqueue: promote due jobs: %w", err)
 	}
+	// The statement committed as its reply ended.
+	c.wakeReady(ctx, out)
 	if lateTasks {
 		if err := c.discardLateTasks(ctx, limit); err != nil {
 			return out, err

@@ -58,9 +58,13 @@ import (
 // whatever the size of the workflow or of the table. Dependents are
 // locked in ascending ID order, as Finish locks its jobs; they are pending
 // rows, which no claim, heartbeat or rescue locks, and each statement
-// holds them only while the server runs it. The available ones wake their
-// queues' workers (channel $3) at commit. The reply is a row per queue
-// woken and one per completed task with ranges recorded (its ID).
+// holds them only while the server runs it. The reply is a row per queue
+// that dependents became available in, whose workers the caller wakes
+// once the transaction has committed (wakeReady), and one per completed
+// task with ranges recorded (its ID). Only in a caller's own transaction
+// (CompleteTx), which commits without this client, does channel $3 name
+// the channel that the release notifies itself (it is empty
+// otherwise), as EnqueueTx's insert does.
 const releaseSQL = releaseClosure + releaseUpdateTail + `, rs AS (
     INSERT INTO jobfence_releases (task_id, first, last)
     SELECT d.id, g.first, least(g.first + $2 - 1, cardinality(d.dependents))
@@ -69,9 +73,10 @@ const releaseSQL = releaseClosure + releaseUpdateTail + `, rs AS (
     ON CONFLICT DO NOTHING
     RETURNING task_id
 )
-SELECT pg_notify($3, r.queue)::text, NULL::bigint FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') r
+SELECT r.queue, NULL::bigint, CASE WHEN $3 <> '' THEN pg_notify($3, r.queue)::text END
+FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') r
 UNION ALL
-SELECT NULL, task_id FROM (SELECT DISTINCT task_id FROM rs) r`
+SELECT NULL, task_id, NULL FROM (SELECT DISTINCT task_id FROM rs) r`
 
 // releaseUpdateTail changes the dependents that l locked (see releaseSQL)
 // and returns them as u.
@@ -195,16 +200,16 @@ var ErrWorkflowGrowing = errors.New("jobfence: tasks kept being appended to a wo
 // transaction and then finds its dependencies cancelled, and inserts its
 // tasks cancelled. A completion alone needs no pass: the dependents it
 // releases are listed on the rows that its own statement locked.
-func release(ctx context.Context, tx pgx.Tx, ids []int64, cascade bool, chunk int) ([]int64, error) {
+func release(ctx context.Context, tx pgx.Tx, ids []int64, cascade bool, chunk int, channel string) (released, error) {
 	if cascade {
 		last := int64(-1)
 		for pass := 0; ; pass++ {
 			if pass == maxReleasePasses {
-				return nil, fmt.Errorf("release dependents: %w (%d passes)", ErrWorkflowGrowing, pass)
+				return released{}, fmt.Errorf("release dependents: %w (%d passes)", ErrWorkflowGrowing, pass)
 			}
 			var n int64
 			if err := tx.QueryRow(ctx, releaseLockSQL, ids, chunk).Scan(&n); err != nil {
-				return nil, fmt.Errorf("release dependents: lock: %w", err)
+				return released{}, fmt.Errorf("release dependents: lock: %w", err)
 			}
 			if n == last {
 				break
@@ -212,40 +217,61 @@ func release(ctx context.Context, tx pgx.Tx, ids []int64, cascade bool, chunk in
 			last = n
 		}
 	}
-	rows, err := tx.Query(ctx, releaseSQL, ids, chunk, insertChannel)
+	rows, err := tx.Query(ctx, releaseSQL, ids, chunk, channel)
 	if err != nil {
-		return nil, fmt.Errorf("release dependents: %w", err)
+		return released{}, fmt.Errorf("release dependents: %w", err)
 	}
-	more, err := scanReleased(rows)
+	r, err := scanReleased(rows)
 	if err != nil {
-		return nil, fmt.Errorf("release dependents: %w", err)
+		return released{}, fmt.Errorf("release dependents: %w", err)
 	}
-	return more, nil
+	return r, nil
 }
 
 // releaseFailed is release for tasks that tx discarded or cancelled,
 // with every dependent they cancel (they complete none, so they leave no
 // range for after the commit: a range the release recorded anyway would
-// be released by a worker's maintenance).
+// be released by a worker's maintenance). A dependent that runs anyway
+// becomes available, and tx notifies its queue itself: tx may be a
+// caller's (DeleteTx), and these releases (a cancel, a discard, a
+// deletion, a rescue's) are rare beside completions'.
 func (c *Client) releaseFailed(ctx context.Context, tx pgx.Tx, ids []int64) error {
-	_, err := release(ctx, tx, ids, true, c.cfg.ReleaseChunk)
+	_, err := release(ctx, tx, ids, true, c.cfg.ReleaseChunk, insertChannel)
 	return err
 }
 
-// scanReleased reads releaseSQL's reply: the completed tasks whose
-// dependents past the first chunk wait in jobfence_releases.
-func scanReleased(rows pgx.Rows) ([]int64, error) {
-	var more []int64
+// released is what a release (releaseSQL, releaseRangeSQL) replied.
+type released struct {
+	// more are the completed tasks whose dependents past the first chunk
+	// wait in jobfence_releases (releaseSQL), or the range's task
+	// (releaseRangeSQL).
+	more []int64
+	// ready holds the queues that dependents became available in, for
+	// wakeReady.
+	ready map[string]int
+}
+
+// scanReleased reads a release's reply: rows of a queue that dependents
+// became available in, and rows of a task ID (see released).
+func scanReleased(rows pgx.Rows) (released, error) {
+	var r released
 	for rows.Next() {
+		var q *string
 		var id *int64
-		if err := rows.Scan(nil, &id); err != nil {
+		if err := rows.Scan(&q, &id, nil); err != nil {
 			rows.Close()
-			return nil, err
+			return released{}, err
 		}
-		if id != nil {
-			more = append(more, *id)
+		switch {
+		case q != nil:
+			if r.ready == nil {
+				r.ready = map[string]int{}
+			}
+			r.ready[*q]++
+		case id != nil:
+			r.more = append(r.more, *id)
 		}
 	}
 	rows.Close()
-	return more, rows.Err()
+	return r, rows.Err()
 }

@@ -53,14 +53,15 @@ const DefaultReleaseChunk = 1000
 
 // releaseRangeSQL releases one range of jobfence_releases, of the tasks
 // $1 (NULL: of any task), that no other session is releasing (SKIP
-// LOCKED), and deletes it; channel $2 wakes the queues of the dependents
-// it makes available. Its dependents are the list's entries [first,
+// LOCKED), and deletes it. Its dependents are the list's entries [first,
 // last] of the task as it is now (the list only grows: Append adds at its
 // end). A task deleted meanwhile (pruned: its dependents had all ended)
 // leaves the range nothing to release. The dependents are locked and
 // changed as releaseSQL changes them, in ascending ID order, so that it
-// and every completion lock in one order. It replies with the range's
-// task (none: nothing was left) and a row per queue woken.
+// and every completion lock in one order. It replies, as releaseSQL
+// does, with a row per queue that dependents became available in, whose
+// workers the caller wakes once the statement has committed (wakeReady),
+// and the range's task (none: nothing was left).
 const releaseRangeSQL = `
 WITH r AS MATERIALIZED (
     SELECT x.task_id, x.first, x.last FROM jobfence_releases x
@@ -78,9 +79,9 @@ WITH r AS MATERIALIZED (
 )` + releaseLockTail + releaseUpdateTail + `, gone AS (
     DELETE FROM jobfence_releases x USING r WHERE x.task_id = r.task_id AND x.first = r.first
 )
-SELECT pg_notify($2, w.queue)::text, NULL::bigint FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') w
+SELECT w.queue, NULL::bigint, NULL::text FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') w
 UNION ALL
-SELECT NULL, task_id FROM r`
+SELECT NULL, task_id, NULL FROM r`
 
 // releaseRange releases one range of the tasks ids (nil: of any task) and
 // reports whether there was one. A client runs releaseWorkers of them at
@@ -96,12 +97,17 @@ func (c *Client) releaseRange(ctx context.Context, ids []int64) (bool, error) {
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
-	rows, err := c.pool.Query(ctx, releaseRangeSQL, ids, insertChannel)
+	rows, err := c.pool.Query(ctx, releaseRangeSQL, ids)
 	if err != nil {
 		return false, err
 	}
-	done, err := scanReleased(rows)
-	return len(done) > 0, err
+	r, err := scanReleased(rows)
+	if err != nil {
+		return false, err
+	}
+	// The statement committed as its reply ended.
+	c.wakeReady(ctx, r.ready)
+	return len(r.more) > 0, nil
 }
 
 // ReleaseDependents releases the dependents that completed workflow tasks
@@ -244,11 +250,16 @@ func (r *releases) wait(ctx context.Context) error {
 // WaitReleases implements queue.ReleaseWaiter: it waits until the
 // releases of dependents that the client was running in the background
 // when it was called, after its completions' commits (releaseLater), are
-// done, or ctx ends. Unlike Close, it leaves the client releasing in the
+// done, and then until the wake-ups that they and the client's outcomes
+// and grants left to send in the background (wakeReady) are sent, or ctx
+// ends. Unlike Close, it leaves the client releasing and waking in the
 // background afterwards.
 func (c *Client) WaitReleases(ctx context.Context) error {
 	if err := c.releases.wait(ctx); err != nil {
 		return fmt.Errorf("pgqueue: wait for the releases of workflow tasks' dependents: %w", err)
+	}
+	if err := c.wakes.wait(ctx); err != nil {
+		return fmt.Errorf("pgqueue: wait for the wake-ups of jobs made ready: %w", err)
 	}
 	return nil
 }

@@ -137,7 +137,7 @@ func (c *Client) FinishTx(ctx context.Context, tx pgx.Tx, f queue.Finish) error 
 		// Dependents past the first chunk are released after tx commits:
 		// the caller calls ReleaseDependents then (the worker does), or a
 		// worker's maintenance does.
-		if _, err := release(ctx, tx, []int64{f.ID}, false, c.cfg.ReleaseChunk); err != nil {
+		if _, err := release(ctx, tx, []int64{f.ID}, false, c.cfg.ReleaseChunk, insertChannel); err != nil {
 			return fmt.Errorf("pgqueue: complete job %d in tx: %w", f.ID, err)
 		}
 	}

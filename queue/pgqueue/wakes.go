@@ -49,9 +49,12 @@ const wakeSendTimeout = 10 * time.Second
 // are bounded by wakeSendTimeout, logged when they fail, and stopped by
 // close. After close, every insert sends its own wake-up as before.
 //
-// Transactional inserts (EnqueueTx, InsertTx: the NOTIFY is part of the
-// caller's transaction) and the wake-ups of EnqueueMany, workflows,
-// retries and grants keep their own paths.
+// The jobs that grants, releases of workflow tasks and promotions make
+// available take the same path once their transaction has committed
+// (wakeReady). Transactional inserts and completions (EnqueueTx,
+// InsertTx, CompleteTx: the NOTIFY is part of the caller's transaction)
+// and the wake-ups of EnqueueMany, workflows' inserts and retries keep
+// their own paths.
 type wakes struct {
 	// send wakes q's workers in a transaction of its own (wakeSQL).
 	send func(ctx context.Context, q string) error
@@ -176,7 +179,7 @@ func (w *wakes) sender(q string) {
 			delete(w.flying, q)
 			w.mu.Unlock()
 			if marked {
-				w.log.Warn("pgqueue: client closed before waking the workers of jobs just enqueued; they find them at their next poll", "queue", q)
+				w.log.Warn("pgqueue: client closed before waking the workers of jobs just made ready; they find them at their next poll", "queue", q)
 			}
 			return
 		}
@@ -191,9 +194,23 @@ func (w *wakes) sender(q string) {
 // them, so a failure is logged, not returned.
 func (w *wakes) sendLogged(ctx context.Context, q string) {
 	if err := w.send(ctx, q); err != nil {
-		w.log.Warn("pgqueue: jobs enqueued, but waking their workers failed; they find the jobs at their next poll",
+		w.log.Warn("pgqueue: jobs are ready, but waking their workers failed; they find the jobs at their next poll",
 			"queue", q, "err", err)
 	}
+}
+
+// wait waits until no wake-up is being sent in the background, or ctx
+// ends. Inserts that keep marking a queue meanwhile keep a sender going,
+// so the wait is bounded by ctx, not by the wake-ups.
+func (w *wakes) wait(ctx context.Context) error {
+	for w.running.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // close stops the background senders and waits for them to return: a
@@ -205,4 +222,22 @@ func (w *wakes) close() {
 	w.mu.Unlock()
 	w.cancel()
 	w.senders.Wait()
+}
+
+// wakeReady wakes the workers of the queues in ready (the jobs made
+// available per queue), once the transaction that made them available has
+// committed: this client's own fetch loops at once (a slot or a release
+// goes round a round trip sooner), and every other process's through a
+// NOTIFY that wakes sends in the background, in a transaction of its own
+// (committed). Grants, releases and promotions send no NOTIFY of their
+// own: inside their durable transaction it would make the commit take
+// PostgreSQL's notify lock, which every notifying commit of the server
+// takes in turn and holds through its WAL flush (see wakeAfterCommit).
+func (c *Client) wakeReady(ctx context.Context, ready map[string]int) {
+	for q, n := range ready {
+		if n > 0 {
+			c.listener.deliverLocal(insertChannel, q)
+			c.wakes.committed(ctx, q)
+		}
+	}
 }
