@@ -232,7 +232,7 @@ func (w *wakes) close() {
 // (committed). Grants, releases and promotions send no NOTIFY of their
 // own: inside their durable transaction it would make the commit take
 // PostgreSQL's notify lock, which every notifying commit of the server
-// takes in turn and holds through its WAL flush (see wakeAfterCommit).
+// takes in turn and holds through its WAL flush (docs/benchmarks/code.md).
 func (c *Client) wakeReady(ctx context.Context, ready map[string]int) {
 	for q, n := range ready {
 		if n > 0 {
