@@ -269,6 +269,28 @@ func (c *Client) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Close ends the client's work in the background, so that its pool may be
+// closed next: it stops a running client (Stop, within ctx), then waits,
+// within ctx, for the wake-ups that its inserts and outcomes left to send
+// and the releases of workflow dependents its completions left to run,
+// and then stops sending them in the background. A client that only
+// inserts has no Stop: Close is what it needs before the pool closes,
+// lest the last inserts' wake-ups be cut short (the workers would then
+// find those jobs at their next poll). A closed client still inserts,
+// each insert sending its own wake-up; to run jobs again, make a new
+// client. The errors of the stop and of the wait are joined.
+func (c *Client) Close(ctx context.Context) error {
+	var errs []error
+	if err := c.Stop(ctx); err != nil && !errors.Is(err, ErrNotStarted) {
+		errs = append(errs, err)
+	}
+	if err := c.pg.WaitReleases(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("jobfence: close: %w", err))
+	}
+	c.pg.Close()
+	return errors.Join(errs...)
+}
+
 func (c *Client) lock(ctx context.Context) error {
 	select {
 	case c.life <- struct{}{}:

@@ -33,7 +33,7 @@ func TestReadyJobsNotifyAfterTheirCommit(t *testing.T) {
 			}
 		}
 		// releaseSQL notifies only inside a caller's transaction
-		// (CompleteTx), given a channel.
+		// (FinishTx), given a channel.
 		if n := strings.Count(pgqueue.ReleaseSQL, "pg_notify"); n != 1 || !strings.Contains(pgqueue.ReleaseSQL, "CASE WHEN $3 <> '' THEN pg_notify($3,") {
 			t.Errorf("releaseSQL notifies %d times, not only when given a channel", n)
 		}

@@ -62,7 +62,7 @@ import (
 // that dependents became available in, whose workers the caller wakes
 // once the transaction has committed (wakeReady), and one per completed
 // task with ranges recorded (its ID). Only in a caller's own transaction
-// (CompleteTx), which commits without this client, does channel $3 name
+// (FinishTx), which commits without this client, does channel $3 name
 // the channel that the release notifies itself (it is empty
 // otherwise), as EnqueueTx's insert does.
 const releaseSQL = releaseClosure + releaseUpdateTail + `, rs AS (

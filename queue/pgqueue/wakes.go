@@ -52,7 +52,7 @@ const wakeSendTimeout = 10 * time.Second
 // The jobs that grants, releases of workflow tasks and promotions make
 // available take the same path once their transaction has committed
 // (wakeReady). Transactional inserts and completions (EnqueueTx,
-// InsertTx, CompleteTx: the NOTIFY is part of the caller's transaction)
+// InsertTx, FinishTx: the NOTIFY is part of the caller's transaction)
 // and the wake-ups of EnqueueMany, workflows' inserts and retries keep
 // their own paths.
 type wakes struct {
