@@ -59,27 +59,12 @@ func TestClose(t *testing.T) {
 	if err := insertOnly.Close(ctx); err != nil {
 		t.Fatalf("Close of an insert-only client: %v", err)
 	}
-	conn, err := db.Pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "LISTEN jobfence_insert"); err != nil {
-		t.Fatal(err)
-	}
+	wakes := pgtest.Listen(t, db.Pool, "jobfence_insert")
 	closed, err := insertOnly.Insert(ctx, greet{Name: "bob"}, &jobfence.InsertOpts{Queue: "after-close"})
 	if err != nil {
 		t.Fatalf("Insert after Close: %v", err)
 	}
-	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
-		if err != nil {
-			t.Fatalf("no wake-up of the job inserted after Close: %v", err)
-		}
-		if n.Payload == "after-close" {
-			break
-		}
-	}
+	wakes.Next(t, time.Minute, "after-close")
 	if st := state(t, c, closed.ID); st != queue.StateAvailable {
 		t.Errorf("the job inserted after Close is %s, want available", st)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jobfence/jobfence/internal/netfault"
+	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
@@ -59,7 +60,6 @@ func TestEnqueueWakesWithoutItsReply(t *testing.T) {
 // Before it, every limited insert sent the workers to an empty claim.
 func TestLimitedEnqueueWakesAtItsGrant(t *testing.T) {
 	c, db := newClient(t)
-	ctx := context.Background()
 	limited, free := "limited-"+db.Schema, "free-"+db.Schema
 	setLimit(t, c, pgqueue.Limit{Name: "one", Queue: limited, Concurrency: 1})
 	enqueueN(t, c, queue.EnqueueParams{Queue: limited, Kind: "k"}, 1)
@@ -72,28 +72,11 @@ func TestLimitedEnqueueWakesAtItsGrant(t *testing.T) {
 	testwatch.WaitFor(t, time.Minute, "the first grant's wake-up to be sent", func() bool {
 		return pgqueue.WakesInFlight(c) == 0
 	})
-	conn, err := db.Pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "LISTEN jobfence_insert"); err != nil {
-		t.Fatal(err)
-	}
+	wakes := pgtest.Listen(t, db.Pool, "jobfence_insert")
 	// next returns the next wake-up of either queue; others' are skipped.
 	next := func() string {
 		t.Helper()
-		wctx, cancel := context.WithTimeout(ctx, freezeWithin)
-		defer cancel()
-		for {
-			n, err := conn.Conn().WaitForNotification(wctx)
-			if err != nil {
-				t.Fatalf("waiting for a wake-up: %v", err)
-			}
-			if n.Payload == limited || n.Payload == free {
-				return n.Payload
-			}
-		}
+		return wakes.Next(t, freezeWithin, limited, free)
 	}
 	second := enqueueN(t, c, queue.EnqueueParams{Queue: limited, Kind: "k"}, 1)[0]
 	if got := stateOf(t, c, second); got != queue.StateLimited {

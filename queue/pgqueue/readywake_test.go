@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
@@ -43,7 +41,7 @@ func TestReadyJobsNotifyAfterTheirCommit(t *testing.T) {
 	ctx := context.Background()
 	c := pgqueue.New(db.Pool, pgqueue.Config{ReleaseChunk: 1})
 	t.Cleanup(c.Close)
-	wakes := listenInsert(t, db.Pool)
+	wakes := pgtest.Listen(t, db.Pool, "jobfence_insert")
 	q := func(name string) string { return name + "-" + db.Schema }
 
 	t.Run("completion", func(t *testing.T) {
@@ -52,7 +50,7 @@ func TestReadyJobsNotifyAfterTheirCommit(t *testing.T) {
 		if stale := finish(t, c, queue.Finish{Lease: root.Lease(), Outcome: queue.OutcomeComplete, Workflow: true}); len(stale) > 0 {
 			t.Fatalf("stale: %v", stale)
 		}
-		wakes.waitFor(t, q("c-child"))
+		wakes.Next(t, freezeWithin, q("c-child"))
 		wantState(t, c, res.Tasks["child"], queue.StateAvailable)
 	})
 
@@ -64,7 +62,7 @@ func TestReadyJobsNotifyAfterTheirCommit(t *testing.T) {
 		if stale := finish(t, c, queue.Finish{Lease: root.Lease(), Outcome: queue.OutcomeDiscard, Error: &queue.AttemptError{Attempt: 1, Error: "refused"}, Workflow: true}); len(stale) > 0 {
 			t.Fatalf("stale: %v", stale)
 		}
-		wakes.waitFor(t, q("f-child"))
+		wakes.Next(t, freezeWithin, q("f-child"))
 		wantState(t, c, res.Tasks["child"], queue.StateAvailable)
 	})
 
@@ -75,23 +73,13 @@ func TestReadyJobsNotifyAfterTheirCommit(t *testing.T) {
 		res := insertWorkflow(t, c, task("root", q("r-root")),
 			task("a", q("r-fan"), "root"), task("b", q("r-fan"), "root"), task("c", q("r-fan"), "root"))
 		root := claimOne(t, c, q("r-root"))
-		tx, err := db.Pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx)
-		if err := c.FinishTx(ctx, tx, queue.Finish{Lease: root.Lease(), Outcome: queue.OutcomeComplete, Workflow: true}); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
+		completeTaskInTx(t, c, db, root)
 		// The caller's transaction notifies for the first itself.
-		wakes.waitFor(t, q("r-fan"))
+		wakes.Next(t, freezeWithin, q("r-fan"))
 		if n, err := c.ReleaseDependents(ctx, []int64{root.ID}); err != nil || n != 2 {
 			t.Fatalf("released %d ranges (%v), want 2", n, err)
 		}
-		wakes.waitFor(t, q("r-fan"))
+		wakes.Next(t, freezeWithin, q("r-fan"))
 		for _, name := range []string{"a", "b", "c"} {
 			wantState(t, c, res.Tasks[name], queue.StateAvailable)
 		}
@@ -113,7 +101,7 @@ func TestReadyJobsNotifyAfterTheirCommit(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		wakes.waitFor(t, q("p"))
+		wakes.Next(t, freezeWithin, q("p"))
 		wantState(t, c, id, queue.StateAvailable)
 	})
 }
@@ -133,43 +121,5 @@ func wantState(t *testing.T, c *pgqueue.Client, id int64, want queue.State) {
 	t.Helper()
 	if got := stateOf(t, c, id); got != want {
 		t.Fatalf("job %d is %s, want %s", id, got, want)
-	}
-}
-
-// insertListener is a session of its own that LISTENs on the insert
-// channel, as another process's worker does.
-type insertListener struct {
-	pool *pgxpool.Pool
-	conn *pgxpool.Conn
-}
-
-// listenInsert starts an insertListener on pool.
-func listenInsert(t *testing.T, pool *pgxpool.Pool) *insertListener {
-	t.Helper()
-	conn, err := pool.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Release)
-	if _, err := conn.Exec(context.Background(), "LISTEN jobfence_insert"); err != nil {
-		t.Fatal(err)
-	}
-	return &insertListener{pool: pool, conn: conn}
-}
-
-// waitFor waits, freezeWithin at most, for a wake-up of queue q; others
-// are skipped.
-func (l *insertListener) waitFor(t *testing.T, q string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), freezeWithin)
-	defer cancel()
-	for {
-		n, err := l.conn.Conn().WaitForNotification(ctx)
-		if err != nil {
-			t.Fatalf("waiting for a wake-up of %s: %v", q, err)
-		}
-		if n.Payload == q {
-			return
-		}
 	}
 }

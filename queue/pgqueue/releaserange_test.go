@@ -51,18 +51,28 @@ func rangeFanOut(t *testing.T, c *pgqueue.Client, db *pgtest.DB) (string, int64)
 		t.Fatal(err)
 	}
 	root := claimOne(t, c, "root")
+	completeTaskInTx(t, c, db, root)
+	return res.ID, root.ID
+}
+
+// completeTaskInTx completes workflow task job in a transaction of its
+// own, through FinishTx, as a transactional handler's completion does: it
+// releases the first chunk of the task's dependents and notifies their
+// queues inside the transaction, and runs no release after the commit.
+func completeTaskInTx(t *testing.T, c *pgqueue.Client, db *pgtest.DB, job *queue.Job) {
+	t.Helper()
+	ctx := context.Background()
 	tx, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if err := c.FinishTx(ctx, tx, queue.Finish{Lease: root.Lease(), Outcome: queue.OutcomeComplete, Workflow: true}); err != nil {
+	if err := c.FinishTx(ctx, tx, queue.Finish{Lease: job.Lease(), Outcome: queue.OutcomeComplete, Workflow: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return res.ID, root.ID
 }
 
 // fanStates counts the fan's tasks by state and dependencies left.
