@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -28,4 +29,22 @@ func openClient(ctx context.Context, dbURL string) (*pgqueue.Client, *pgxpool.Po
 		return nil, nil, err
 	}
 	return c, pool, nil
+}
+
+// closeWait bounds how long a command waits, as it ends, for the wake-ups
+// and releases its client left to finish in the background.
+const closeWait = 5 * time.Second
+
+// closeClient ends a command's client: it waits, closeWait at most, for
+// the wake-ups of the jobs the command made ready (a limit's grant, a
+// release) that its client sends in the background, and for the releases
+// it runs there, then closes the client and its pool. Closing the pool
+// first would cut them short: the workers would find those jobs only at
+// their next poll.
+func closeClient(c *pgqueue.Client, pool *pgxpool.Pool) {
+	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+	defer cancel()
+	_ = c.WaitReleases(ctx)
+	c.Close()
+	pool.Close()
 }

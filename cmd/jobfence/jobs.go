@@ -50,7 +50,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer closeClient(c, pool)
 
 	action := rest[0]
 	if *asJSON && action != "list" && action != "show" {

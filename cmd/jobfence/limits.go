@@ -55,7 +55,7 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer closeClient(c, pool)
 	switch action {
 	case "set":
 		l := pgqueue.Limit{Name: name, Queue: *q, Kind: *kind, Concurrency: *concurrency, Rate: *rate, Period: *period,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/queue"
@@ -81,10 +82,15 @@ func TestLimitsCLI(t *testing.T) {
 	if want := "pgqueue: invalid limit: Period must be positive with a Rate"; code == 0 || !strings.Contains(errs, want) {
 		t.Errorf("set without a period: exit %d, stderr %q, want %q", code, errs, want)
 	}
+	// The jobs the delete makes available wake the workers of their
+	// queue, once the command's transaction has committed and before the
+	// command closes its pool.
+	wakes := pgtest.Listen(t, db.Pool, "jobfence_insert")
 	out, errs, code = cli(t, "limits", "delete", "provider", "--database-url", db.URL)
 	if code != 0 || out != "limit provider deleted; its waiting jobs are released\n" {
 		t.Fatalf("delete: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
+	wakes.Next(t, time.Minute, "calls")
 	if j, err := c.Get(ctx, ids[2]); err != nil || j.State != queue.StateAvailable {
 		t.Fatalf("after delete the waiting job is %v, %v; want available", j.State, err)
 	}

@@ -55,7 +55,7 @@ func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer closeClient(c, pool)
 	who := *by
 	if who == "" {
 		who = defaultActor()

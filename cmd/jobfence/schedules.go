@@ -113,7 +113,7 @@ func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer closeClient(c, pool)
 	var name string
 	if len(rest) > 0 {
 		name = rest[0]

@@ -34,7 +34,7 @@ func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer closeClient(c, pool)
 	ws, err := c.Workers(ctx)
 	if err != nil {
 		return err

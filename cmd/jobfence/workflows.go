@@ -47,7 +47,7 @@ func runWorkflows(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer closeClient(c, pool)
 	switch action {
 	case "list":
 		ws, err := c.ListWorkflows(ctx, time.Time{}, *limit)
