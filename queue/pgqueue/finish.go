@@ -142,8 +142,10 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 // that the applied outcomes of fs marked ClaimNext freed: one at most per
 // such Finish, in the partition it names, only into a slot this call's
 // own outcomes freed (a stale outcome, a zombie's, frees none and claims
-// nothing), never from a paused queue or a workflow task, and no more
-// than a small claim's reply holds (claimInlineJobs, claimInlineBytes).
+// nothing), never from a paused queue or a workflow task, and
+// finishClaimJobs at most. As a claim's, the batch's reply holds the rows
+// of a few of them (claimInlineJobs, claimInlineBytes) and the IDs of the
+// rest, whose rows are read after the batch commits (claimedJobs).
 // The jobs come back running, fenced (a fence drawn after their rows are
 // locked), leased for p.Lease and their attempt counted, as Claim's do;
 // the grant makes the others available as Finish does. A slot went

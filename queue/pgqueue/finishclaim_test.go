@@ -213,50 +213,71 @@ func TestFrozenFinishClaimerHoldsNothing(t *testing.T) {
 	finishHeld(t, c, rerun...)
 }
 
-// TestFinishClaimReplyIsBounded: the jobs a batch of outcomes claims come
-// back before its transaction commits, from one statement per chunk of
-// partitions, so the whole batch's claimed rows are bounded as a small
-// claim's reply is (32 jobs, 16 kB), not each statement's: a silent
-// worker's batch still commits (the reply fits in the sockets' buffers)
-// and holds no lock. Outcomes over 70 partitions (three chunks), each
-// asking for its partition's next job, claim at most 32; jobs of 6 kB
-// over two chunks claim at most 16 kB of them. The jobs not claimed are
-// made available, none lost.
+// TestFinishClaimReplyIsBounded: a batch of outcomes claims the next job
+// of every partition whose slot its outcomes free (70 partitions, three
+// statements), however large the jobs, and what comes back before its
+// transaction commits stays what a claim's reply holds (the rows of a few
+// jobs, the IDs of the rest), so that a worker frozen as soon as it sent
+// the batch still has it committed, holding no lock: 70 jobs of 64 kB,
+// were their rows sent before the commit, would fill the sockets' buffers
+// and hold the batch, its locks and its claims until the worker thawed.
+// Thawed, it gets every job it claimed, whole, those read after the
+// commit too.
 func TestFinishClaimReplyIsBounded(t *testing.T) {
-	c, _ := newClient(t)
+	c, db := newClient(t)
 	ctx := context.Background()
-	run := func(q string, parts int, args func(p int) string) (claimed []*queue.Job, available int) {
-		setLimit(t, c, pgqueue.Limit{Name: q, Queue: q, PartitionBy: []string{"p"}, Concurrency: 1})
-		for round := range 2 {
-			for p := range parts {
-				if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", Queue: q, Args: []byte(args(p)), Priority: 1 + round}); err != nil {
-					t.Fatal(err)
-				}
+	const q, parts = "bounded", 70
+	setLimit(t, c, pgqueue.Limit{Name: q, Queue: q, PartitionBy: []string{"p"}, Concurrency: 1})
+	pad := strings.Repeat("x", 64<<10)
+	for round := range 2 {
+		for p := range parts {
+			args := fmt.Sprintf(`{"p": %d, "pad": %q}`, p, pad)
+			if _, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", Queue: q, Args: []byte(args), Priority: 1 + round}); err != nil {
+				t.Fatal(err)
 			}
 		}
-		running := claim(t, c, q, 1000, time.Minute)
-		if len(running) != parts {
-			t.Fatalf("claimed %d jobs of %s, want one per partition, %d", len(running), q, parts)
+	}
+	running := claim(t, c, q, 1000, time.Minute)
+	if len(running) != parts {
+		t.Fatalf("claimed %d jobs, want one per partition, %d", len(running), parts)
+	}
+	a, fz := frozenClient(t, db)
+	fz.Arm(sqlfreeze.Point{Match: mentions("SET state = 'completed', finalized_at = now()"), Sent: true, Batch: true})
+	type result struct {
+		stale   []queue.Lease
+		claimed []*queue.Job
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		fs := make([]queue.Finish, len(running))
+		for i, j := range running {
+			fs[i] = queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeComplete, Limit: j.Limit, LimitPartition: j.LimitPartition, ClaimNext: true}
 		}
-		next := map[int64]bool{}
-		for _, j := range running {
-			next[j.ID] = true
+		stale, claimed, err := a.FinishClaim(ctx, fs, queue.FinishClaimParams{Lease: time.Minute, WorkerID: "frozen"})
+		done <- result{stale, claimed, err}
+	}()
+	pid := fz.Frozen(t, freezeWithin)
+	testwatch.WaitFor(t, freezeWithin, "the frozen worker's batch to commit its completions and its claims", func() bool {
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE queue = $1 AND state = 'running' AND 'frozen' = ANY(attempted_by)`, q).Scan(&n); err != nil {
+			t.Fatal(err)
 		}
-		claimed = finishClaim(t, c, "w", time.Minute, running, next)
-		return claimed, len(claim(t, c, q, 1000, time.Minute))
+		return n == parts
+	})
+	sqlfreeze.WaitIdle(t, db.Pool, pid, freezeWithin)
+	overLimit(t, db, q, 1)
+	fz.Thaw()
+	r := <-done
+	if r.err != nil || len(r.stale) > 0 || len(r.claimed) != parts {
+		t.Fatalf("the thawed FinishClaim = %v stale, %d claimed, %v; want none stale, %d claimed", r.stale, len(r.claimed), r.err, parts)
 	}
-
-	small, avail := run("many", 70, func(p int) string { return fmt.Sprintf(`{"p": %d}`, p) })
-	if len(small) > 32 || len(small)+avail != 70 {
-		t.Fatalf("over 70 partitions the outcomes claimed %d jobs and left %d available; want at most 32 claimed, the rest available (70 in all)", len(small), avail)
+	for _, j := range r.claimed {
+		if j.State != queue.StateRunning || j.Attempt != 1 || !strings.Contains(string(j.EncodedArgs), pad) {
+			t.Fatalf("claimed job %d: %s, attempt %d, %d bytes of args; want running, its first attempt, whole", j.ID, j.State, j.Attempt, len(j.EncodedArgs))
+		}
 	}
-	pad := strings.Repeat("x", 6<<10)
-	big, avail := run("big", 40, func(p int) string { return fmt.Sprintf(`{"p": %d, "pad": %q}`, p, pad) })
-	bytes := 0
-	for _, j := range big {
-		bytes += len(j.EncodedArgs)
-	}
-	if bytes > 16<<10 || len(big)+avail != 40 {
-		t.Fatalf("jobs of 6 kB over 40 partitions: claimed %d (%d bytes of args) and left %d available; want at most 16 kB claimed, the rest available (40 in all)", len(big), bytes, avail)
+	if left := claim(t, c, q, 1000, time.Minute); len(left) != 0 {
+		t.Fatalf("%d jobs left available, want every next job claimed by the outcomes", len(left))
 	}
 }

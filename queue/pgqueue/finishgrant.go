@@ -109,7 +109,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	br := c.pool.SendBatch(ctx, &b)
 	granted := map[string]int{}
 	var declined []partition
-	var claimed []*queue.Job
+	var claims []claimReply
 	var more []int64
 	_, err := br.Exec()
 	if err == nil {
@@ -137,7 +137,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	}
 	if err == nil && len(g.conc) > 0 {
 		if _, err = br.Exec(); err == nil {
-			claimed, declined, err = readConcGrant(br, g.conc, granted)
+			claims, declined, err = readConcGrant(br, g.conc, granted)
 		}
 	}
 	if err == nil {
@@ -162,6 +162,12 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	if len(declined) > 0 {
 		c.routes.markFull(declined, time.Now())
 	}
+	// The outcomes and the claims are committed: a failed read of the
+	// claimed jobs fails neither (see claimedJobs).
+	claimed, rerr := c.claimedJobs(ctx, claims)
+	if rerr != nil {
+		c.cfg.Logger.Warn("pgqueue: reading the jobs that outcomes claimed failed; they are rescued when their lease expires", "err", rerr)
+	}
 	return finishGrant{applied: applied, lims: lims, declined: declined, claimed: claimed, more: more}, nil
 }
 
@@ -178,11 +184,17 @@ type finishGrant struct {
 	more []int64
 }
 
+// finishClaimJobs bounds the jobs a batch of outcomes claims: as many as
+// a worker's claim takes by default (worker.Config.FetchLimit). Their IDs
+// and row versions come back before the batch commits, as a claim's do;
+// the rows of all but a few are read after it (claimedJobs).
+const finishClaimJobs = 1000
+
 // claimCaps returns what fs ask grantConcurrencySQL to claim (see
-// queue.Finish.ClaimNext) for the worker p describes, or nil. It asks for
-// claimInlineJobs jobs at most over the whole batch, whose statements (one
-// per chunk of partitions) all reply before the batch commits: see
-// queueConcGrant for their bytes.
+// queue.Finish.ClaimNext) for the worker p describes, or nil: finishClaimJobs
+// jobs at most over the whole batch, whose statements (one per chunk of
+// partitions) share the bytes of the rows that come back before the batch
+// commits (see queueConcGrant).
 func claimCaps(fs []queue.Finish, p *queue.FinishClaimParams) *concClaim {
 	if p == nil {
 		return nil
@@ -190,7 +202,7 @@ func claimCaps(fs []queue.Finish, p *queue.FinishClaimParams) *concClaim {
 	caps := map[partition]int{}
 	n := 0
 	for _, f := range fs {
-		if f.ClaimNext && f.Limit != "" && n < claimInlineJobs {
+		if f.ClaimNext && f.Limit != "" && n < finishClaimJobs {
 			caps[partition{f.Limit, f.LimitPartition}]++
 			n++
 		}

@@ -1,11 +1,13 @@
 package pgqueue
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/queue"
 )
@@ -17,20 +19,23 @@ import (
 // partition, and makes those jobs available. Its reply is the claimed
 // jobs' rows (below), a row per queue (jobColumns NULL, its name, NULL,
 // the jobs made available), whose workers the caller wakes once the
-// transaction has committed (wakeReady), and a row per partition it did
-// not serve (jobColumns NULL, its limit's name and the partition, NULL):
-// a limit with a rate, a sequence, or none at all (a deleted limit's
-// orphans), which grantSQL serves.
+// transaction has committed (wakeReady), a row per partition it did not
+// serve (jobColumns NULL, its limit's name and the partition, NULLs): a
+// limit with a rate, a sequence, or none at all (a deleted limit's
+// orphans), which grantSQL serves, and one for its claim (below).
 //
 // Run in a Finish's transaction, it claims for the worker that sent the
 // outcomes up to $4[i] of the jobs granted in partition i (FinishClaim):
 // only jobs paired with a slot whose holder row this transaction wrote
 // (its xmin is ours: an outcome of this Finish applied and freed it; a
-// zombie's stale outcome writes nothing), not of a paused queue, not a
-// workflow task (its dependencies' traces are read by claimedSQL), and at
-// most $8 of them whose rows come to at most $7 bytes (claimRowBytes), so
-// that the reply fits in the sockets' buffers as a small claim's does
-// (see claimSQL) and the batch commits whether or not its client reads.
+// zombie's stale outcome writes nothing), not of a paused queue, and not
+// a workflow task (its dependencies' traces are read by claimedSQL). Its
+// claim replies as claimSQL's does: a row of the fence and the claimed
+// jobs' IDs and row versions, and the rows of the first $8 claimed jobs
+// whose rows come to at most $7 bytes (claimRowBytes), so that the reply
+// fits in the sockets' buffers and the batch commits whether or not its
+// client reads; the caller reads the others after the commit
+// (claimedJobs).
 // A claimed job is updated as claimSQL updates it: running, attempt + 1,
 // leased for $5 microseconds, attempted by $6, under a fence drawn (f)
 // after every row of the claim is locked: its job's in z and its slot's
@@ -87,7 +92,7 @@ WITH fr AS MATERIALIZED (
     WHERE s.ctid = ANY (ARRAY(SELECT ctid FROM lc))
     RETURNING s.job_id, s.slot
 ), cl AS MATERIALIZED (
-    SELECT c.id FROM (
+    SELECT c.id, c.n <= $8 AND c.bytes <= $7 AS inline FROM (
         SELECT j.id, lc.cap, row_number() OVER (PARTITION BY lc.name, lc.pt ORDER BY j.id) AS rn,
             row_number() OVER (ORDER BY j.id) AS n,
             sum(` + claimRowBytes + `) OVER (ORDER BY j.id) AS bytes
@@ -95,7 +100,7 @@ WITH fr AS MATERIALIZED (
         WHERE lc.mine AND lc.id IN (SELECT job_id FROM uc) AND j.depends_on IS NULL
           AND NOT EXISTS (SELECT FROM jobfence_queues q WHERE q.name = j.queue AND q.paused_at IS NOT NULL)
     ) c
-    WHERE c.rn <= c.cap AND c.n <= $8 AND c.bytes <= $7
+    WHERE c.rn <= c.cap
 ), f AS MATERIALIZED (
     SELECT nextval('jobfence_fence_seq') AS fence FROM (SELECT count(*) AS n FROM cl) c WHERE c.n > 0
 ), g AS (
@@ -108,15 +113,19 @@ WITH fr AS MATERIALIZED (
         attempted_at = CASE WHEN x.claimed THEN statement_timestamp() ELSE j.attempted_at END,
         attempted_by = CASE WHEN x.claimed THEN j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $6::text
             ELSE j.attempted_by END
-    FROM (SELECT uc.job_id, uc.slot, uc.job_id IN (SELECT id FROM cl) AS claimed FROM uc) x
+    FROM (SELECT uc.job_id, uc.slot, cl.id IS NOT NULL AS claimed, coalesce(cl.inline, false) AS inline
+          FROM uc LEFT JOIN cl ON cl.id = uc.job_id) x
     WHERE j.id = ANY (ARRAY(SELECT job_id FROM uc)) AND j.id = x.job_id AND j.state = 'limited'
-    RETURNING j.queue, x.claimed, j
+    RETURNING j.queue, x.claimed, x.inline, j.id, j.ctid, j
 )
-SELECT ` + jobColumns + `, NULL, NULL, NULL FROM (SELECT (g.j).* FROM g WHERE g.claimed) j
+SELECT ` + jobColumns + `, NULL, NULL, NULL::int, NULL::bigint, NULL::bigint[], NULL::tid[] FROM (SELECT (g.j).* FROM g WHERE g.inline) j
 UNION ALL
-SELECT ` + claimReplyNulls + `, g.queue, NULL::text, count(*) FROM g WHERE NOT g.claimed GROUP BY g.queue
+SELECT ` + claimReplyNulls + `, g.queue, NULL::text, count(*)::int, NULL, NULL, NULL FROM g WHERE NOT g.claimed GROUP BY g.queue
 UNION ALL
-SELECT ` + claimReplyNulls + `, p.n, p.pt, NULL FROM unnest($1::text[], $2::text[]) AS p(n, pt)
+SELECT ` + claimReplyNulls + `, NULL, NULL, NULL, (SELECT fence FROM f), array_agg(g.id ORDER BY g.id), array_agg(g.ctid ORDER BY g.id)
+FROM g WHERE g.claimed HAVING count(*) > 0
+UNION ALL
+SELECT ` + claimReplyNulls + `, p.n, p.pt, NULL, NULL, NULL, NULL FROM unnest($1::text[], $2::text[]) AS p(n, pt)
 WHERE NOT EXISTS (SELECT FROM fr WHERE fr.name = p.n AND fr.pt = p.pt)`
 
 // genericPlanSQL gives the statements after it in a transaction a
@@ -198,12 +207,13 @@ type concClaim struct {
 // queueConcGrant queues grantConcurrencySQL for each chunk, claiming what
 // claim asks (nil: nothing).
 //
-// The claimed jobs' rows of every chunk's statement come back before the
+// What every chunk's statement replies of its claim comes back before the
 // batch's transaction commits, so it is the batch's reply, not each
 // statement's, that must fit in the sockets' buffers for a silent client
-// to hold no lock (see claimSQL): the statements that claim share
-// claimInlineBytes between them, as claimCaps bounds their jobs
-// (TestFinishClaimReplyIsBounded).
+// to hold no lock (see claimSQL): the claimed jobs' IDs and row versions,
+// finishClaimJobs at most in all (claimCaps), as a claim's reply holds,
+// and the rows of those that come inline, for which the statements that
+// claim share claimInlineBytes (TestFinishClaimReplyIsBounded).
 func queueConcGrant(b *pgx.Batch, chunks [][]partition, claim *concClaim) {
 	bytes := claimInlineBytes
 	if claim != nil {
@@ -232,35 +242,42 @@ func queueConcGrant(b *pgx.Batch, chunks [][]partition, claim *concClaim) {
 }
 
 // readConcGrant reads the replies of queueConcGrant's statements, adding
-// the jobs made available per queue to out; it returns the jobs claimed
-// and the partitions the statements did not serve, which grantSQL must.
-func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int) (claimed []*queue.Job, declined []partition, err error) {
-	summary := make([]any, claimJobColumns, claimJobColumns+3)
-	var name string
-	var part *string
-	var n *int
-	summary = append(summary, &name, &part, &n)
+// the jobs made available per queue to out; it returns what each
+// statement that claimed replied of its claim (its fence, the jobs' IDs
+// and row versions, and the rows of those that came inline: see
+// claimedJobs) and the partitions the statements did not serve, which
+// grantSQL must.
+func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int) (claims []claimReply, declined []partition, err error) {
 	for range chunks {
 		rows, err := br.Query()
 		if err != nil {
 			return nil, nil, err
 		}
+		var claim claimReply
+		summary := make([]any, claimJobColumns, claimJobColumns+6)
+		var name, part *string
+		var n *int
+		summary = append(summary, &name, &part, &n, &claim.fence, &claim.ids, &claim.ctids)
 		for rows.Next() {
 			if rows.RawValues()[0] != nil {
 				var j *queue.Job
-				if j, err = scanJob(rows, nil, nil, nil); err != nil {
+				if j, err = scanJob(rows, nil, nil, nil, nil, nil, nil); err != nil {
 					break
 				}
-				claimed = append(claimed, j)
+				if claim.jobs == nil {
+					claim.jobs = make(map[int64]*queue.Job)
+				}
+				claim.jobs[j.ID] = j
 				continue
 			}
 			if err = rows.Scan(summary...); err != nil {
 				break
 			}
-			if part != nil {
-				declined = append(declined, partition{name, *part})
-			} else if n != nil {
-				out[name] += *n
+			switch {
+			case part != nil:
+				declined = append(declined, partition{deref(name), *part})
+			case n != nil:
+				out[deref(name)] += *n
 			}
 		}
 		rows.Close()
@@ -270,8 +287,51 @@ func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int
 		if err != nil {
 			return nil, nil, err
 		}
+		if claim.fence != nil {
+			claims = append(claims, claim)
+		}
 	}
-	return claimed, declined, nil
+	return claims, declined, nil
+}
+
+// claimedJobs returns the jobs of the claims that a batch of outcomes made
+// (readConcGrant): those whose rows came inline, and the others read
+// after the batch committed, by their row versions, as a claim's are
+// (readClaimed). Past the inline reply's bound the rows are read rather
+// than sent before the commit, so that a silent client's batch still
+// commits (the reply fits in the sockets' buffers) while the batch claims
+// as many jobs as its outcomes freed slots for. If a read fails, the jobs
+// it would have returned are leased all the same: they are rescued when
+// the lease expires, as the jobs of a claimer that died.
+func (c *Client) claimedJobs(ctx context.Context, claims []claimReply) ([]*queue.Job, error) {
+	var jobs []*queue.Job
+	var conn *pgxpool.Conn
+	defer func() {
+		if conn != nil {
+			conn.Release()
+		}
+	}()
+	for _, r := range claims {
+		byID := r.jobs
+		if len(byID) < len(r.ids) {
+			if conn == nil {
+				var err error
+				if conn, err = c.pool.Acquire(ctx); err != nil {
+					return jobs, err
+				}
+			}
+			var err error
+			if byID, err = readClaimed(ctx, conn, *r.fence, r.ids, r.ctids, false); err != nil {
+				return jobs, err
+			}
+		}
+		for _, id := range r.ids {
+			if j := byID[id]; j != nil {
+				jobs = append(jobs, j)
+			}
+		}
+	}
+	return jobs, nil
 }
 
 // chunkArrays returns a chunk's limit names and partitions as the
