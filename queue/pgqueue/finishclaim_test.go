@@ -281,3 +281,31 @@ func TestFinishClaimReplyIsBounded(t *testing.T) {
 		t.Fatalf("%d jobs left available, want every next job claimed by the outcomes", len(left))
 	}
 }
+
+// TestFinishClaimBesideADeclinedPartition: a batch whose grant statement
+// claims the next job of one limit's partition and declines another's
+// (a limit with a rate, which grantSQL serves) still returns the job it
+// claimed: the statement's claim and the partition it declined come back
+// as rows of their own, in either order.
+func TestFinishClaimBesideADeclinedPartition(t *testing.T) {
+	c, db := newClient(t)
+	setLimit(t, c, pgqueue.Limit{Name: "a-conc", Queue: "fd-conc", PartitionBy: []string{"p"}, Concurrency: 1})
+	setLimit(t, c, pgqueue.Limit{Name: "b-rate", Queue: "fd-rate", Rate: 100, Period: time.Second})
+	next := enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: "fd-conc", Args: []byte(`{"p": 1}`)}, 2)[1]
+	enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: "fd-rate"}, 1)
+	running := append(claim(t, c, "fd-conc", 10, time.Minute), claim(t, c, "fd-rate", 10, time.Minute)...)
+	if len(running) != 2 {
+		t.Fatalf("claimed %d jobs, want one of each limit", len(running))
+	}
+	ask := map[int64]bool{}
+	for _, j := range running {
+		ask[j.ID] = j.Queue == "fd-conc"
+	}
+	// A client of its own, which has not yet learned that the limit with
+	// a rate needs grantSQL: its batch asks grantConcurrencySQL first.
+	fresh := pgqueue.New(db.Pool, pgqueue.Config{})
+	claimed := finishClaim(t, fresh, "w", time.Minute, running, ask)
+	if len(claimed) != 1 || claimed[0].ID != next {
+		t.Fatalf("claimed %v, want the concurrency limit's next job %d", claimed, next)
+	}
+}

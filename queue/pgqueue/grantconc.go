@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/queue"
@@ -257,7 +258,10 @@ func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int
 		summary := make([]any, claimJobColumns, claimJobColumns+6)
 		var name, part *string
 		var n *int
-		summary = append(summary, &name, &part, &n, &claim.fence, &claim.ids, &claim.ctids)
+		var fence *int64
+		var ids []int64
+		var ctids []pgtype.TID
+		summary = append(summary, &name, &part, &n, &fence, &ids, &ctids)
 		for rows.Next() {
 			if rows.RawValues()[0] != nil {
 				var j *queue.Job
@@ -273,7 +277,11 @@ func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int
 			if err = rows.Scan(summary...); err != nil {
 				break
 			}
+			// Each summary row sets one of these; whatever its place
+			// among the others, whose scans set it to nil.
 			switch {
+			case fence != nil:
+				claim.fence, claim.ids, claim.ctids = fence, ids, ctids
 			case part != nil:
 				declined = append(declined, partition{deref(name), *part})
 			case n != nil:
