@@ -71,7 +71,10 @@ type wakes struct {
 	// flying holds the queues whose wake-up is in flight, each with its
 	// mark: an insert committed without a wake-up since that one was sent.
 	flying map[string]bool
-	closed bool
+	// begun and ended count, per queue, the wake-ups the background
+	// senders began and ended, for wait.
+	begun, ended map[string]uint64
+	closed       bool
 
 	// sent counts the wake-ups that take and the senders let out, for the
 	// tests that count them.
@@ -80,7 +83,8 @@ type wakes struct {
 
 func newWakes(log *slog.Logger, send func(context.Context, string) error) *wakes {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &wakes{send: send, log: log, ctx: ctx, cancel: cancel, flying: make(map[string]bool)}
+	return &wakes{send: send, log: log, ctx: ctx, cancel: cancel, flying: make(map[string]bool),
+		begun: make(map[string]uint64), ended: make(map[string]uint64)}
 }
 
 // wakeTurn is what take tells an insert to do about its wake-up.
@@ -159,6 +163,7 @@ func (w *wakes) committed(ctx context.Context, q string) {
 // w.mu is held and the client is not closed, so close waits for it.
 func (w *wakes) startSender(q string) {
 	w.sent.Add(1)
+	w.begun[q]++
 	w.senders.Add(1)
 	w.running.Add(1)
 	go w.sender(q)
@@ -174,6 +179,7 @@ func (w *wakes) sender(q string) {
 		w.sendLogged(ctx, q)
 		cancel()
 		w.mu.Lock()
+		w.ended[q]++
 		marked := w.flying[q]
 		if !marked || w.closed {
 			delete(w.flying, q)
@@ -185,6 +191,7 @@ func (w *wakes) sender(q string) {
 		}
 		w.flying[q] = false
 		w.sent.Add(1)
+		w.begun[q]++
 		w.mu.Unlock()
 	}
 }
@@ -199,18 +206,43 @@ func (w *wakes) sendLogged(ctx context.Context, q string) {
 	}
 }
 
-// wait waits until no wake-up is being sent in the background, or ctx
-// ends. Inserts that keep marking a queue meanwhile keep a sender going,
-// so the wait is bounded by ctx, not by the wake-ups.
+// wait waits until the wake-ups that jobs committed before it was called
+// need have been sent, or ctx ends, or the client is closed: for each
+// queue in flight, the background wake-up being sent and, if the queue is
+// marked, the one more its mark calls for. Wake-ups that later jobs call
+// for do not hold it: a service that keeps inserting keeps a sender
+// going, and a stopping worker waits only for its own.
 func (w *wakes) wait(ctx context.Context) error {
-	for w.running.Load() > 0 {
+	w.mu.Lock()
+	want := make(map[string]uint64, len(w.flying))
+	for q, marked := range w.flying {
+		n := w.begun[q]
+		if marked {
+			n++
+		}
+		if n > w.ended[q] {
+			want[q] = n
+		}
+	}
+	w.mu.Unlock()
+	for {
+		w.mu.Lock()
+		for q, n := range want {
+			if w.ended[q] >= n {
+				delete(want, q)
+			}
+		}
+		left, closed := len(want), w.closed
+		w.mu.Unlock()
+		if left == 0 || closed {
+			return nil
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(time.Millisecond):
 		}
 	}
-	return nil
 }
 
 // close stops the background senders and waits for them to return: a

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jobfence/jobfence/internal/testwatch"
 )
 
 // TestWakesWaitForTheirSenders: wait returns once the wake-ups being
@@ -45,5 +49,40 @@ func TestWakesWaitForTheirSenders(t *testing.T) {
 		}
 	default:
 		t.Fatal("wait returned before the wake-up was sent")
+	}
+}
+
+// TestWakesWaitNotHeldByLaterJobs: a service that keeps inserting keeps
+// a queue's sender going, one wake-up after another; wait returns once
+// the wake-ups that the jobs committed before it need are sent (the one
+// in flight, and the one its mark calls for), not when the inserts stop.
+func TestWakesWaitNotHeldByLaterJobs(t *testing.T) {
+	var sends atomic.Int64
+	w := newWakes(slog.New(slog.DiscardHandler), func(ctx context.Context, q string) error {
+		sends.Add(1)
+		time.Sleep(time.Millisecond)
+		return nil
+	})
+	defer w.close()
+	stop := make(chan struct{})
+	marking := make(chan struct{})
+	go func() {
+		defer close(marking)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				w.committed(context.Background(), "q")
+				runtime.Gosched()
+			}
+		}
+	}()
+	defer func() { close(stop); <-marking }()
+	testwatch.WaitFor(t, time.Minute, "a few wake-ups sent", func() bool { return sends.Load() >= 3 })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := w.wait(ctx); err != nil {
+		t.Fatalf("wait while jobs keep coming: %v, want it to return once the wake-ups of the jobs before it are sent", err)
 	}
 }
