@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/internal/sqlfreeze"
 	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
@@ -143,24 +144,7 @@ func TestFrozenFinishClaimerHoldsNothing(t *testing.T) {
 	c, db := newClient(t)
 	ctx := context.Background()
 	running := partitionedRunning(t, c, "ff")
-	a, fz := frozenClient(t, db)
-	fz.Arm(sqlfreeze.Point{Match: mentions("SET state = 'completed', finalized_at = now()"), Sent: true, Batch: true})
-	type result struct {
-		stale   []queue.Lease
-		claimed []*queue.Job
-		err     error
-	}
-	done := make(chan result, 1)
-	const lease = 2 * time.Second
-	go func() {
-		fs := make([]queue.Finish, len(running))
-		for i, j := range running {
-			fs[i] = queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeComplete, Limit: j.Limit, LimitPartition: j.LimitPartition, ClaimNext: true}
-		}
-		stale, claimed, err := a.FinishClaim(ctx, fs, queue.FinishClaimParams{Lease: lease, WorkerID: "frozen"})
-		done <- result{stale, claimed, err}
-	}()
-	pid := fz.Frozen(t, freezeWithin)
+	fz, pid, done := frozenFinishClaim(t, db, running, 2*time.Second)
 	var taken []int64
 	testwatch.WaitFor(t, freezeWithin, "the frozen worker's batch to commit its completions and claims", func() bool {
 		rows, err := db.Pool.Query(ctx, `SELECT id FROM jobfence_jobs WHERE queue = 'ff' AND state = 'running' AND 'frozen' = ANY(attempted_by)`)
@@ -241,23 +225,7 @@ func TestFinishClaimReplyIsBounded(t *testing.T) {
 	if len(running) != parts {
 		t.Fatalf("claimed %d jobs, want one per partition, %d", len(running), parts)
 	}
-	a, fz := frozenClient(t, db)
-	fz.Arm(sqlfreeze.Point{Match: mentions("SET state = 'completed', finalized_at = now()"), Sent: true, Batch: true})
-	type result struct {
-		stale   []queue.Lease
-		claimed []*queue.Job
-		err     error
-	}
-	done := make(chan result, 1)
-	go func() {
-		fs := make([]queue.Finish, len(running))
-		for i, j := range running {
-			fs[i] = queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeComplete, Limit: j.Limit, LimitPartition: j.LimitPartition, ClaimNext: true}
-		}
-		stale, claimed, err := a.FinishClaim(ctx, fs, queue.FinishClaimParams{Lease: time.Minute, WorkerID: "frozen"})
-		done <- result{stale, claimed, err}
-	}()
-	pid := fz.Frozen(t, freezeWithin)
+	fz, pid, done := frozenFinishClaim(t, db, running, time.Minute)
 	testwatch.WaitFor(t, freezeWithin, "the frozen worker's batch to commit its completions and its claims", func() bool {
 		var n int
 		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs WHERE queue = $1 AND state = 'running' AND 'frozen' = ANY(attempted_by)`, q).Scan(&n); err != nil {
@@ -308,4 +276,32 @@ func TestFinishClaimBesideADeclinedPartition(t *testing.T) {
 	if len(claimed) != 1 || claimed[0].ID != next {
 		t.Fatalf("claimed %v, want the concurrency limit's next job %d", claimed, next)
 	}
+}
+
+// finishClaimResult is what a FinishClaim returned.
+type finishClaimResult struct {
+	stale   []queue.Lease
+	claimed []*queue.Job
+	err     error
+}
+
+// frozenFinishClaim completes the running jobs, each asking for its
+// partition's next job, through FinishClaim for worker "frozen" (lease
+// lease), from a client frozen as soon as its batch is sent; it returns
+// the freezer, the frozen session's server pid, and where FinishClaim's
+// result comes once the client is thawed.
+func frozenFinishClaim(t *testing.T, db *pgtest.DB, running []*queue.Job, lease time.Duration) (*sqlfreeze.Freezer, uint32, <-chan finishClaimResult) {
+	t.Helper()
+	a, fz := frozenClient(t, db)
+	fz.Arm(sqlfreeze.Point{Match: mentions("SET state = 'completed', finalized_at = now()"), Sent: true, Batch: true})
+	done := make(chan finishClaimResult, 1)
+	go func() {
+		fs := make([]queue.Finish, len(running))
+		for i, j := range running {
+			fs[i] = queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeComplete, Limit: j.Limit, LimitPartition: j.LimitPartition, ClaimNext: true}
+		}
+		stale, claimed, err := a.FinishClaim(context.Background(), fs, queue.FinishClaimParams{Lease: lease, WorkerID: "frozen"})
+		done <- finishClaimResult{stale, claimed, err}
+	}()
+	return fz, fz.Frozen(t, freezeWithin), done
 }
