@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
@@ -355,6 +356,37 @@ func TestReleasesDownRefusedWhileARangeWaits(t *testing.T) {
 	}
 }
 
+// frozenReaderHoldsDown starts a session that reads table inside a
+// transaction and stays there (a client that stopped), and checks that
+// going down past version from beside it fails with lock_not_available
+// (55P03) about its 1 s lock_timeout later. It returns the provider and
+// the holder's transaction, for the caller to see what the refused down
+// kept and then to end the holder.
+func frozenReaderHoldsDown(t *testing.T, db *pgtest.DB, table string, from int64) (*goose.Provider, pgx.Tx) {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Rollback(context.Background()) })
+	if _, err := holder.Exec(ctx, `SELECT count(*) FROM `+table); err != nil {
+		t.Fatal(err)
+	}
+	p := providerAt(t, db.URL, from)
+	start := time.Now()
+	_, err = p.DownTo(ctx, from-1)
+	took := time.Since(start)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("down past %d beside a frozen reader of %s = %v, want lock_not_available (55P03)", from, table, err)
+	}
+	if took > 10*time.Second {
+		t.Errorf("down gave up after %v, want about its 1 s lock_timeout", took)
+	}
+	return p, holder
+}
+
 // TestReleasesDownGivesUpOnAFrozenHolder: a session frozen inside a
 // transaction that read jobfence_releases (a range's release whose client
 // stopped) holds down past version 21 1 s at most, its lock_timeout: the
@@ -363,25 +395,7 @@ func TestReleasesDownRefusedWhileARangeWaits(t *testing.T) {
 func TestReleasesDownGivesUpOnAFrozenHolder(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
-	holder, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx)
-	if _, err := holder.Exec(ctx, `SELECT count(*) FROM jobfence_releases`); err != nil {
-		t.Fatal(err)
-	}
-	p := providerAt(t, db.URL, 21)
-	start := time.Now()
-	_, err = p.DownTo(ctx, 20)
-	took := time.Since(start)
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
-		t.Fatalf("down past 21 beside a frozen reader of jobfence_releases = %v, want lock_not_available (55P03)", err)
-	}
-	if took > 10*time.Second {
-		t.Errorf("down gave up after %v, want about its 1 s lock_timeout", took)
-	}
+	p, holder := frozenReaderHoldsDown(t, db, "jobfence_releases", 21)
 	var exists bool
 	if err := db.Pool.QueryRow(ctx, `SELECT to_regclass('jobfence_releases') IS NOT NULL`).Scan(&exists); err != nil || !exists {
 		t.Fatalf("jobfence_releases exists = %v, %v after the refused down; want kept", exists, err)

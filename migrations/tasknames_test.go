@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -159,25 +158,7 @@ func TestTaskNamesFromTheReleaseBefore(t *testing.T) {
 func TestTaskNamesDownGivesUpOnAFrozenHolder(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
-	holder, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx)
-	if _, err := holder.Exec(ctx, `SELECT count(*) FROM jobfence_workflow_tasks`); err != nil {
-		t.Fatal(err)
-	}
-	p := providerAt(t, db.URL, 22)
-	start := time.Now()
-	_, err = p.DownTo(ctx, 21)
-	took := time.Since(start)
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
-		t.Fatalf("down past 22 beside a frozen reader of jobfence_workflow_tasks = %v, want lock_not_available (55P03)", err)
-	}
-	if took > 10*time.Second {
-		t.Errorf("down gave up after %v, want about its 1 s lock_timeout", took)
-	}
+	p, holder := frozenReaderHoldsDown(t, db, "jobfence_workflow_tasks", 22)
 	var kept bool
 	if err := db.Pool.QueryRow(ctx, `SELECT to_regclass('jobfence_workflow_tasks') IS NOT NULL
 		AND EXISTS (SELECT FROM pg_trigger WHERE tgrelid = 'jobfence_jobs'::regclass AND tgname = 'jobfence_jobs_task_named')`).Scan(&kept); err != nil || !kept {
