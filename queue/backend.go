@@ -202,6 +202,32 @@ type FinishClaimParams struct {
 	Lease time.Duration
 	// WorkerID is recorded on the claimed jobs (Job.AttemptedBy).
 	WorkerID string
+	// Slots, if not nil, lets the backend claim for the caller the
+	// dependents that the workflow tasks completed by fs make ready, as
+	// it releases them: those it releases in the outcomes' round trip and
+	// those it releases after (a fan-out's rest), into slots it reserves
+	// first and fills once each release has committed. Nil: dependents are
+	// made available for any claim.
+	Slots Slots
+	// DependencyTraces asks, as ClaimParams.DependencyTraces does, for
+	// the Job.DependencyTraces of the dependents claimed into Slots.
+	DependencyTraces bool
+}
+
+// Slots is a worker's room to run more jobs, which a FinishClaimer fills
+// with jobs it claims for the worker outside the worker's own claims
+// (FinishClaimParams.Slots). Every Reserve that returns n > 0 is followed
+// by exactly one Fill of the same queue and n, whatever the claim's fate,
+// so that no reserved slot stays taken.
+type Slots interface {
+	// Reserve reserves up to n slots of queue q for jobs about to be
+	// claimed, and returns how many it reserved: 0 when none is free, the
+	// queue is paused or not run here, or the worker is stopping.
+	Reserve(q string, n int) int
+	// Fill hands the jobs claimed into n slots of queue q that Reserve
+	// reserved to the runners, their leases held until until by the
+	// worker's clock, and frees the slots they did not fill.
+	Fill(q string, n int, jobs []*Job, until time.Time)
 }
 
 // RescueParams tunes one Rescue call.

@@ -76,6 +76,12 @@ type Finish struct {
 	// this outcome frees may be claimed for it in the outcome's round
 	// trip (FinishClaimer.FinishClaim). Other backends ignore it.
 	ClaimNext bool
+	// Queue and Dependents are the job's (Job.Queue, Job.Dependents): a
+	// FinishClaimer given FinishClaimParams.Slots claims, into free slots
+	// of Queue, the dependents that a workflow task's completion releases,
+	// and reserves them by Dependents. Other backends ignore them.
+	Queue      string
+	Dependents int
 }
 
 // MaxOutputBytes is the default cap on a job's recorded output

@@ -66,6 +66,9 @@ type Job struct {
 	TaskName string
 	// DependsOn are the IDs of the workflow tasks this one depends on.
 	DependsOn []int64
+	// Dependents is how many workflow tasks depend on this one, as read.
+	// A worker passes it back in the job's Finish (Finish.Dependents).
+	Dependents int
 	// DependencyTraces are, for a claimed workflow task, the W3C
 	// traceparents of the attempts that completed its dependencies (those
 	// that stored one: see Finish.Trace), at most MaxDependencyTraces, in

@@ -54,9 +54,13 @@ func (w *Worker) flush(batch []pending, claim bool) {
 	}
 	var fc queue.FinishClaimer
 	var reserved map[*queueFetch]int
+	var slots queue.Slots
 	if claim {
 		if fc, _ = w.backend.(queue.FinishClaimer); fc != nil {
 			reserved = w.reserveNext(batch, fs)
+			if releasesDependents(fs) {
+				slots = workerSlots{w}
+			}
 		}
 	}
 	deadline := time.Now().Add(w.cfg.Lease + w.cfg.HeartbeatInterval)
@@ -67,8 +71,9 @@ func (w *Worker) flush(batch []pending, claim bool) {
 		var stale []queue.Lease
 		var next []*queue.Job
 		var err error
-		if len(reserved) > 0 {
-			stale, next, err = fc.FinishClaim(ctx, fs, queue.FinishClaimParams{Lease: w.cfg.Lease, WorkerID: w.cfg.ID})
+		if len(reserved) > 0 || slots != nil {
+			stale, next, err = fc.FinishClaim(ctx, fs, queue.FinishClaimParams{Lease: w.cfg.Lease, WorkerID: w.cfg.ID,
+				Slots: slots, DependencyTraces: w.cfg.Hooks.TaskTrace != nil})
 		} else {
 			stale, err = w.backend.Finish(ctx, fs)
 		}
@@ -160,6 +165,51 @@ func (w *Worker) reserveNext(batch []pending, fs []queue.Finish) map[*queueFetch
 		}
 	}
 	return reserved
+}
+
+// releasesDependents reports whether fs complete a workflow task that
+// some task depends on: its release may claim them for this worker
+// (queue.FinishClaimParams.Slots).
+func releasesDependents(fs []queue.Finish) bool {
+	for _, f := range fs {
+		if f.Workflow && f.Outcome == queue.OutcomeComplete && f.Dependents > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// workerSlots is the worker's queue.Slots: the slots of its queues' fetch
+// loops, reserved as reserveNext reserves them and filled as a
+// FinishClaim's claimed jobs are handed over.
+type workerSlots struct{ w *Worker }
+
+// Reserve implements queue.Slots.
+func (s workerSlots) Reserve(q string, n int) int {
+	s.w.mu.Lock()
+	f := s.w.fetches[q]
+	s.w.mu.Unlock()
+	if f == nil {
+		return 0
+	}
+	return f.reserveUpTo(n)
+}
+
+// Fill implements queue.Slots: the jobs go to the runners as a
+// FinishClaim's do, counted and reported to the Claim hook as claimed.
+func (s workerSlots) Fill(q string, n int, jobs []*queue.Job, until time.Time) {
+	s.w.mu.Lock()
+	f := s.w.fetches[q]
+	s.w.mu.Unlock()
+	if f == nil || n <= 0 {
+		return
+	}
+	jobs = jobs[:min(len(jobs), n)]
+	if h := s.w.cfg.Hooks.Claim; h != nil {
+		h(context.Background(), ClaimInfo{Queue: q, Jobs: len(jobs), Finish: true})
+	}
+	s.w.stats.claimed.Add(int64(len(jobs)))
+	f.handOver(n, jobs, until)
 }
 
 // jobsByQueue groups jobs by their queue: nil for none, as after most

@@ -312,7 +312,7 @@ func (w *Worker) reportRun(job *queue.Job, r *running, o queue.Outcome, delay ti
 		o, err, putBacks = d, derr, 0
 	}
 	f := queue.Finish{Lease: job.Lease(), Outcome: o, Delay: delay, Workflow: job.WorkflowID != "",
-		Limit: job.Limit, LimitPartition: job.LimitPartition}
+		Limit: job.Limit, LimitPartition: job.LimitPartition, Queue: job.Queue, Dependents: job.Dependents}
 	if o == queue.OutcomeComplete {
 		f.Output, f.Trace = r.recordedOutput(), w.taskTrace(job, r)
 	}

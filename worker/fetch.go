@@ -77,6 +77,27 @@ func (f *queueFetch) reserve() bool {
 	}
 }
 
+// reserveUpTo reserves up to n slots as reserve does, and returns how
+// many it reserved.
+func (f *queueFetch) reserveUpTo(n int) int {
+	f.handoff.Lock()
+	defer f.handoff.Unlock()
+	if f.handoff.closing || f.paused.wait() != nil {
+		return 0
+	}
+	k := 0
+	for ; k < n; k++ {
+		select {
+		case f.slots <- struct{}{}:
+		default:
+			f.handoff.inFlight += k
+			return k
+		}
+	}
+	f.handoff.inFlight += k
+	return k
+}
+
 // handOver gives the runners jobs claimed into n reserved slots, frees
 // the slots they did not fill, and closes out if the fetch loops have
 // stopped and this was the last claim in flight. The backend claims no

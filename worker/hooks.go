@@ -96,8 +96,10 @@ type ClaimInfo struct {
 	Err error
 	// Finish reports that the jobs were claimed by a round trip that
 	// recorded outcomes (queue.FinishClaimer), into the limit slots they
-	// freed, rather than by a fetch loop: counting Jobs over every call
-	// counts every job this worker claimed, as Stats.Claimed does.
+	// freed, or by the release of the dependents of the workflow tasks
+	// they completed, rather than by a fetch loop: counting Jobs over
+	// every call counts every job this worker claimed, as Stats.Claimed
+	// does.
 	Finish bool
 }
 

@@ -3,6 +3,8 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,4 +134,111 @@ func insertFan(t *testing.T, c *pgqueue.Client, kind string, width int) queue.Wo
 		t.Fatal(err)
 	}
 	return res
+}
+
+// TestFanOutRunsInTheSlotsItsRootFreed: a worker that completes a
+// fan-out's root claims the dependents its release makes ready into its
+// free slots (the release's own and its ranges'), which the Claim hook
+// reports as claimed by outcomes; every task runs once, and so does the
+// fan-in, after all of them.
+func TestFanOutRunsInTheSlotsItsRootFreed(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	const chunk, width = 20, 300
+	c := pgqueue.New(db.NewPool(t, 8), pgqueue.Config{Logger: quietLogger(), ReleaseChunk: chunk})
+	p := queue.WorkflowParams{Name: "fan", Tasks: []queue.WorkflowTask{{Name: "root", Params: queue.EnqueueParams{Kind: "effect", Args: []byte(`{}`)}}}}
+	names := make([]string, width)
+	for i := range names {
+		names[i] = fmt.Sprintf("task-%d", i)
+		p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: names[i], DependsOn: []string{"root"},
+			Params: queue.EnqueueParams{Kind: "effect", Args: []byte(`{}`)}})
+	}
+	p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: "sum", DependsOn: names, Params: queue.EnqueueParams{Kind: "effect", Args: []byte(`{}`)}})
+	res, err := c.InsertWorkflow(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	runs := map[int64]int{}
+	var sumRanAfter int
+	sum := res.Tasks["sum"]
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[effectArgs]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		runs[job.ID]++
+		if job.ID == sum {
+			sumRanAfter = len(runs) - 1
+		}
+		return nil
+	})
+	var byOutcomes atomic.Int64
+	w := startWorker(t, c, reg, worker.Config{Queues: map[string]int{"default": 50}, Hooks: worker.Hooks{
+		Claim: func(ctx context.Context, ci worker.ClaimInfo) {
+			if ci.Finish {
+				byOutcomes.Add(int64(ci.Jobs))
+			}
+		}}})
+	testwatch.WaitFor(t, time.Minute, "the workflow to complete", func() bool {
+		return w.Stats().Completed == width+2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range runs {
+		if n != 1 {
+			t.Fatalf("task %d ran %d times", id, n)
+		}
+	}
+	if len(runs) != width+2 || sumRanAfter != width+1 {
+		t.Fatalf("%d tasks ran, the fan-in after %d; want %d, after %d", len(runs), sumRanAfter, width+2, width+1)
+	}
+	if n := byOutcomes.Load(); n == 0 {
+		t.Fatalf("no dependent was claimed by its release; stats %+v", w.Stats())
+	}
+	t.Logf("%d of %d tasks claimed by the releases of their dependencies", byOutcomes.Load(), width+1)
+}
+
+// TestFanOutLeftToTheFleet: a worker with little room that completes a
+// fan-out's root runs some of its tasks, but does not keep the rest from
+// another worker with room: past the window in which its ranges claim
+// for it (a second), they are released for any claim.
+func TestFanOutLeftToTheFleet(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	const chunk, width = 10, 200
+	p := queue.WorkflowParams{Name: "fan", Tasks: []queue.WorkflowTask{{Name: "root", Params: queue.EnqueueParams{Kind: "effect", Args: []byte(`{}`)}}}}
+	for i := range width {
+		p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: fmt.Sprintf("task-%d", i), DependsOn: []string{"root"},
+			Params: queue.EnqueueParams{Kind: "effect", Args: []byte(`{}`)}})
+	}
+	var mu sync.Mutex
+	ran := map[string]int{}
+	registry := func(name string) *worker.Registry {
+		reg := worker.NewRegistry()
+		worker.Add(reg, func(ctx context.Context, job *worker.Job[effectArgs]) error {
+			time.Sleep(50 * time.Millisecond)
+			mu.Lock()
+			ran[name]++
+			mu.Unlock()
+			return nil
+		})
+		return reg
+	}
+	small := pgqueue.New(db.NewPool(t, 8), pgqueue.Config{Logger: quietLogger(), ReleaseChunk: chunk})
+	a := startWorker(t, small, registry("small"), worker.Config{Queues: map[string]int{"default": 5}})
+	if _, err := small.InsertWorkflow(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	testwatch.WaitFor(t, 30*time.Second, "the small worker to complete the root", func() bool { return a.Stats().Completed >= 1 })
+	large := pgqueue.New(db.NewPool(t, 8), pgqueue.Config{Logger: quietLogger(), ReleaseChunk: chunk})
+	b := startWorker(t, large, registry("large"), worker.Config{Queues: map[string]int{"default": 50}})
+	testwatch.WaitFor(t, time.Minute, "the fan-out to complete", func() bool {
+		return a.Stats().Completed+b.Stats().Completed == width+1
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if ran["large"] < width/4 {
+		t.Fatalf("the worker with room ran %d of %d tasks, the one that completed the root %d", ran["large"], width, ran["small"])
+	}
+	t.Logf("the worker with room ran %d tasks, the one that completed the root %d", ran["large"], ran["small"])
 }

@@ -269,7 +269,7 @@ const claimRowBytes = `octet_length(j.queue) + octet_length(j.kind) + octet_leng
 
 // claimReplyNulls fills the job columns of the claim's summary row: one
 // NULL for each of jobColumns.
-const claimReplyNulls = `NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL`
+const claimReplyNulls = `NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL`
 
 // dependencyTraces reads, for a claimed workflow task, the run traces of
 // its first $3 dependencies (queue.Job.DependencyTraces, at most
@@ -282,7 +282,8 @@ const dependencyTraces = `CASE WHEN j.depends_on IS NOT NULL AND $3::int > 0 THE
 // jobColumns are the columns scanJob reads, in order.
 const jobColumns = `j.id, j.queue, j.kind, j.args, j.state, j.priority, j.attempt, j.max_attempts, j.fence,
     j.scheduled_at, j.created_at, j.attempted_at, j.lease_expires_at, j.unique_key, j.errors, j.attempted_by, j.metadata, j.trace_context,
-    j.idempotency_key, j.deadline, j.timeout_us, j.output, j.workflow_id, j.task_name, j.depends_on, j.limit_name, j.limit_part`
+    j.idempotency_key, j.deadline, j.timeout_us, j.output, j.workflow_id, j.task_name, j.depends_on, j.limit_name, j.limit_part,
+    cardinality(j.dependents)`
 
 // Claim implements queue.Backend.
 func (c *Client) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, error) {
@@ -420,7 +421,7 @@ func (r *claimReply) read(rows pgx.Rows) error {
 }
 
 // claimJobColumns is how many of jobColumns scanJob reads.
-const claimJobColumns = 27
+const claimJobColumns = 28
 
 // readClaimed reads the jobs (ids, their row versions ctids) that a claim
 // under fence took, after it committed: by ctid, and by ID those whose
@@ -481,29 +482,30 @@ func scanJobs(rows pgx.Rows) ([]*queue.Job, error) {
 // scanJob reads a row of jobColumns, then into more.
 func scanJob(row pgx.Row, more ...any) (*queue.Job, error) {
 	var (
-		j         queue.Job
-		state     string
-		priority  int16
-		attempted *time.Time
-		lease     *time.Time
-		unique    *string
-		errs      []byte
-		meta, tc  []byte
-		key       pgtype.UUID
-		deadline  *time.Time
-		timeout   *int64
-		output    []byte
-		workflow  pgtype.UUID
-		task      *string
-		limName   *string
-		limPart   *string
+		j          queue.Job
+		state      string
+		priority   int16
+		attempted  *time.Time
+		lease      *time.Time
+		unique     *string
+		errs       []byte
+		meta, tc   []byte
+		key        pgtype.UUID
+		deadline   *time.Time
+		timeout    *int64
+		output     []byte
+		workflow   pgtype.UUID
+		task       *string
+		limName    *string
+		limPart    *string
+		dependents *int32
 	)
 	// One slice, sized for more too: appending more to a literal of
 	// exactly the columns would copy it, a second allocation for every job
 	// a claim returns.
 	dest := append(make([]any, 0, claimJobColumns+len(more)), &j.ID, &j.Queue, &j.Kind, &j.EncodedArgs, &state, &priority, &j.Attempt, &j.MaxAttempts,
 		&j.Fence, &j.ScheduledAt, &j.CreatedAt, &attempted, &lease, &unique, &errs, &j.AttemptedBy, &meta, &tc,
-		&key, &deadline, &timeout, &output, &workflow, &task, &j.DependsOn, &limName, &limPart)
+		&key, &deadline, &timeout, &output, &workflow, &task, &j.DependsOn, &limName, &limPart, &dependents)
 	if err := row.Scan(append(dest, more...)...); err != nil {
 		return nil, err
 	}
@@ -534,6 +536,9 @@ func scanJob(row pgx.Row, more ...any) (*queue.Job, error) {
 	}
 	if limName != nil && limPart != nil {
 		j.Limit, j.LimitPartition = *limName, *limPart
+	}
+	if dependents != nil {
+		j.Dependents = int(*dependents)
 	}
 	if len(errs) > 2 {
 		if err := json.Unmarshal(errs, &j.Errors); err != nil {

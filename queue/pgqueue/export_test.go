@@ -18,8 +18,13 @@ var (
 )
 
 // ReleaseRangeSQL releases one range of a fan-out's dependents after
-// its root's completion committed.
-const ReleaseRangeSQL = releaseRangeSQL
+// its root's completion committed; the Claim statements are the two that
+// claim the dependents they release for a worker.
+var (
+	ReleaseRangeSQL      = releaseRangeSQL
+	ReleaseClaimSQL      = releaseClaimSQL
+	ReleaseRangeClaimSQL = releaseRangeClaimSQL
+)
 
 // The claim statement and the read of its jobs, for the tests that
 // EXPLAIN them.

@@ -152,6 +152,11 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 // round in three round trips in a row (the outcome and its grant, the
 // grant's wake-up of a fetch loop, that loop's claim); claimed here it
 // goes round in one.
+//
+// With p.Slots, the completions of workflow tasks also claim, for the
+// caller, the dependents their release makes ready, into the slots it
+// reserves (see releaseClaimSQL and releaseRange); those go to p.Slots'
+// Fill, not to the jobs returned.
 func (c *Client) FinishClaim(ctx context.Context, fs []queue.Finish, p queue.FinishClaimParams) ([]queue.Lease, []*queue.Job, error) {
 	return c.finish(ctx, fs, &p)
 }
@@ -216,13 +221,25 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 		// partitions the claim gave; those the outcomes returned beside
 		// them are granted after.
 		var fg finishGrant
-		fg, err = c.finishAndGrant(ctx, sql, args, nil, held, claimCaps(sorted, p))
+		fg, err = c.finishAndGrant(ctx, sql, args, nil, held, claimCaps(sorted, p), nil)
 		applied, claimed = fg.applied, fg.claimed
 		lims = append(without(fg.lims, held), fg.declined...)
 	} else {
-		var more []int64
-		if applied, lims, more, err = c.finishBatch(ctx, sql, args, tasks); err == nil {
-			c.releaseLater(ctx, more)
+		// With Slots, the completed tasks' releases claim the dependents
+		// they make ready for the caller (see releaseClaimSQL).
+		var dc *dependentsClaim
+		if len(tasks) > 0 {
+			dc = c.reserveDependents(sorted, p, !onlyCompletions)
+		}
+		sent := time.Now()
+		var fb finishGrant
+		fb, err = c.finishBatch(ctx, sql, args, tasks, dc)
+		applied, lims = fb.applied, fb.lims
+		if dc != nil {
+			c.fill(ctx, dc.slots, dc.traces, dc.reserved, fb.released, sent, dc.lease)
+		}
+		if err == nil {
+			c.releaseLater(ctx, fb.more, dc)
 		}
 	}
 	if err != nil {
@@ -251,7 +268,11 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 // sees only what had committed when it began. The transaction is bounded
 // (boundedTx): a client frozen between the two statements holds their
 // rows txbound.Idle at most.
-func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks []int64) (map[queue.Lease]bool, []partition, []int64, error) {
+//
+// With dc's slots reserved, the completions' release claims for the caller
+// (releaseClaimSQL); what it claimed is in the result's released, which
+// the caller fills the slots with (fill), whatever the error.
+func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks []int64, dc *dependentsClaim) (finishGrant, error) {
 	applied := make(map[queue.Lease]bool, len(args[0].([]int64)))
 	var lims []partition
 	run := func(db DB) error {
@@ -262,13 +283,13 @@ func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks 
 		return scanFinished(rows, applied, &lims)
 	}
 	if len(tasks) == 0 {
-		return applied, lims, nil, run(c.pool)
+		err := run(c.pool)
+		return finishGrant{applied: applied, lims: lims}, err
 	}
 	if sql == completeSQL {
 		// Completions cascade nothing: the release goes in their round
 		// trip, as a grant does (finishAndGrant, with no partition).
-		fg, err := c.finishAndGrant(ctx, sql, args, tasks, nil, nil)
-		return fg.applied, fg.lims, fg.more, err
+		return c.finishAndGrant(ctx, sql, args, tasks, nil, nil, dc)
 	}
 	var r released
 	err := c.boundedTx(ctx, func(tx pgx.Tx) error {
@@ -281,10 +302,10 @@ func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks 
 		return err
 	})
 	if err != nil {
-		return nil, nil, nil, err
+		return finishGrant{}, err
 	}
 	c.wakeReady(ctx, r.ready)
-	return applied, lims, r.more, nil
+	return finishGrant{applied: applied, lims: lims, more: r.more}, nil
 }
 
 // boundedTx runs fn in a transaction bounded as EnqueueMany's is

@@ -86,7 +86,7 @@ func heldPartitions(fs []queue.Finish) []partition {
 // the applied outcomes freed a slot of, held or not, the held partitions
 // that grantConcurrencySQL found it could not serve (the caller grants
 // both after), and the jobs it claimed.
-func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tasks []int64, held []partition, claim *concClaim) (finishGrant, error) {
+func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tasks []int64, held []partition, claim *concClaim, dc *dependentsClaim) (finishGrant, error) {
 	applied := make(map[queue.Lease]bool, len(args[0].([]int64)))
 	var lims []partition
 	g := c.planGrant(held, false)
@@ -95,7 +95,12 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	b.Queue(batchBoundsSQL)
 	b.Queue(sql, args...)
 	if len(tasks) > 0 {
-		b.Queue(releaseSQL, tasks, c.cfg.ReleaseChunk, "")
+		if dc != nil && len(dc.reserved) > 0 {
+			queues, caps := claimCapsArgs(dc.reserved)
+			b.Queue(releaseClaimSQL, tasks, c.cfg.ReleaseChunk, queues, caps, dc.lease.Microseconds(), dc.workerID)
+		} else {
+			b.Queue(releaseSQL, tasks, c.cfg.ReleaseChunk, "")
+		}
 	}
 	if len(g.conc) > 0 {
 		b.Queue(genericPlanSQL)
@@ -111,6 +116,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	var declined []partition
 	var claims []claimReply
 	var more []int64
+	var releasedClaim claimReply
 	_, err := br.Exec()
 	if err == nil {
 		_, err = br.Exec()
@@ -126,7 +132,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 		if rows, err = br.Query(); err == nil {
 			var r released
 			r, err = scanReleased(rows)
-			more = r.more
+			more, releasedClaim = r.more, r.claim
 			for q, n := range r.ready {
 				granted[q] += n
 			}
@@ -168,7 +174,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	if rerr != nil {
 		c.cfg.Logger.Warn("pgqueue: reading the jobs that outcomes claimed failed; they are rescued when their lease expires", "err", rerr)
 	}
-	return finishGrant{applied: applied, lims: lims, declined: declined, claimed: claimed, more: more}, nil
+	return finishGrant{applied: applied, lims: lims, declined: declined, claimed: claimed, more: more, released: releasedClaim}, nil
 }
 
 // finishGrant is what finishAndGrant returns: the leases applied, every
@@ -182,6 +188,9 @@ type finishGrant struct {
 	// more are the completed tasks whose dependents past the first chunk
 	// wait in jobfence_releases (see releaseSQL).
 	more []int64
+	// released is what the tasks' release claimed (releaseClaimSQL), for
+	// the slots reserved (fill).
+	released claimReply
 }
 
 // finishClaimJobs bounds the jobs a batch of outcomes claims: as many as

@@ -47,6 +47,10 @@ func TestBatchStatementsProbeThePrimaryKey(t *testing.T) {
 	for i, j := range jobs[:n] {
 		ids[i], fences[i], outcomes[i] = j.ID, j.Fence, int16(queue.OutcomeComplete)
 	}
+	// The releases that claim also probe the available jobs' index, once
+	// per queue and priority of their dependents, for a job a claim would
+	// take first.
+	queues, caps := []string{"default"}, []int32{1000}
 	for _, tt := range []struct {
 		name string
 		sql  string
@@ -56,6 +60,8 @@ func TestBatchStatementsProbeThePrimaryKey(t *testing.T) {
 		{"finish", pgqueue.FinishSQL, []any{ids, fences, outcomes, delays, errs, errs, errs}},
 		{"release", pgqueue.ReleaseSQL, []any{ids, 1000, "wake"}},
 		{"release range", pgqueue.ReleaseRangeSQL, []any{ids}},
+		{"release and claim", pgqueue.ReleaseClaimSQL, []any{ids, 1000, queues, caps, time.Minute.Microseconds(), "w"}},
+		{"release range and claim", pgqueue.ReleaseRangeClaimSQL, []any{ids, queues, caps, time.Minute.Microseconds(), "w", 1000}},
 		{"heartbeat", pgqueue.HeartbeatSQL, []any{ids, fences, time.Minute.Microseconds()}},
 		{"rescue", pgqueue.RescueSQL, []any{ids, fences, delays, restarted, make([]int32, n), queue.PutBackLimit}},
 	} {
@@ -77,7 +83,9 @@ func TestBatchStatementsProbeThePrimaryKey(t *testing.T) {
 			})
 			ok := len(scans) > 0
 			for _, s := range scans {
-				ok = ok && s == "Index Scan jobfence_jobs_pkey"
+				ok = ok && (s == "Index Scan jobfence_jobs_pkey" ||
+					(tt.sql == pgqueue.ReleaseClaimSQL || tt.sql == pgqueue.ReleaseRangeClaimSQL) &&
+						(s == "Index Scan jobfence_jobs_available" || s == "Index Only Scan jobfence_jobs_available"))
 			}
 			if !ok {
 				t.Fatalf("the jobs table is read by %q, want only Index Scans of jobfence_jobs_pkey; plan:\n%s", scans, raw)

@@ -25,6 +25,7 @@ func TestReadyJobsNotifyAfterTheirCommit(t *testing.T) {
 		for name, sql := range map[string]string{
 			"grantSQL": pgqueue.GrantSQL, "grantConcurrencySQL": pgqueue.GrantConcurrencySQL,
 			"releaseRangeSQL": pgqueue.ReleaseRangeSQL, "promoteSQL": pgqueue.PromoteSQL,
+			"releaseClaimSQL": pgqueue.ReleaseClaimSQL, "releaseRangeClaimSQL": pgqueue.ReleaseRangeClaimSQL,
 		} {
 			if strings.Contains(sql, "pg_notify") {
 				t.Errorf("%s notifies inside its transaction", name)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // releaseSQL releases the dependents of the workflow tasks among $1 that
@@ -65,32 +66,59 @@ import (
 // (FinishTx), which commits without this client, does channel $3 name
 // the channel that the release notifies itself (it is empty
 // otherwise), as EnqueueTx's insert does.
-const releaseSQL = releaseClosure + releaseUpdateTail + `, rs AS (
+var releaseSQL = releaseClosure + releaseUpdateTail + releaseRangesRecorded + `
+SELECT r.queue, NULL::bigint, CASE WHEN $3 <> '' THEN pg_notify($3, r.queue)::text END
+FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') r
+UNION ALL
+SELECT NULL, task_id, NULL FROM (SELECT DISTINCT task_id FROM rs) r`
+
+// releaseRangesRecorded records, as rs, the ranges of the completed tasks'
+// dependents past the first $2, for after the commit (releaseRangeSQL).
+const releaseRangesRecorded = `, rs AS (
     INSERT INTO jobfence_releases (task_id, first, last)
     SELECT d.id, g.first, least(g.first + $2 - 1, cardinality(d.dependents))
     FROM done d CROSS JOIN LATERAL generate_series($2 + 1, cardinality(d.dependents), $2) AS g(first)
     WHERE d.state = 'completed'
     ON CONFLICT DO NOTHING
     RETURNING task_id
-)
-SELECT r.queue, NULL::bigint, CASE WHEN $3 <> '' THEN pg_notify($3, r.queue)::text END
-FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') r
-UNION ALL
-SELECT NULL, task_id, NULL FROM (SELECT DISTINCT task_id FROM rs) r`
+)`
 
 // releaseUpdateTail changes the dependents that l locked (see releaseSQL)
 // and returns them as u.
-const releaseUpdateTail = `, a AS (
+var releaseUpdateTail = releaseUpdate(0)
+
+// releaseUpdate is releaseUpdateTail for a release that claims (claim, the
+// number of its lease's parameter, and claim+1 its worker's, is not 0): the
+// dependents that releaseClaimStep picked (k) become running under its
+// fence (f), as claimSQL's jobs do, rather than available.
+func releaseUpdate(claim int) string {
+	claimIn, claimAgg, claimUnnest, claimState, claimSet := "", "", "", "", ""
+	if claim > 0 {
+		claimIn = `, l.id IN (SELECT id FROM k) AS claim`
+		claimAgg = `, array_agg(claim) AS claims`
+		claimUnnest = `, unnest(a.claims) AS claim`
+		claimState = `
+                     WHEN c.claim THEN 'running'`
+		claimSet = fmt.Sprintf(`
+        attempt = CASE WHEN c.claim THEN j.attempt + 1 ELSE j.attempt END,
+        fence = CASE WHEN c.claim THEN (SELECT fence FROM f) ELSE j.fence END,
+        lease_expires_at = CASE WHEN c.claim THEN now() + $%d::bigint * interval '1 microsecond' ELSE j.lease_expires_at END,
+        attempted_at = CASE WHEN c.claim THEN statement_timestamp() ELSE j.attempted_at END,
+        attempted_by = CASE WHEN c.claim THEN j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $%d::text
+            ELSE j.attempted_by END,`, claim, claim+1)
+	}
+	return `, a AS (
     SELECT array_agg(id) AS ids, array_agg(n) AS ns, array_agg(cancel) AS cancels,
            array_agg(cause) AS causes, array_agg(cause_state) AS cause_states,
-           array_agg(adopt_name) AS adopt_names, array_agg(adopt_part) AS adopt_parts FROM l
+           array_agg(adopt_name) AS adopt_names, array_agg(adopt_part) AS adopt_parts` + claimAgg + `
+    FROM (SELECT l.*` + claimIn + ` FROM l) l
 ), u AS (
     UPDATE jobfence_jobs j
     SET state = CASE WHEN c.cancel THEN 'cancelled'
                      WHEN j.deps_left - c.n > 0 THEN 'pending'
                      WHEN j.scheduled_at > now() THEN 'scheduled'
-                     WHEN coalesce(j.limit_name, c.adopt_name) IS NOT NULL THEN 'limited'
-                     ELSE 'available' END,
+                     WHEN coalesce(j.limit_name, c.adopt_name) IS NOT NULL THEN 'limited'` + claimState + `
+                     ELSE 'available' END,` + claimSet + `
         limit_name = CASE WHEN NOT c.cancel AND j.deps_left - c.n <= 0 AND j.scheduled_at <= now()
                           THEN coalesce(j.limit_name, c.adopt_name) ELSE j.limit_name END,
         limit_part = CASE WHEN NOT c.cancel AND j.deps_left - c.n <= 0 AND j.scheduled_at <= now() AND j.limit_name IS NULL
@@ -103,10 +131,11 @@ const releaseUpdateTail = `, a AS (
             'error', 'jobfence: dependency failed: task "' || c.cause || '" was ' || c.cause_state || '; cancelled')) END
     FROM (SELECT unnest(a.ids) AS id, unnest(a.ns) AS n, unnest(a.cancels) AS cancel,
                  unnest(a.causes) AS cause, unnest(a.cause_states) AS cause_state,
-                 unnest(a.adopt_names) AS adopt_name, unnest(a.adopt_parts) AS adopt_part FROM a) c
+                 unnest(a.adopt_names) AS adopt_name, unnest(a.adopt_parts) AS adopt_part` + claimUnnest + ` FROM a) c
     WHERE j.id = c.id AND j.state = 'pending'
-    RETURNING j.id, j.state, j.queue
+    RETURNING j.id, j.state, j.queue, j.ctid
 )`
+}
 
 // releaseClosure is the head of releaseSQL: what a release changes, and
 // its rows locked (l: each row's ID, and either the dependencies it loses
@@ -155,12 +184,14 @@ WITH RECURSIVE done AS MATERIALIZED (
 // releaseLockTail locks the dependents a release changes, given s: each
 // one's ID, and either the dependencies it loses (n) or, if cancel, the
 // task whose failure cancels it and how it ended (cause, cause_state). It
-// is l: the same rows with the limit a released one comes under (adopt).
+// is l: the same rows with the limit a released one comes under (adopt),
+// and what decides whether a release may claim them (releaseClaimStep).
 const releaseLockTail = `, l AS MATERIALIZED (
-    SELECT s.id, s.n, s.cancel, s.cause, s.cause_state, adopt.name AS adopt_name, adopt.part AS adopt_part
+    SELECT s.id, s.n, s.cancel, s.cause, s.cause_state, adopt.name AS adopt_name, adopt.part AS adopt_part,
+        j.queue, j.priority, j.deps_left, j.scheduled_at, j.limit_name AS own_limit
     FROM (SELECT * FROM s ORDER BY id OFFSET 0) s
     CROSS JOIN LATERAL (
-        SELECT j.id, j.queue, j.kind, j.args, j.limit_name FROM jobfence_jobs j
+        SELECT j.id, j.queue, j.kind, j.args, j.limit_name, j.priority, j.deps_left, j.scheduled_at FROM jobfence_jobs j
         WHERE j.id = s.id AND j.state = 'pending' FOR UPDATE OF j) j
     ` + adoptLateralSQL + `(SELECT EXISTS (SELECT FROM jobfence_limits)) AND NOT s.cancel` + adoptLateralEndSQL + `
 )`
@@ -249,6 +280,10 @@ type released struct {
 	// ready holds the queues that dependents became available in, for
 	// wakeReady.
 	ready map[string]int
+	// claim is what a release that claims (releaseClaimSQL,
+	// releaseRangeClaimSQL) replied of its claim: its fence, and the
+	// claimed jobs' IDs and row versions.
+	claim claimReply
 }
 
 // scanReleased reads a release's reply: rows of a queue that dependents
@@ -258,11 +293,20 @@ func scanReleased(rows pgx.Rows) (released, error) {
 	for rows.Next() {
 		var q *string
 		var id *int64
-		if err := rows.Scan(&q, &id, nil); err != nil {
+		dest := []any{&q, &id, nil}
+		var fence *int64
+		var ids []int64
+		var ctids []pgtype.TID
+		if len(rows.FieldDescriptions()) > len(dest) {
+			dest = append(dest, &fence, &ids, &ctids)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
 			return released{}, err
 		}
 		switch {
+		case fence != nil:
+			r.claim = claimReply{fence: fence, ids: ids, ctids: ctids}
 		case q != nil:
 			if r.ready == nil {
 				r.ready = map[string]int{}

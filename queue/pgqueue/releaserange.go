@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jobfence/jobfence/internal/txbound"
 )
@@ -41,6 +42,17 @@ const (
 	// cancel ends the wait). A range it stops stays recorded, for the
 	// next try or a worker's maintenance.
 	releaseRangeTimeout = txbound.LockWait
+	// releaseHold bounds how long a range whose releases claim for a
+	// worker (dependentsClaim) waits for a slot of the worker to come
+	// free before it is released whole, its dependents made available
+	// for any worker of the fleet.
+	releaseHold = 20 * time.Millisecond
+	// releaseClaimWindow bounds how long after its completion's commit a
+	// fan-out's ranges claim for its worker at all: past it, every range
+	// left is released whole, so that a worker that runs the fan-out's
+	// tasks more slowly than it can claim them (a slot freed every
+	// releaseHold) does not keep them from the rest of the fleet.
+	releaseClaimWindow = time.Second
 	// maxMaintainedRanges bounds the ranges one ReleaseDependents(nil)
 	// releases, so that a maintenance pass ends.
 	maxMaintainedRanges = 10_000
@@ -62,7 +74,19 @@ const DefaultReleaseChunk = 1000
 // does, with a row per queue that dependents became available in, whose
 // workers the caller wakes once the statement has committed (wakeReady),
 // and the range's task (none: nothing was left).
-const releaseRangeSQL = `
+var releaseRangeSQL = releaseRangeHead + releaseLockTail + releaseUpdateTail + releaseRangeGone + `
+SELECT w.queue, NULL::bigint, NULL::text FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') w
+UNION ALL
+SELECT NULL, task_id, NULL FROM r`
+
+// releaseRangeHead picks the range and its dependents (s) for
+// releaseRangeSQL.
+var releaseRangeHead = releaseRangeHeadTo("r.last")
+
+// releaseRangeHeadTo is releaseRangeHead for the range's entries up to
+// the one last names.
+func releaseRangeHeadTo(last string) string {
+	return `
 WITH r AS MATERIALIZED (
     SELECT x.task_id, x.first, x.last FROM jobfence_releases x
     WHERE $1::bigint[] IS NULL OR x.task_id = ANY($1::bigint[])
@@ -72,23 +96,34 @@ WITH r AS MATERIALIZED (
 ), edges AS (
     SELECT u.id FROM r
     CROSS JOIN LATERAL (SELECT p.dependents FROM jobfence_jobs p WHERE p.id = r.task_id OFFSET 0) p
-    CROSS JOIN LATERAL unnest(p.dependents[r.first:r.last]) AS u(id)
+    CROSS JOIN LATERAL unnest(p.dependents[r.first:` + last + `]) AS u(id)
 ), s AS (
     SELECT id, count(*)::int AS n, false AS cancel, NULL::text AS cause, NULL::text AS cause_state
     FROM edges GROUP BY id
-)` + releaseLockTail + releaseUpdateTail + `, gone AS (
+)`
+}
+
+// releaseRangeGone deletes the range that releaseRangeHead picked.
+const releaseRangeGone = `, gone AS (
     DELETE FROM jobfence_releases x USING r WHERE x.task_id = r.task_id AND x.first = r.first
-)
-SELECT w.queue, NULL::bigint, NULL::text FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') w
-UNION ALL
-SELECT NULL, task_id, NULL FROM r`
+)`
 
 // releaseRange releases one range of the tasks ids (nil: of any task) and
 // reports whether there was one. A client runs releaseWorkers of them at
 // once at most, whatever the completions and maintenance passes asking:
 // the rest wait their turn, and the pool keeps connections for claims and
 // outcomes.
-func (c *Client) releaseRange(ctx context.Context, ids []int64) (bool, error) {
+//
+// With dc, it first reserves up to a range's worth of slots of queue q
+// (the range's task's queue), waiting releaseHold at most for one to come
+// free, and releases as many of the range's entries as it reserved slots,
+// claiming into them what they make ready (releaseRangeClaimSQL, which
+// keeps the range's other entries recorded for the next call), then fills
+// them (fill). With no slot free after releaseHold, it releases the whole
+// range for any claim. So a worker that keeps up with a fan-out runs it
+// with one row version a task fewer, and one that does not leaves it to
+// the fleet: a range waits for it releaseHold at most at a time.
+func (c *Client) releaseRange(ctx context.Context, ids []int64, dc *dependentsClaim, q string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, releaseRangeTimeout)
 	defer cancel()
 	select {
@@ -97,17 +132,46 @@ func (c *Client) releaseRange(ctx context.Context, ids []int64) (bool, error) {
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
-	rows, err := c.pool.Query(ctx, releaseRangeSQL, ids)
-	if err != nil {
-		return false, err
+	sql, args := releaseRangeSQL, []any{ids}
+	var reserved map[string]int
+	if dc != nil && time.Now().Before(dc.until) {
+		n := dc.slots.Reserve(q, c.cfg.ReleaseChunk)
+		hold := time.Now().Add(releaseHold)
+		if dc.until.Before(hold) {
+			hold = dc.until
+		}
+		for n == 0 && ctx.Err() == nil && time.Now().Before(hold) {
+			select {
+			case <-time.After(time.Millisecond):
+			case <-ctx.Done():
+			}
+			n = dc.slots.Reserve(q, c.cfg.ReleaseChunk)
+		}
+		if n > 0 {
+			reserved = map[string]int{q: n}
+			sql, args = releaseRangeClaimSQL, []any{ids, []string{q}, []int32{int32(n)}, dc.lease.Microseconds(), dc.workerID, n}
+		}
 	}
-	r, err := scanReleased(rows)
+	sent := time.Now()
+	r, err := c.queryReleased(ctx, sql, args)
+	if dc != nil {
+		c.fill(ctx, dc.slots, dc.traces, reserved, r.claim, sent, dc.lease)
+	}
 	if err != nil {
 		return false, err
 	}
 	// The statement committed as its reply ended.
 	c.wakeReady(ctx, r.ready)
 	return len(r.more) > 0, nil
+}
+
+// queryReleased runs a release statement on its own and reads its reply.
+func (c *Client) queryReleased(ctx context.Context, sql string, args []any) (released, error) {
+	rows, err := c.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return released{}, err
+	}
+	return scanReleased(rows)
 }
 
 // ReleaseDependents releases the dependents that completed workflow tasks
@@ -121,6 +185,12 @@ func (c *Client) releaseRange(ctx context.Context, ids []int64) (bool, error) {
 // is released by one of them. With nil it releases maxMaintainedRanges at
 // most.
 func (c *Client) ReleaseDependents(ctx context.Context, ids []int64) (int, error) {
+	return c.releaseDependents(ctx, ids, nil, "")
+}
+
+// releaseDependents is ReleaseDependents, claiming as releaseRange does
+// with dc in queue q.
+func (c *Client) releaseDependents(ctx context.Context, ids []int64, dc *dependentsClaim, q string) (int, error) {
 	if ids != nil && len(ids) == 0 {
 		return 0, nil
 	}
@@ -135,7 +205,7 @@ func (c *Client) ReleaseDependents(ctx context.Context, ids []int64) (int, error
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil && (ids != nil || n.Load() < maxMaintainedRanges) {
-				ok, err := c.releaseRange(ctx, ids)
+				ok, err := c.releaseRange(ctx, ids, dc, q)
 				if err != nil {
 					mu.Lock()
 					errs = append(errs, err)
@@ -196,15 +266,21 @@ func newReleases() *releases {
 // completions of the tasks ids recorded. A failure is logged: the ranges
 // stay recorded, and a worker's maintenance releases them. After Close it
 // releases them before it returns, bounded by ctx.
-func (c *Client) releaseLater(ctx context.Context, ids []int64) {
+//
+// With dc, each task's ranges claim for the worker in the task's queue
+// (releaseRange).
+func (c *Client) releaseLater(ctx context.Context, ids []int64, dc *dependentsClaim) {
 	if len(ids) == 0 {
 		return
+	}
+	if dc != nil {
+		dc.until = time.Now().Add(releaseClaimWindow)
 	}
 	r := c.releases
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		c.releaseNow(ctx, ids)
+		c.releaseNow(ctx, ids, dc)
 		return
 	}
 	n := r.next
@@ -214,7 +290,7 @@ func (c *Client) releaseLater(ctx context.Context, ids []int64) {
 	r.mu.Unlock()
 	go func() {
 		defer r.end(n, done)
-		c.releaseNow(r.ctx, ids)
+		c.releaseNow(r.ctx, ids, dc)
 	}()
 }
 
@@ -264,11 +340,27 @@ func (c *Client) WaitReleases(ctx context.Context) error {
 	return nil
 }
 
-// releaseNow is ReleaseDependents for ids, its failure logged.
-func (c *Client) releaseNow(ctx context.Context, ids []int64) {
-	if _, err := c.ReleaseDependents(ctx, ids); err != nil {
-		c.cfg.Logger.Warn("pgqueue: releasing a workflow task's dependents failed; a worker's maintenance releases them",
-			"tasks", ids, "err", err)
+// releaseNow is ReleaseDependents for ids, its failure logged. With dc,
+// the ranges of the tasks of each queue claim there, the queues one after
+// another.
+func (c *Client) releaseNow(ctx context.Context, ids []int64, dc *dependentsClaim) {
+	byQueue := map[string][]int64{}
+	for _, id := range ids {
+		q := ""
+		if dc != nil {
+			q = dc.queues[id]
+		}
+		byQueue[q] = append(byQueue[q], id)
+	}
+	for q, ids := range byQueue {
+		claim := dc
+		if q == "" {
+			claim = nil
+		}
+		if _, err := c.releaseDependents(ctx, ids, claim, q); err != nil {
+			c.cfg.Logger.Warn("pgqueue: releasing a workflow task's dependents failed; a worker's maintenance releases them",
+				"tasks", ids, "err", err)
+		}
 	}
 }
 
