@@ -213,9 +213,16 @@ func TestFanOutLeftToTheFleet(t *testing.T) {
 	}
 	var mu sync.Mutex
 	ran := map[string]int{}
+	// The root runs on the small worker and ends only once the large one
+	// has started, however long its start takes.
+	rootRunning, largeStarted := make(chan struct{}), make(chan struct{})
 	registry := func(name string) *worker.Registry {
 		reg := worker.NewRegistry()
 		worker.Add(reg, func(ctx context.Context, job *worker.Job[effectArgs]) error {
+			if job.TaskName == "root" {
+				close(rootRunning)
+				<-largeStarted
+			}
 			time.Sleep(50 * time.Millisecond)
 			mu.Lock()
 			ran[name]++
@@ -229,9 +236,14 @@ func TestFanOutLeftToTheFleet(t *testing.T) {
 	if _, err := small.InsertWorkflow(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	testwatch.WaitFor(t, 30*time.Second, "the small worker to complete the root", func() bool { return a.Stats().Completed >= 1 })
+	select {
+	case <-rootRunning:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the small worker did not start the root in 30 s")
+	}
 	large := pgqueue.New(db.NewPool(t, 8), pgqueue.Config{Logger: quietLogger(), ReleaseChunk: chunk})
 	b := startWorker(t, large, registry("large"), worker.Config{Queues: map[string]int{"default": 50}})
+	close(largeStarted)
 	testwatch.WaitFor(t, time.Minute, "the fan-out to complete", func() bool {
 		return a.Stats().Completed+b.Stats().Completed == width+1
 	})
