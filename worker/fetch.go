@@ -63,22 +63,11 @@ func (f *queueFetch) release() {
 // (Worker.reserveNext); it reports false while the queue is paused, once
 // its fetch loops have stopped (Stop), or when no slot is free.
 func (f *queueFetch) reserve() bool {
-	f.handoff.Lock()
-	defer f.handoff.Unlock()
-	if f.handoff.closing || f.paused.wait() != nil {
-		return false
-	}
-	select {
-	case f.slots <- struct{}{}:
-		f.handoff.inFlight++
-		return true
-	default:
-		return false
-	}
+	return f.reserveUpTo(1) == 1
 }
 
-// reserveUpTo reserves up to n slots as reserve does, and returns how
-// many it reserved.
+// reserveUpTo takes up to n slots as reserve does, for jobs that a
+// backend is about to claim for this worker, and returns how many it took.
 func (f *queueFetch) reserveUpTo(n int) int {
 	f.handoff.Lock()
 	defer f.handoff.Unlock()
