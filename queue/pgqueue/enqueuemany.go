@@ -3,7 +3,6 @@ package pgqueue
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -214,9 +213,14 @@ func (pl *manyPlan) insert(ctx context.Context, tx pgx.Tx, notify bool) (int64, 
 			n += copied
 		}
 	}
+	// The partitions the inserted jobs came under, once each, found by a
+	// map: a batch over many partitions otherwise compares every job's
+	// with all those before it.
 	var lims []partition
+	seenLims := map[partition]bool{}
 	addLim := func(l *partition) {
-		if l != nil && !slices.Contains(lims, *l) {
+		if l != nil && !seenLims[*l] {
+			seenLims[*l] = true
 			lims = append(lims, *l)
 		}
 	}

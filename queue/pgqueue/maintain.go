@@ -3,7 +3,6 @@ package pgqueue
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -142,6 +141,7 @@ func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) 
 	}
 	n := 0
 	var lims []partition
+	seen := map[partition]bool{}
 	scan := func(moved pgx.Rows) error {
 		defer moved.Close()
 		for moved.Next() {
@@ -150,8 +150,9 @@ func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) 
 				return err
 			}
 			n++
-			if limName != nil && limPart != nil && !slices.Contains(lims, partition{*limName, *limPart}) {
-				lims = append(lims, partition{*limName, *limPart})
+			if p := (partition{deref(limName), deref(limPart)}); limName != nil && limPart != nil && !seen[p] {
+				seen[p] = true
+				lims = append(lims, p)
 			}
 		}
 		return moved.Err()
