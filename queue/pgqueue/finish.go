@@ -142,8 +142,8 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 // that the applied outcomes of fs marked ClaimNext freed: one at most per
 // such Finish, in the partition it names, only into a slot this call's
 // own outcomes freed (a stale outcome, a zombie's, frees none and claims
-// nothing), never from a paused queue or a workflow task, and
-// finishClaimJobs at most. As a claim's, the batch's reply holds the rows
+// nothing), never from a paused queue, and finishClaimJobs at most over
+// these and the dependents below. As a claim's, the batch's reply holds the rows
 // of a few of them (claimInlineJobs, claimInlineBytes) and the IDs of the
 // rest, whose rows are read after the batch commits (claimedJobs).
 // The jobs come back running, fenced (a fence drawn after their rows are
@@ -210,37 +210,38 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 		}
 		sql, args = finishSQL, []any{ids, fences, outcomes, delays, errs, outputs, traces}
 	}
-	var (
-		applied map[queue.Lease]bool
-		lims    []partition
-		claimed []*queue.Job
-		err     error
-	)
-	if held := heldPartitions(sorted); len(held) > 0 && len(tasks) == 0 {
-		// The grant goes out with the outcomes (finishAndGrant), in the
-		// partitions the claim gave; those the outcomes returned beside
-		// them are granted after.
-		var fg finishGrant
-		fg, err = c.finishAndGrant(ctx, sql, args, nil, held, claimCaps(sorted, p), nil)
-		applied, claimed = fg.applied, fg.claimed
-		lims = append(without(fg.lims, held), fg.declined...)
+	// The grant goes out with the outcomes (finishAndGrant), in the
+	// partitions the claim gave, unless a workflow task's discard or
+	// cancel among them needs the release's passes (finishBatch); the
+	// partitions the outcomes returned beside them are granted after.
+	held := heldPartitions(sorted)
+	var caps *concClaim
+	grantIn := len(held) > 0 && (len(tasks) == 0 || onlyCompletions)
+	if grantIn {
+		caps = claimCaps(sorted, p)
+	}
+	// With Slots, the completed tasks' releases claim the dependents
+	// they make ready for the caller (see releaseClaimSQL), within what
+	// the grant's claims leave of the batch's bound.
+	var dc *dependentsClaim
+	if len(tasks) > 0 {
+		dc = c.reserveDependents(sorted, p, !onlyCompletions, finishClaimJobs-caps.total())
+	}
+	sent := time.Now()
+	var fg finishGrant
+	var err error
+	if grantIn {
+		fg, err = c.finishAndGrant(ctx, sql, args, tasks, held, caps, dc)
+		fg.lims = append(without(fg.lims, held), fg.declined...)
 	} else {
-		// With Slots, the completed tasks' releases claim the dependents
-		// they make ready for the caller (see releaseClaimSQL).
-		var dc *dependentsClaim
-		if len(tasks) > 0 {
-			dc = c.reserveDependents(sorted, p, !onlyCompletions)
-		}
-		sent := time.Now()
-		var fb finishGrant
-		fb, err = c.finishBatch(ctx, sql, args, tasks, dc)
-		applied, lims = fb.applied, fb.lims
-		if dc != nil {
-			c.fill(ctx, dc.slots, dc.traces, dc.reserved, fb.released, sent, dc.lease)
-		}
-		if err == nil {
-			c.releaseLater(ctx, fb.more, dc)
-		}
+		fg, err = c.finishBatch(ctx, sql, args, tasks, dc)
+	}
+	applied, lims, claimed := fg.applied, fg.lims, fg.claimed
+	if dc != nil {
+		c.fill(ctx, dc.slots, dc.traces, dc.reserved, fg.released, sent, dc.lease)
+	}
+	if err == nil {
+		c.releaseLater(ctx, fg.more, dc)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("pgqueue: finish %d jobs: %w", len(fs), err)

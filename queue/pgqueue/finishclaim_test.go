@@ -305,3 +305,48 @@ func frozenFinishClaim(t *testing.T, db *pgtest.DB, running []*queue.Job, lease 
 	}()
 	return fz, fz.Frozen(t, freezeWithin), done
 }
+
+// TestFinishClaimsLimitedTasks: a batch that completes a workflow task
+// under a concurrency limit and a plain job under another claims, in its
+// round trip, the next job of each limit: the workflow's next task and
+// the plain job's successor, running under a fence newer than the batch's
+// jobs', their attempt counted. Before, a batch with a task in it granted
+// after its commit and claimed nothing.
+func TestFinishClaimsLimitedTasks(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	setLimit(t, c, pgqueue.Limit{Name: "lt", Queue: "lt", Concurrency: 1})
+	setLimit(t, c, pgqueue.Limit{Name: "lp", Queue: "lp", Concurrency: 1})
+	if _, err := c.InsertWorkflow(ctx, queue.WorkflowParams{Name: "limited", Tasks: []queue.WorkflowTask{task("a", "lt"), task("b", "lt")}}); err != nil {
+		t.Fatal(err)
+	}
+	plain := enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: "lp"}, 2)
+	if _, err := c.GrantWaiting(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	running := append(claim(t, c, "lt", 10, time.Minute), claim(t, c, "lp", 10, time.Minute)...)
+	if len(running) != 2 || running[0].TaskName != "a" || running[1].ID != plain[0] {
+		t.Fatalf("claimed %v, want task a and the first plain job", running)
+	}
+	fs := make([]queue.Finish, len(running))
+	var fence int64
+	for i, j := range running {
+		fs[i] = queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeComplete, Workflow: j.WorkflowID != "",
+			Limit: j.Limit, LimitPartition: j.LimitPartition, ClaimNext: true, Queue: j.Queue}
+		fence = max(fence, j.Fence)
+	}
+	stale, next, err := c.FinishClaim(ctx, fs, queue.FinishClaimParams{Lease: time.Minute, WorkerID: "w"})
+	if err != nil || len(stale) > 0 {
+		t.Fatalf("FinishClaim = %v stale, %v", stale, err)
+	}
+	got := map[string]bool{}
+	for _, j := range next {
+		if j.State != queue.StateRunning || j.Attempt != 1 || j.Fence <= fence {
+			t.Fatalf("claimed %+v, want running, attempt 1, a fence past %d", j, fence)
+		}
+		got[j.TaskName+fmt.Sprint(j.ID == plain[1])] = true
+	}
+	if len(next) != 2 || !got["bfalse"] || !got["true"] {
+		t.Fatalf("the batch claimed %v, want task b and the second plain job", next)
+	}
+}

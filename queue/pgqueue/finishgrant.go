@@ -170,7 +170,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	}
 	// The outcomes and the claims are committed: a failed read of the
 	// claimed jobs fails neither (see claimedJobs).
-	claimed, rerr := c.claimedJobs(ctx, claims)
+	claimed, rerr := c.claimedJobs(ctx, claims, claim != nil && claim.traces)
 	if rerr != nil {
 		c.cfg.Logger.Warn("pgqueue: reading the jobs that outcomes claimed failed; they are rescued when their lease expires", "err", rerr)
 	}
@@ -191,6 +191,18 @@ type finishGrant struct {
 	// released is what the tasks' release claimed (releaseClaimSQL), for
 	// the slots reserved (fill).
 	released claimReply
+}
+
+// total is how many jobs claim asks for over the batch (0 for nil).
+func (claim *concClaim) total() int {
+	if claim == nil {
+		return 0
+	}
+	n := 0
+	for _, k := range claim.caps {
+		n += k
+	}
+	return n
 }
 
 // finishClaimJobs bounds the jobs a batch of outcomes claims: as many as
@@ -219,7 +231,7 @@ func claimCaps(fs []queue.Finish, p *queue.FinishClaimParams) *concClaim {
 	if len(caps) == 0 {
 		return nil
 	}
-	return &concClaim{caps: caps, lease: p.Lease, workerID: p.WorkerID}
+	return &concClaim{caps: caps, lease: p.Lease, workerID: p.WorkerID, traces: p.DependencyTraces}
 }
 
 // without returns the partitions of ps that are not in drop.

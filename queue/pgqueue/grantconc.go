@@ -29,8 +29,9 @@ import (
 // outcomes up to $4[i] of the jobs granted in partition i (FinishClaim):
 // only jobs paired with a slot whose holder row this transaction wrote
 // (its xmin is ours: an outcome of this Finish applied and freed it; a
-// zombie's stale outcome writes nothing), not of a paused queue, and not
-// a workflow task (its dependencies' traces are read by claimedSQL). Its
+// zombie's stale outcome writes nothing), and not of a paused queue. A
+// workflow task's row never comes inline: claimedSQL reads it, with its
+// dependencies' traces. Its
 // claim replies as claimSQL's does: a row of the fence and the claimed
 // jobs' IDs and row versions, and the rows of the first $8 claimed jobs
 // whose rows come to at most $7 bytes (claimRowBytes), so that the reply
@@ -93,12 +94,12 @@ WITH fr AS MATERIALIZED (
     WHERE s.ctid = ANY (ARRAY(SELECT ctid FROM lc))
     RETURNING s.job_id, s.slot
 ), cl AS MATERIALIZED (
-    SELECT c.id, c.n <= $8 AND c.bytes <= $7 AS inline FROM (
-        SELECT j.id, lc.cap, row_number() OVER (PARTITION BY lc.name, lc.pt ORDER BY j.id) AS rn,
+    SELECT c.id, c.n <= $8 AND c.bytes <= $7 AND c.plain AS inline FROM (
+        SELECT j.id, lc.cap, j.depends_on IS NULL AS plain, row_number() OVER (PARTITION BY lc.name, lc.pt ORDER BY j.id) AS rn,
             row_number() OVER (ORDER BY j.id) AS n,
             sum(` + claimRowBytes + `) OVER (ORDER BY j.id) AS bytes
         FROM lc JOIN jobfence_jobs j ON j.id = lc.id
-        WHERE lc.mine AND lc.id IN (SELECT job_id FROM uc) AND j.depends_on IS NULL
+        WHERE lc.mine AND lc.id IN (SELECT job_id FROM uc)
           AND NOT EXISTS (SELECT FROM jobfence_queues q WHERE q.name = j.queue AND q.paused_at IS NOT NULL)
     ) c
     WHERE c.rn <= c.cap
@@ -203,6 +204,9 @@ type concClaim struct {
 	caps     map[partition]int
 	lease    time.Duration
 	workerID string
+	// traces asks for the claimed workflow tasks' dependencies' traces
+	// (queue.FinishClaimParams.DependencyTraces).
+	traces bool
 }
 
 // queueConcGrant queues grantConcurrencySQL for each chunk, claiming what
@@ -311,7 +315,7 @@ func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int
 // as many jobs as its outcomes freed slots for. If a read fails, the jobs
 // it would have returned are leased all the same: they are rescued when
 // the lease expires, as the jobs of a claimer that died.
-func (c *Client) claimedJobs(ctx context.Context, claims []claimReply) ([]*queue.Job, error) {
+func (c *Client) claimedJobs(ctx context.Context, claims []claimReply, traces bool) ([]*queue.Job, error) {
 	var jobs []*queue.Job
 	var conn *pgxpool.Conn
 	defer func() {
@@ -329,7 +333,7 @@ func (c *Client) claimedJobs(ctx context.Context, claims []claimReply) ([]*queue
 				}
 			}
 			var err error
-			if byID, err = readClaimed(ctx, conn, *r.fence, r.ids, r.ctids, false); err != nil {
+			if byID, err = readClaimed(ctx, conn, *r.fence, r.ids, r.ctids, traces); err != nil {
 				return jobs, err
 			}
 		}

@@ -124,9 +124,10 @@ type dependentsClaim struct {
 // each completed task's queue, a slot for each dependent of a task that
 // has several (up to a release's chunk each), and one for all the tasks
 // that have one: a fan-in's dependencies each have the same one, and a
-// batch of them makes it ready once at most. finishClaimJobs bounds the
-// slots reserved over the batch, and so the claim's summary row.
-func (c *Client) reserveDependents(fs []queue.Finish, p *queue.FinishClaimParams, cascade bool) *dependentsClaim {
+// batch of them makes it ready once at most. budget (what the batch's
+// grants leave of finishClaimJobs) bounds the slots reserved over the
+// batch, and so the claim's summary row.
+func (c *Client) reserveDependents(fs []queue.Finish, p *queue.FinishClaimParams, cascade bool, budget int) *dependentsClaim {
 	if p == nil || p.Slots == nil {
 		return nil
 	}
@@ -150,7 +151,7 @@ func (c *Client) reserveDependents(fs []queue.Finish, p *queue.FinishClaimParams
 	for q := range single {
 		want[q]++
 	}
-	left := finishClaimJobs
+	left := max(budget, 0)
 	for q, n := range want {
 		if left == 0 {
 			break
