@@ -254,3 +254,71 @@ func TestFanOutLeftToTheFleet(t *testing.T) {
 	}
 	t.Logf("the worker with room ran %d tasks, the one that completed the root %d", ran["large"], ran["small"])
 }
+
+// TestFanOutUnderALimit: a fan-out whose tasks a concurrency limit of 2
+// governs runs through a worker with room for 20: every task runs once,
+// never more than 2 at a time, the fan-in last, and the tasks after the
+// first go from one outcome's round trip to the next (claimed by the
+// outcomes that free their slots, ClaimInfo.Finish).
+func TestFanOutUnderALimit(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	const width, limit = 40, 2
+	c := pgqueue.New(db.NewPool(t, 8), pgqueue.Config{Logger: quietLogger()})
+	if err := c.SetLimit(ctx, pgqueue.Limit{Name: "wl", Queue: "wl", Concurrency: limit}); err != nil {
+		t.Fatal(err)
+	}
+	p := queue.WorkflowParams{Name: "limited", Tasks: []queue.WorkflowTask{{Name: "root", Params: queue.EnqueueParams{Kind: "effect", Queue: "wl", Args: []byte(`{}`)}}}}
+	names := make([]string, width)
+	for i := range names {
+		names[i] = fmt.Sprintf("task-%d", i)
+		p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: names[i], DependsOn: []string{"root"},
+			Params: queue.EnqueueParams{Kind: "effect", Queue: "wl", Args: []byte(`{}`)}})
+	}
+	p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: "sum", DependsOn: names, Params: queue.EnqueueParams{Kind: "effect", Queue: "wl", Args: []byte(`{}`)}})
+	if _, err := c.InsertWorkflow(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	runs := map[string]int{}
+	var now, most int
+	var sumAfter int
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[effectArgs]) error {
+		mu.Lock()
+		now++
+		most = max(most, now)
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		now--
+		runs[job.TaskName]++
+		if job.TaskName == "sum" {
+			sumAfter = len(runs) - 1
+		}
+		return nil
+	})
+	var byOutcomes atomic.Int64
+	w := startWorker(t, c, reg, worker.Config{Queues: map[string]int{"wl": 20}, Hooks: worker.Hooks{
+		Claim: func(ctx context.Context, ci worker.ClaimInfo) {
+			if ci.Finish {
+				byOutcomes.Add(int64(ci.Jobs))
+			}
+		}}})
+	testwatch.WaitFor(t, time.Minute, "the workflow to complete", func() bool { return w.Stats().Completed == width+2 })
+	mu.Lock()
+	defer mu.Unlock()
+	for name, n := range runs {
+		if n != 1 {
+			t.Fatalf("task %s ran %d times", name, n)
+		}
+	}
+	if len(runs) != width+2 || sumAfter != width+1 || most > limit {
+		t.Fatalf("%d tasks ran, the fan-in after %d, at most %d at once; want %d, after %d, at most %d", len(runs), sumAfter, most, width+2, width+1, limit)
+	}
+	if byOutcomes.Load() == 0 {
+		t.Fatal("no task was claimed by the outcome that freed its slot")
+	}
+	t.Logf("%d of %d tasks claimed by outcomes", byOutcomes.Load(), width+1)
+}
