@@ -124,16 +124,41 @@ func TestStopWaitsForTheReleasesItStarted(t *testing.T) {
 // width tasks (queue "fan") depend on, every task of kind kind.
 func insertFan(t *testing.T, c *pgqueue.Client, kind string, width int) queue.WorkflowResult {
 	t.Helper()
-	p := queue.WorkflowParams{Name: "fan", Tasks: []queue.WorkflowTask{{Name: "root", Params: queue.EnqueueParams{Kind: kind, Queue: "root", Args: []byte(`{}`)}}}}
-	for i := range width {
-		p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: fmt.Sprintf("task-%d", i), DependsOn: []string{"root"},
-			Params: queue.EnqueueParams{Kind: kind, Queue: "fan", Args: []byte(`{}`)}})
-	}
-	res, err := c.InsertWorkflow(context.Background(), p)
+	res, err := c.InsertWorkflow(context.Background(), fanOut(kind, "root", "fan", width, false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return res
+}
+
+// fanOut is a workflow of a task "root" of queue rootQ, width tasks of
+// queue fanQ that depend on it, and, with sum, a task "sum" of rootQ that
+// depends on all of them, every one of kind kind ("" queues: the default).
+func fanOut(kind, rootQ, fanQ string, width int, sum bool) queue.WorkflowParams {
+	params := func(q string) queue.EnqueueParams {
+		return queue.EnqueueParams{Kind: kind, Queue: q, Args: []byte(`{}`)}
+	}
+	p := queue.WorkflowParams{Name: "fan", Tasks: []queue.WorkflowTask{{Name: "root", Params: params(rootQ)}}}
+	names := make([]string, width)
+	for i := range names {
+		names[i] = fmt.Sprintf("task-%d", i)
+		p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: names[i], DependsOn: []string{"root"}, Params: params(fanQ)})
+	}
+	if sum {
+		p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: "sum", DependsOn: names, Params: params(rootQ)})
+	}
+	return p
+}
+
+// finishClaims returns hooks that count the jobs that outcomes claimed
+// (ClaimInfo.Finish), and the count.
+func finishClaims() (worker.Hooks, *atomic.Int64) {
+	var n atomic.Int64
+	return worker.Hooks{Claim: func(ctx context.Context, ci worker.ClaimInfo) {
+		if ci.Finish {
+			n.Add(int64(ci.Jobs))
+		}
+	}}, &n
 }
 
 // TestFanOutRunsInTheSlotsItsRootFreed: a worker that completes a
@@ -146,14 +171,7 @@ func TestFanOutRunsInTheSlotsItsRootFreed(t *testing.T) {
 	ctx := context.Background()
 	const chunk, width = 20, 300
 	c := pgqueue.New(db.NewPool(t, 8), pgqueue.Config{Logger: quietLogger(), ReleaseChunk: chunk})
-	p := queue.WorkflowParams{Name: "fan", Tasks: []queue.WorkflowTask{{Name: "root", Params: queue.EnqueueParams{Kind: "effect", Args: []byte(`{}`)}}}}
-	names := make([]string, width)
-	for i := range names {
-		names[i] = fmt.Sprintf("task-%d", i)
-		p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: names[i], DependsOn: []string{"root"},
-			Params: queue.EnqueueParams{Kind: "effect", Args: []byte(`{}`)}})
-	}
-	p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: "sum", DependsOn: names, Params: queue.EnqueueParams{Kind: "effect", Args: []byte(`{}`)}})
+	p := fanOut("effect", "", "", width, true)
 	res, err := c.InsertWorkflow(ctx, p)
 	if err != nil {
 		t.Fatal(err)
@@ -172,13 +190,8 @@ func TestFanOutRunsInTheSlotsItsRootFreed(t *testing.T) {
 		}
 		return nil
 	})
-	var byOutcomes atomic.Int64
-	w := startWorker(t, c, reg, worker.Config{Queues: map[string]int{"default": 50}, Hooks: worker.Hooks{
-		Claim: func(ctx context.Context, ci worker.ClaimInfo) {
-			if ci.Finish {
-				byOutcomes.Add(int64(ci.Jobs))
-			}
-		}}})
+	hooks, byOutcomes := finishClaims()
+	w := startWorker(t, c, reg, worker.Config{Queues: map[string]int{"default": 50}, Hooks: hooks})
 	testwatch.WaitFor(t, time.Minute, "the workflow to complete", func() bool {
 		return w.Stats().Completed == width+2
 	})
@@ -206,11 +219,7 @@ func TestFanOutLeftToTheFleet(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	const chunk, width = 10, 200
-	p := queue.WorkflowParams{Name: "fan", Tasks: []queue.WorkflowTask{{Name: "root", Params: queue.EnqueueParams{Kind: "effect", Args: []byte(`{}`)}}}}
-	for i := range width {
-		p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: fmt.Sprintf("task-%d", i), DependsOn: []string{"root"},
-			Params: queue.EnqueueParams{Kind: "effect", Args: []byte(`{}`)}})
-	}
+	p := fanOut("effect", "", "", width, false)
 	var mu sync.Mutex
 	ran := map[string]int{}
 	// The root runs on the small worker and ends only once the large one
@@ -268,14 +277,7 @@ func TestFanOutUnderALimit(t *testing.T) {
 	if err := c.SetLimit(ctx, pgqueue.Limit{Name: "wl", Queue: "wl", Concurrency: limit}); err != nil {
 		t.Fatal(err)
 	}
-	p := queue.WorkflowParams{Name: "limited", Tasks: []queue.WorkflowTask{{Name: "root", Params: queue.EnqueueParams{Kind: "effect", Queue: "wl", Args: []byte(`{}`)}}}}
-	names := make([]string, width)
-	for i := range names {
-		names[i] = fmt.Sprintf("task-%d", i)
-		p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: names[i], DependsOn: []string{"root"},
-			Params: queue.EnqueueParams{Kind: "effect", Queue: "wl", Args: []byte(`{}`)}})
-	}
-	p.Tasks = append(p.Tasks, queue.WorkflowTask{Name: "sum", DependsOn: names, Params: queue.EnqueueParams{Kind: "effect", Queue: "wl", Args: []byte(`{}`)}})
+	p := fanOut("effect", "wl", "wl", width, true)
 	if _, err := c.InsertWorkflow(ctx, p); err != nil {
 		t.Fatal(err)
 	}
@@ -299,13 +301,8 @@ func TestFanOutUnderALimit(t *testing.T) {
 		}
 		return nil
 	})
-	var byOutcomes atomic.Int64
-	w := startWorker(t, c, reg, worker.Config{Queues: map[string]int{"wl": 20}, Hooks: worker.Hooks{
-		Claim: func(ctx context.Context, ci worker.ClaimInfo) {
-			if ci.Finish {
-				byOutcomes.Add(int64(ci.Jobs))
-			}
-		}}})
+	hooks, byOutcomes := finishClaims()
+	w := startWorker(t, c, reg, worker.Config{Queues: map[string]int{"wl": 20}, Hooks: hooks})
 	testwatch.WaitFor(t, time.Minute, "the workflow to complete", func() bool { return w.Stats().Completed == width+2 })
 	mu.Lock()
 	defer mu.Unlock()
