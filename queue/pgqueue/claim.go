@@ -366,21 +366,10 @@ func (c *Client) claim(ctx context.Context, q string, turn int, traces bool, arg
 	if reply.fence == nil || len(reply.ids) == 0 {
 		return nil, time.Since(began), nil
 	}
-	byID := reply.jobs
-	if len(byID) < len(reply.ids) {
-		// From here the jobs are ours, leased: if a read fails, they are
-		// rescued when the lease expires, as the jobs of a claimer that
-		// died.
-		if byID, err = readClaimed(ctx, conn, *reply.fence, reply.ids, reply.ctids, traces); err != nil {
-			return fail(err)
-		}
-	}
-	// In the claim's order, which the reply's arrays keep.
-	jobs = make([]*queue.Job, 0, len(byID))
-	for _, id := range reply.ids {
-		if j := byID[id]; j != nil {
-			jobs = append(jobs, j)
-		}
+	// From here the jobs are ours, leased: if a read fails, they are
+	// rescued when the lease expires, as the jobs of a claimer that died.
+	if jobs, err = reply.jobsVia(ctx, conn, traces); err != nil {
+		return fail(err)
 	}
 	return jobs, time.Since(began), nil
 }
@@ -393,6 +382,28 @@ type claimReply struct {
 	ids   []int64
 	ctids []pgtype.TID
 	jobs  map[int64]*queue.Job
+}
+
+// jobsVia returns the claim's jobs in its order, which the reply's arrays
+// keep: their rows as the reply held them, or, when it held fewer than
+// the claim took, all of them read after the commit through conn
+// (readClaimed), with their dependencies' traces if traces. conn is not
+// used when the reply held every row.
+func (r *claimReply) jobsVia(ctx context.Context, conn *pgxpool.Conn, traces bool) ([]*queue.Job, error) {
+	byID := r.jobs
+	if len(byID) < len(r.ids) {
+		var err error
+		if byID, err = readClaimed(ctx, conn, *r.fence, r.ids, r.ctids, traces); err != nil {
+			return nil, err
+		}
+	}
+	jobs := make([]*queue.Job, 0, len(r.ids))
+	for _, id := range r.ids {
+		if j := byID[id]; j != nil {
+			jobs = append(jobs, j)
+		}
+	}
+	return jobs, nil
 }
 
 // read reads claimSQL's rows: the summary row is the one without a job

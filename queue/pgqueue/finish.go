@@ -238,7 +238,7 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 	}
 	applied, lims, claimed := fg.applied, fg.lims, fg.claimed
 	if dc != nil {
-		c.fill(ctx, dc.slots, dc.traces, dc.reserved, fg.released, sent, dc.lease)
+		c.fill(ctx, dc, dc.reserved, fg.released, sent)
 	}
 	if err == nil {
 		c.releaseLater(ctx, fg.more, dc)

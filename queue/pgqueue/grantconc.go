@@ -306,10 +306,10 @@ func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int
 	return claims, declined, nil
 }
 
-// claimedJobs returns the jobs of the claims that a batch of outcomes made
-// (readConcGrant): those whose rows came inline, and the others read
-// after the batch committed, by their row versions, as a claim's are
-// (readClaimed). Past the inline reply's bound the rows are read rather
+// claimedJobs returns the jobs of the claims that a batch of outcomes or a
+// release made (readConcGrant, scanReleased): those whose rows came
+// inline, and the others read after the batch committed, by their row
+// versions, as a claim's are (claimReply.jobsVia). Past the inline reply's bound the rows are read rather
 // than sent before the commit, so that a silent client's batch still
 // commits (the reply fits in the sockets' buffers) while the batch claims
 // as many jobs as its outcomes freed slots for. If a read fails, the jobs
@@ -324,24 +324,17 @@ func (c *Client) claimedJobs(ctx context.Context, claims []claimReply, traces bo
 		}
 	}()
 	for _, r := range claims {
-		byID := r.jobs
-		if len(byID) < len(r.ids) {
-			if conn == nil {
-				var err error
-				if conn, err = c.pool.Acquire(ctx); err != nil {
-					return jobs, err
-				}
-			}
+		if conn == nil && len(r.jobs) < len(r.ids) {
 			var err error
-			if byID, err = readClaimed(ctx, conn, *r.fence, r.ids, r.ctids, traces); err != nil {
+			if conn, err = c.pool.Acquire(ctx); err != nil {
 				return jobs, err
 			}
 		}
-		for _, id := range r.ids {
-			if j := byID[id]; j != nil {
-				jobs = append(jobs, j)
-			}
+		js, err := r.jobsVia(ctx, conn, traces)
+		if err != nil {
+			return jobs, err
 		}
+		jobs = append(jobs, js...)
 	}
 	return jobs, nil
 }

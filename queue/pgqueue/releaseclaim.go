@@ -177,19 +177,19 @@ func claimCapsArgs(reserved map[string]int) (queues []string, caps []int32) {
 	return queues, caps
 }
 
-// fill hands the worker the jobs that a release claimed into the slots
+// fill hands dc's worker the jobs that a release claimed into the slots
 // reserved (reply, from a statement sent at sent), and frees the slots
 // they did not fill: once for each reservation, whatever happened, with
 // no jobs when the release failed or claimed none. The rows are read
 // after the commit; if the read fails, the jobs stay leased and are
 // rescued when the lease expires, as a claim's are.
-func (c *Client) fill(ctx context.Context, slots queue.Slots, traces bool, reserved map[string]int, reply claimReply, sent time.Time, lease time.Duration) {
+func (c *Client) fill(ctx context.Context, dc *dependentsClaim, reserved map[string]int, reply claimReply, sent time.Time) {
 	if len(reserved) == 0 {
 		return
 	}
 	var byQueue map[string][]*queue.Job
 	if reply.fence != nil && len(reply.ids) > 0 {
-		jobs, err := c.readClaimedJobs(ctx, reply, traces)
+		jobs, err := c.claimedJobs(ctx, []claimReply{reply}, dc.traces)
 		if err != nil {
 			c.cfg.Logger.Warn("pgqueue: reading the dependents a release claimed failed; they are rescued when their lease expires",
 				"jobs", len(reply.ids), "err", err)
@@ -200,26 +200,6 @@ func (c *Client) fill(ctx context.Context, slots queue.Slots, traces bool, reser
 		}
 	}
 	for q, n := range reserved {
-		slots.Fill(q, n, byQueue[q], sent.Add(lease))
+		dc.slots.Fill(q, n, byQueue[q], sent.Add(dc.lease))
 	}
-}
-
-// readClaimedJobs reads the jobs of a claim's reply, in its order.
-func (c *Client) readClaimedJobs(ctx context.Context, r claimReply, traces bool) ([]*queue.Job, error) {
-	conn, err := c.pool.Acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Release()
-	byID, err := readClaimed(ctx, conn, *r.fence, r.ids, r.ctids, traces)
-	if err != nil {
-		return nil, err
-	}
-	jobs := make([]*queue.Job, 0, len(byID))
-	for _, id := range r.ids {
-		if j := byID[id]; j != nil {
-			jobs = append(jobs, j)
-		}
-	}
-	return jobs, nil
 }

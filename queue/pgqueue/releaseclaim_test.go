@@ -226,9 +226,10 @@ func countState(states map[string]queue.State, s queue.State) int {
 // dependents one by one for a second at most after its completion; the
 // ranges left then are released whole, for the fleet.
 func TestRangesLeaveASlowWorker(t *testing.T) {
-	// 590 entries in ranges, one every 10 ms for each of the client's
-	// releaseWorkers (4): about 1.5 s. The completion's own release claims
-	// one dependent of its first rangeChunk and makes the others available.
+	// Enough entries in ranges that, a slot every 10 ms for each of the
+	// client's releaseWorkers, they outlast the window. The completion's
+	// own release claims one dependent of its first rangeChunk and makes
+	// the others available.
 	const width = 600
 	c, db, id, root := releaseClaimFanOutOf(t, 1, width)
 	slots := &roomSlots{free: map[string]int{"fan": width}, every: 10 * time.Millisecond}

@@ -155,7 +155,7 @@ func (c *Client) releaseRange(ctx context.Context, ids []int64, dc *dependentsCl
 	sent := time.Now()
 	r, err := c.queryReleased(ctx, sql, args)
 	if dc != nil {
-		c.fill(ctx, dc.slots, dc.traces, reserved, r.claim, sent, dc.lease)
+		c.fill(ctx, dc, reserved, r.claim, sent)
 	}
 	if err != nil {
 		return false, err
