@@ -48,6 +48,7 @@ const WakeSQL = wakeSQL
 var (
 	GrantSQL            = grantSQL
 	GrantConcurrencySQL = grantConcurrencySQL
+	HandOverSQL         = handOverSQL
 	EnsureSlotsSQL      = ensureSlotsSQL
 )
 

@@ -231,7 +231,7 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 	var fg finishGrant
 	var err error
 	if grantIn {
-		fg, err = c.finishAndGrant(ctx, sql, args, tasks, held, caps, dc)
+		fg, err = c.finishAndGrant(ctx, sql, args, tasks, limitedIDs(sorted), held, caps, dc)
 		fg.lims = append(without(fg.lims, held), fg.declined...)
 	} else {
 		fg, err = c.finishBatch(ctx, sql, args, tasks, dc)
@@ -290,7 +290,7 @@ func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks 
 	if sql == completeSQL {
 		// Completions cascade nothing: the release goes in their round
 		// trip, as a grant does (finishAndGrant, with no partition).
-		return c.finishAndGrant(ctx, sql, args, tasks, nil, nil, dc)
+		return c.finishAndGrant(ctx, sql, args, tasks, nil, nil, nil, dc)
 	}
 	var r released
 	err := c.boundedTx(ctx, func(tx pgx.Tx) error {

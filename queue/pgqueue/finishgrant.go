@@ -86,7 +86,7 @@ func heldPartitions(fs []queue.Finish) []partition {
 // the applied outcomes freed a slot of, held or not, the held partitions
 // that grantConcurrencySQL found it could not serve (the caller grants
 // both after), and the jobs it claimed.
-func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tasks []int64, held []partition, claim *concClaim, dc *dependentsClaim) (finishGrant, error) {
+func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tasks, limited []int64, held []partition, claim *concClaim, dc *dependentsClaim) (finishGrant, error) {
 	applied := make(map[queue.Lease]bool, len(args[0].([]int64)))
 	var lims []partition
 	g := c.planGrant(held, false)
@@ -104,7 +104,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	}
 	if len(g.conc) > 0 {
 		b.Queue(genericPlanSQL)
-		queueConcGrant(&b, g.conc, claim)
+		queueHandOver(&b, slices.Concat(g.conc...), limited, claim)
 	}
 	b.Queue("COMMIT")
 	if len(g.full) > 0 {
@@ -113,7 +113,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	}
 	br := c.pool.SendBatch(ctx, &b)
 	granted := map[string]int{}
-	var declined []partition
+	var declined, again []partition
 	var claims []claimReply
 	var more []int64
 	var releasedClaim claimReply
@@ -143,7 +143,11 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	}
 	if err == nil && len(g.conc) > 0 {
 		if _, err = br.Exec(); err == nil {
-			claims, declined, err = readConcGrant(br, g.conc, granted)
+			var claim claimReply
+			claim, declined, again, err = readGrantReply(br, granted)
+			if claim.fence != nil {
+				claims = append(claims, claim)
+			}
 		}
 	}
 	if err == nil {
@@ -174,7 +178,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	if rerr != nil {
 		c.cfg.Logger.Warn("pgqueue: reading the jobs that outcomes claimed failed; they are rescued when their lease expires", "err", rerr)
 	}
-	return finishGrant{applied: applied, lims: lims, declined: declined, claimed: claimed, more: more, released: releasedClaim}, nil
+	return finishGrant{applied: applied, lims: lims, declined: append(declined, again...), claimed: claimed, more: more, released: releasedClaim}, nil
 }
 
 // finishGrant is what finishAndGrant returns: the leases applied, every
@@ -268,4 +272,16 @@ func scanFinished(rows pgx.Rows, applied map[queue.Lease]bool, lims *[]partition
 		}
 	}
 	return rows.Err()
+}
+
+// limitedIDs returns the IDs of the jobs of fs that held a limit's slot
+// when they were claimed (queue.Finish.Limit).
+func limitedIDs(fs []queue.Finish) []int64 {
+	var ids []int64
+	for _, f := range fs {
+		if f.Limit != "" {
+			ids = append(ids, f.ID)
+		}
+	}
+	return ids
 }

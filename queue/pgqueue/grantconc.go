@@ -254,56 +254,69 @@ func queueConcGrant(b *pgx.Batch, chunks [][]partition, claim *concClaim) {
 // grantSQL must.
 func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int) (claims []claimReply, declined []partition, err error) {
 	for range chunks {
-		rows, err := br.Query()
+		claim, d, _, err := readGrantReply(br, out)
 		if err != nil {
 			return nil, nil, err
 		}
-		var claim claimReply
-		summary := make([]any, claimJobColumns, claimJobColumns+6)
-		var name, part *string
-		var n *int
-		var fence *int64
-		var ids []int64
-		var ctids []pgtype.TID
-		summary = append(summary, &name, &part, &n, &fence, &ids, &ctids)
-		for rows.Next() {
-			if rows.RawValues()[0] != nil {
-				var j *queue.Job
-				if j, err = scanJob(rows, nil, nil, nil, nil, nil, nil); err != nil {
-					break
-				}
-				if claim.jobs == nil {
-					claim.jobs = make(map[int64]*queue.Job)
-				}
-				claim.jobs[j.ID] = j
-				continue
-			}
-			if err = rows.Scan(summary...); err != nil {
-				break
-			}
-			// Each summary row sets one of these; whatever its place
-			// among the others, whose scans set it to nil.
-			switch {
-			case fence != nil:
-				claim.fence, claim.ids, claim.ctids = fence, ids, ctids
-			case part != nil:
-				declined = append(declined, partition{deref(name), *part})
-			case n != nil:
-				out[deref(name)] += *n
-			}
-		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-		if err != nil {
-			return nil, nil, err
-		}
+		declined = append(declined, d...)
 		if claim.fence != nil {
 			claims = append(claims, claim)
 		}
 	}
 	return claims, declined, nil
+}
+
+// readGrantReply reads the reply of one grantConcurrencySQL or
+// handOverSQL statement, adding the jobs made available per queue to out:
+// what it claimed (a nil fence if nothing), the partitions it did not
+// serve because their limit is not a plain concurrency cap (declined, for
+// grantSQL), and those of a plain one it left to the general grant
+// (again, handOverSQL's only).
+func readGrantReply(br pgx.BatchResults, out map[string]int) (claim claimReply, declined, again []partition, err error) {
+	rows, err := br.Query()
+	if err != nil {
+		return claim, nil, nil, err
+	}
+	summary := make([]any, claimJobColumns, claimJobColumns+6)
+	var name, part *string
+	var n *int
+	var fence *int64
+	var ids []int64
+	var ctids []pgtype.TID
+	summary = append(summary, &name, &part, &n, &fence, &ids, &ctids)
+	for rows.Next() {
+		if rows.RawValues()[0] != nil {
+			var j *queue.Job
+			if j, err = scanJob(rows, nil, nil, nil, nil, nil, nil); err != nil {
+				break
+			}
+			if claim.jobs == nil {
+				claim.jobs = make(map[int64]*queue.Job)
+			}
+			claim.jobs[j.ID] = j
+			continue
+		}
+		if err = rows.Scan(summary...); err != nil {
+			break
+		}
+		// Each summary row sets one of these; whatever its place
+		// among the others, whose scans set it to nil.
+		switch {
+		case fence != nil:
+			claim.fence, claim.ids, claim.ctids = fence, ids, ctids
+		case part != nil && n != nil:
+			again = append(again, partition{deref(name), *part})
+		case part != nil:
+			declined = append(declined, partition{deref(name), *part})
+		case n != nil:
+			out[deref(name)] += *n
+		}
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	return claim, declined, again, err
 }
 
 // claimedJobs returns the jobs of the claims that a batch of outcomes or a

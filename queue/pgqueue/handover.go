@@ -1,0 +1,132 @@
+package pgqueue
+
+import (
+	"github.com/jackc/pgx/v5"
+)
+
+// handOverSQL passes each concurrency slot that this transaction's
+// outcomes freed straight to the next limited job of its partition: the
+// grant of a batch of outcomes (finishAndGrant), for the limits
+// grantConcurrencySQL serves (a concurrency cap, no rate, not a
+// sequence). $8 are the IDs of the batch's limited jobs; $1 and $2 name
+// their partitions, $3 the jobs to claim in each (grantConcurrencySQL's
+// $4), and $4 to $7 are grantConcurrencySQL's $5 to $8. Its reply is
+// grantConcurrencySQL's, with one more kind of row: a plain concurrency
+// limit's partition it left to the general grant (jobColumns NULL, the
+// limit's name and the partition, 0), as against one that is not a
+// plain concurrency limit (the same with NULL), which grantSQL serves.
+//
+// A grant reads every slot of a partition with its holder, pairs the
+// free ones with the oldest limited jobs, and takes each slot again by
+// compare-and-set: about three times an unlimited claim's work a job
+// under 1,000 partitions of 1 (docs/benchmarks/limits.md). Here the slot
+// is known: the one the finished job names (limit_slot), whose row names
+// the job back. The hand-over locks that row (SKIP LOCKED), checks that
+// its holder is this transaction's finished job (the job's row version is
+// ours: an applied outcome, not a zombie's stale one, which wrote
+// nothing) and no longer holds it (holdsSQL: a completion, a failure, a
+// discard or a cancel, as the limit's hold options say), and that the
+// partition has no holder at or above the limit (a lowered limit, which
+// the freed slots must first make up for). Then the slot's row names the
+// partition's oldest limited job (locked with SKIP LOCKED), and that job
+// is claimed for the worker that sent the outcomes or made available, as
+// grantConcurrencySQL does. A slot is never handed twice: its row is
+// locked from the check to the update, and its holder can free it once.
+//
+// What it leaves to the general grant, after the commit: a partition of
+// the batch none of whose slots it handed over although its limit is a
+// plain concurrency cap (a slot whose row another transaction had locked,
+// a lowered limit, or an outcome that freed nothing, such as a put-back),
+// and the other free slots of the partitions it served (a free slot with
+// waiting jobs that no outcome of this batch freed: the workers' next
+// grant pass serves it, as it does every slot that frees without a
+// grant). Like grantConcurrencySQL it waits for no lock.
+const handOverSQL = `
+WITH o AS MATERIALIZED (
+    SELECT o.id, o.limit_name, o.limit_part, o.limit_slot, o.state FROM jobfence_jobs o
+    WHERE o.id = ANY ($8::bigint[]) AND o.xmin = pg_current_xact_id()::xid AND o.state NOT IN ('available', 'running')
+), fo AS MATERIALIZED (
+    SELECT s.name, s.part, s.slot, s.ctid AS sctid, l.concurrency, l.hold_retrying, l.hold_discarded
+    FROM o
+    JOIN jobfence_limits l ON l.name = o.limit_name AND l.rate IS NULL AND NOT (l.concurrency = 1 AND l.hold_retrying)
+    JOIN jobfence_limit_slots s ON s.name = o.limit_name AND s.part = o.limit_part AND s.kind = 0 AND s.slot = o.limit_slot
+    WHERE s.job_id = o.id AND o.limit_slot < l.concurrency
+      AND NOT (o.state = 'retryable' AND l.hold_retrying OR o.state = 'discarded' AND l.hold_discarded)
+    FOR UPDATE OF s SKIP LOCKED
+), c AS (
+    SELECT n, pt, sum(c)::int AS cap FROM unnest($1::text[], $2::text[], $3::int[]) AS c(n, pt, c) GROUP BY n, pt
+), p AS MATERIALIZED (
+    SELECT fo.name, fo.part, coalesce(min(c.cap), 0) AS cap,
+        array_agg(fo.slot ORDER BY fo.slot) AS slots, array_agg(fo.sctid ORDER BY fo.slot) AS sctids
+    FROM fo LEFT JOIN c ON c.n = fo.name AND c.pt = fo.part
+    WHERE NOT EXISTS (
+        SELECT FROM jobfence_limit_slots a JOIN jobfence_jobs j ON j.id = a.job_id
+        WHERE a.name = fo.name AND a.part = fo.part AND a.kind = 0 AND a.slot >= fo.concurrency
+          AND j.limit_name = a.name AND j.limit_part = a.part AND j.limit_slot = a.slot
+          AND (j.state IN ('available', 'running') OR j.state = 'retryable' AND fo.hold_retrying OR j.state = 'discarded' AND fo.hold_discarded))
+    GROUP BY fo.name, fo.part
+), z AS MATERIALIZED (
+    SELECT p.slots[x.rn] AS slot, p.sctids[x.rn] AS sctid, x.id,
+        x.rn <= p.cap AND x.queue NOT IN (SELECT name FROM jobfence_queues WHERE paused_at IS NOT NULL) AS claimed
+    FROM p CROSS JOIN LATERAL (
+        SELECT w.id, w.queue, row_number() OVER (ORDER BY w.id) AS rn FROM (
+            SELECT id, queue FROM jobfence_jobs
+            WHERE state = 'limited' AND (limit_name, limit_part, id) > (p.name, p.part, 0)
+              AND (limit_name, limit_part, id) <= (p.name, p.part, 9223372036854775807)
+            ORDER BY limit_name, limit_part, id
+            LIMIT cardinality(p.slots)
+            FOR UPDATE SKIP LOCKED) w
+    ) x
+), uc AS (
+    UPDATE jobfence_limit_slots s SET job_id = z.id, gen = s.gen + 1, granted_at = now()
+    FROM z WHERE s.ctid = ANY (ARRAY(SELECT sctid FROM z)) AND s.ctid = z.sctid
+), f AS MATERIALIZED (
+    SELECT nextval('jobfence_fence_seq') AS fence FROM (SELECT count(*) AS n FROM z WHERE z.claimed) c WHERE c.n > 0
+), g AS (
+    UPDATE jobfence_jobs j
+    SET state = CASE WHEN z.claimed THEN 'running' ELSE 'available' END,
+        limit_slot = z.slot, scheduled_at = now(),
+        attempt = CASE WHEN z.claimed THEN j.attempt + 1 ELSE j.attempt END,
+        fence = CASE WHEN z.claimed THEN (SELECT fence FROM f) ELSE j.fence END,
+        lease_expires_at = CASE WHEN z.claimed THEN now() + $4::bigint * interval '1 microsecond' ELSE j.lease_expires_at END,
+        attempted_at = CASE WHEN z.claimed THEN statement_timestamp() ELSE j.attempted_at END,
+        attempted_by = CASE WHEN z.claimed THEN j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $5::text
+            ELSE j.attempted_by END
+    FROM z
+    WHERE j.id = z.id AND j.state = 'limited'
+    RETURNING j.queue, z.claimed, j.id, j.ctid, j
+)
+SELECT ` + jobColumns + `, NULL, NULL, NULL::int, NULL::bigint, NULL::bigint[], NULL::tid[] FROM (
+    SELECT j.*, row_number() OVER (ORDER BY j.id) AS inline_n, sum(` + claimRowBytes + `) OVER (ORDER BY j.id) AS inline_bytes
+    FROM (SELECT (g.j).* FROM g WHERE g.claimed) j
+) j
+WHERE j.inline_n <= $7 AND j.inline_bytes <= $6 AND j.depends_on IS NULL
+UNION ALL
+SELECT ` + claimReplyNulls + `, g.queue, NULL::text, count(*)::int, NULL, NULL, NULL FROM g WHERE NOT g.claimed GROUP BY g.queue
+UNION ALL
+SELECT ` + claimReplyNulls + `, NULL, NULL, NULL, (SELECT fence FROM f), array_agg(g.id ORDER BY g.id), array_agg(g.ctid ORDER BY g.id)
+FROM g WHERE g.claimed HAVING count(*) > 0
+UNION ALL
+SELECT ` + claimReplyNulls + `, p.n, p.pt, CASE WHEN l.rate IS NULL AND NOT (l.concurrency = 1 AND l.hold_retrying) THEN 0 END, NULL, NULL, NULL
+FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
+LEFT JOIN jobfence_limits l ON l.name = p.n
+WHERE (p.n, p.pt) NOT IN (SELECT name, part FROM p)`
+
+// queueHandOver queues handOverSQL for the partitions ps of a batch of
+// outcomes whose limited jobs are ids, claiming what claim asks (nil:
+// nothing). The batch's reply bound is queueConcGrant's, for one
+// statement.
+func queueHandOver(b *pgx.Batch, ps []partition, ids []int64, claim *concClaim) {
+	names, parts := chunkArrays(ps)
+	caps := []int32{}
+	var lease int64
+	var worker string
+	if claim != nil {
+		caps = make([]int32, len(ps))
+		for i, p := range ps {
+			caps[i] = int32(claim.caps[p])
+		}
+		lease, worker = claim.lease.Microseconds(), claim.workerID
+	}
+	b.Queue(handOverSQL, names, parts, caps, lease, worker, claimInlineBytes, claimInlineJobs, ids)
+}
