@@ -43,14 +43,16 @@ func heldPartitions(fs []queue.Finish) []partition {
 // round in four round trips in a row (the completion, its grant, the
 // grant's NOTIFY, a claim); this saves the second's.
 //
-// The partitions of a plain concurrency limit (see grantRoutes) are
-// granted in the outcomes' own transaction, after them, by
-// grantConcurrencySQL: it waits for no lock, so it holds their commit up
-// by its own run only, and it saves the grant's commit (a WAL flush on a
-// durable server) and statements. Its statement sees the slots the
-// outcomes freed (a statement sees its transaction's earlier writes). Its
+// The slots the outcomes free in the partitions of a plain concurrency
+// limit (see grantRoutes) are handed to the partitions' next jobs in the
+// outcomes' own transaction, after them, by handOverSQL, given the
+// limited jobs' IDs (limited): it waits for no lock, so it holds their
+// commit up by its own run only, and it saves the grant's commit (a WAL
+// flush on a durable server) and statements. Its statement sees the
+// outcomes (a statement sees its transaction's earlier writes). Its
 // failure fails the outcomes too: Finish returns the error and the worker
-// sends them again, as after a lost connection.
+// sends them again, as after a lost connection. The partitions it leaves
+// to the general grant are granted after the commit (grantAfter).
 //
 // The others' grant (grantSQL) is in a transaction of its own, after the
 // outcomes' commit: in theirs, the outcomes would stay uncommitted, their
@@ -65,9 +67,8 @@ func heldPartitions(fs []queue.Finish) []partition {
 // batch after an error); a failed grantSQL is logged, as grantAfter's: the
 // outcomes are committed, and the workers' next grant pass grants instead.
 //
-// With claim, grantConcurrencySQL also claims, for the worker that sent
-// the outcomes, the jobs it grants the slots they freed (see
-// FinishClaim).
+// With claim, handOverSQL also claims, for the worker that sent the
+// outcomes, the jobs it hands the slots they freed (see FinishClaim).
 //
 // With workflow tasks among the jobs (tasks, completions only: they
 // cascade nothing), releaseSQL follows the outcomes in their transaction,
@@ -84,8 +85,9 @@ func heldPartitions(fs []queue.Finish) []partition {
 //
 // It returns what finishBatch does, the leases applied and every partition
 // the applied outcomes freed a slot of, held or not, the held partitions
-// that grantConcurrencySQL found it could not serve (the caller grants
-// both after), and the jobs it claimed.
+// that handOverSQL left to the general grant or found not to be a plain
+// concurrency limit's (the caller grants both after), and the jobs it
+// claimed.
 func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tasks, limited []int64, held []partition, claim *concClaim, dc *dependentsClaim) (finishGrant, error) {
 	applied := make(map[queue.Lease]bool, len(args[0].([]int64)))
 	var lims []partition
@@ -183,7 +185,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 
 // finishGrant is what finishAndGrant returns: the leases applied, every
 // partition the applied outcomes freed a slot of, the held partitions
-// that grantConcurrencySQL did not serve, and the jobs it claimed.
+// that handOverSQL did not serve, and the jobs it claimed.
 type finishGrant struct {
 	applied  map[queue.Lease]bool
 	lims     []partition
@@ -215,7 +217,7 @@ func (claim *concClaim) total() int {
 // the rows of all but a few are read after it (claimedJobs).
 const finishClaimJobs = 1000
 
-// claimCaps returns what fs ask grantConcurrencySQL to claim (see
+// claimCaps returns what fs ask handOverSQL to claim (see
 // queue.Finish.ClaimNext) for the worker p describes, or nil: finishClaimJobs
 // jobs at most over the whole batch, whose statements (one per chunk of
 // partitions) share the bytes of the rows that come back before the batch

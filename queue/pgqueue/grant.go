@@ -291,7 +291,7 @@ func queueGrant(b *pgx.Batch, g grantPlan) {
 			b.Queue(ensureSlotsSQL, names, parts)
 		}
 	}
-	queueConcGrant(b, g.conc, nil)
+	queueConcGrant(b, g.conc)
 	queueFullGrant(b, g.full)
 }
 
@@ -318,7 +318,7 @@ func (c *Client) readGrant(br pgx.BatchResults, g grantPlan, out map[string]int)
 			}
 		}
 	}
-	_, declined, err := readConcGrant(br, g.conc, out)
+	declined, err := readConcGrant(br, g.conc, out)
 	if err != nil {
 		return nil, err
 	}

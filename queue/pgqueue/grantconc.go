@@ -2,7 +2,6 @@ package pgqueue
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
@@ -17,31 +16,14 @@ import (
 // names, $2 parts) whose limit is a concurrency cap alone, with no rate
 // and not a sequence (Concurrency 1 holding through retries). It hands
 // their free concurrency slots to their oldest limited jobs, up to $3 a
-// partition, and makes those jobs available. Its reply is the claimed
-// jobs' rows (below), a row per queue (jobColumns NULL, its name, NULL,
-// the jobs made available), whose workers the caller wakes once the
-// transaction has committed (wakeReady), a row per partition it did not
-// serve (jobColumns NULL, its limit's name and the partition, NULLs): a
-// limit with a rate, a sequence, or none at all (a deleted limit's
-// orphans), which grantSQL serves, and one for its claim (below).
-//
-// Run in a Finish's transaction, it claims for the worker that sent the
-// outcomes up to $4[i] of the jobs granted in partition i (FinishClaim):
-// only jobs paired with a slot whose holder row this transaction wrote
-// (its xmin is ours: an outcome of this Finish applied and freed it; a
-// zombie's stale outcome writes nothing), and not of a paused queue. A
-// workflow task's row never comes inline: claimedSQL reads it, with its
-// dependencies' traces. Its
-// claim replies as claimSQL's does: a row of the fence and the claimed
-// jobs' IDs and row versions, and the rows of the first $8 claimed jobs
-// whose rows come to at most $7 bytes (claimRowBytes), so that the reply
-// fits in the sockets' buffers and the batch commits whether or not its
-// client reads; the caller reads the others after the commit
-// (claimedJobs).
-// A claimed job is updated as claimSQL updates it: running, attempt + 1,
-// leased for $5 microseconds, attempted by $6, under a fence drawn (f)
-// after every row of the claim is locked: its job's in z and its slot's
-// in lc, which cl reads through uc. The others are made available.
+// partition, and makes those jobs available. Its reply is a row per queue
+// (jobColumns NULL, its name, NULL, the jobs made available), whose
+// workers the caller wakes once the transaction has committed
+// (wakeReady), and a row per partition it did not serve (jobColumns NULL,
+// its limit's name and the partition, NULLs): a limit with a rate, a
+// sequence, or none at all (a deleted limit's orphans), which grantSQL
+// serves. (A batch of outcomes hands the slots it frees over with
+// handOverSQL, which also claims for its worker.)
 //
 // It keeps grantSQL's guarantees with a smaller plan, whose start-up and
 // windows were most of a grant's server time for one slot
@@ -57,35 +39,32 @@ import (
 // A job becomes available only with the slot taken for it.
 //
 // It waits for no lock: every row it locks it takes with SKIP LOCKED,
-// and it updates only rows it has locked. That is what lets a Finish run
-// it in the outcomes' own transaction (finishAndGrant): it cannot hold
-// their commit up.
+// and it updates only rows it has locked, so a grant that runs beside a
+// frozen one is never held up by it.
 const grantConcurrencySQL = `
 WITH fr AS MATERIALIZED (
-    SELECT l.name, p.pt, p.cap, f.slots, f.gens, f.mine, greatest(0, least($3::int, cardinality(f.slots) - f.above)) AS k
-    FROM (SELECT n, pt, coalesce(sum(c), 0) AS cap FROM unnest($1::text[], $2::text[], $4::int[]) AS p(n, pt, c) GROUP BY n, pt) p
+    SELECT l.name, p.pt, f.slots, f.gens, greatest(0, least($3::int, cardinality(f.slots) - f.above)) AS k
+    FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
     JOIN jobfence_limits l ON l.name = p.n AND l.rate IS NULL AND NOT (l.concurrency = 1 AND l.hold_retrying)
     CROSS JOIN LATERAL (
         SELECT coalesce(array_agg(s.slot ORDER BY s.slot) FILTER (WHERE s.slot < l.concurrency AND j.id IS NULL), '{}') AS slots,
             array_agg(s.gen ORDER BY s.slot) FILTER (WHERE s.slot < l.concurrency AND j.id IS NULL) AS gens,
-            array_agg(p.cap > 0 AND EXISTS (SELECT FROM jobfence_jobs o WHERE o.id = s.job_id AND o.xmin = pg_current_xact_id()::xid)
-                ORDER BY s.slot) FILTER (WHERE s.slot < l.concurrency AND j.id IS NULL) AS mine,
             count(j.id) FILTER (WHERE s.slot >= l.concurrency) AS above
         FROM jobfence_limit_slots s
         LEFT JOIN jobfence_jobs j ON j.id = s.job_id AND ` + holdsSQL + `
         WHERE s.name = l.name AND s.part = p.pt AND s.kind = 0
     ) f
 ), z AS MATERIALIZED (
-    SELECT fr.name, fr.pt, fr.cap, z.slot, z.gen, z.mine, z.id FROM fr CROSS JOIN LATERAL unnest(fr.slots, fr.gens, fr.mine, ARRAY(
+    SELECT fr.name, fr.pt, z.slot, z.gen, z.id FROM fr CROSS JOIN LATERAL unnest(fr.slots, fr.gens, ARRAY(
         SELECT id FROM jobfence_jobs
         WHERE state = 'limited' AND (limit_name, limit_part, id) > (fr.name, fr.pt, 0)
           AND (limit_name, limit_part, id) <= (fr.name, fr.pt, 9223372036854775807)
         ORDER BY limit_name, limit_part, id
         LIMIT fr.k
-        FOR UPDATE SKIP LOCKED)) AS z(slot, gen, mine, id)
+        FOR UPDATE SKIP LOCKED)) AS z(slot, gen, id)
     WHERE fr.k > 0 AND z.id IS NOT NULL AND z.slot IS NOT NULL
 ), lc AS MATERIALIZED (
-    SELECT z.id, z.name, z.pt, z.cap, z.mine, x.slot, x.ctid FROM z CROSS JOIN LATERAL (
+    SELECT z.id, x.slot, x.ctid FROM z CROSS JOIN LATERAL (
         SELECT s.slot, s.ctid FROM jobfence_limit_slots s
         WHERE s.name = z.name AND s.part = z.pt AND s.kind = 0 AND s.slot = z.slot AND s.gen = z.gen
         FOR UPDATE SKIP LOCKED) x
@@ -93,39 +72,13 @@ WITH fr AS MATERIALIZED (
     UPDATE jobfence_limit_slots s SET job_id = (SELECT lc.id FROM lc WHERE lc.ctid = s.ctid), gen = s.gen + 1, granted_at = now()
     WHERE s.ctid = ANY (ARRAY(SELECT ctid FROM lc))
     RETURNING s.job_id, s.slot
-), cl AS MATERIALIZED (
-    SELECT c.id, c.n <= $8 AND c.bytes <= $7 AND c.plain AS inline FROM (
-        SELECT j.id, lc.cap, j.depends_on IS NULL AS plain, row_number() OVER (PARTITION BY lc.name, lc.pt ORDER BY j.id) AS rn,
-            row_number() OVER (ORDER BY j.id) AS n,
-            sum(` + claimRowBytes + `) OVER (ORDER BY j.id) AS bytes
-        FROM lc JOIN jobfence_jobs j ON j.id = lc.id
-        WHERE lc.mine AND lc.id IN (SELECT job_id FROM uc)
-          AND NOT EXISTS (SELECT FROM jobfence_queues q WHERE q.name = j.queue AND q.paused_at IS NOT NULL)
-    ) c
-    WHERE c.rn <= c.cap
-), f AS MATERIALIZED (
-    SELECT nextval('jobfence_fence_seq') AS fence FROM (SELECT count(*) AS n FROM cl) c WHERE c.n > 0
 ), g AS (
-    UPDATE jobfence_jobs j
-    SET state = CASE WHEN x.claimed THEN 'running' ELSE 'available' END,
-        limit_slot = x.slot, scheduled_at = now(),
-        attempt = CASE WHEN x.claimed THEN j.attempt + 1 ELSE j.attempt END,
-        fence = CASE WHEN x.claimed THEN (SELECT fence FROM f) ELSE j.fence END,
-        lease_expires_at = CASE WHEN x.claimed THEN now() + $5::bigint * interval '1 microsecond' ELSE j.lease_expires_at END,
-        attempted_at = CASE WHEN x.claimed THEN statement_timestamp() ELSE j.attempted_at END,
-        attempted_by = CASE WHEN x.claimed THEN j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $6::text
-            ELSE j.attempted_by END
-    FROM (SELECT uc.job_id, uc.slot, cl.id IS NOT NULL AS claimed, coalesce(cl.inline, false) AS inline
-          FROM uc LEFT JOIN cl ON cl.id = uc.job_id) x
-    WHERE j.id = ANY (ARRAY(SELECT job_id FROM uc)) AND j.id = x.job_id AND j.state = 'limited'
-    RETURNING j.queue, x.claimed, x.inline, j.id, j.ctid, j
+    UPDATE jobfence_jobs j SET state = 'available', limit_slot = uc.slot, scheduled_at = now()
+    FROM uc
+    WHERE j.id = ANY (ARRAY(SELECT job_id FROM uc)) AND j.id = uc.job_id AND j.state = 'limited'
+    RETURNING j.queue
 )
-SELECT ` + jobColumns + `, NULL, NULL, NULL::int, NULL::bigint, NULL::bigint[], NULL::tid[] FROM (SELECT (g.j).* FROM g WHERE g.inline) j
-UNION ALL
-SELECT ` + claimReplyNulls + `, g.queue, NULL::text, count(*)::int, NULL, NULL, NULL FROM g WHERE NOT g.claimed GROUP BY g.queue
-UNION ALL
-SELECT ` + claimReplyNulls + `, NULL, NULL, NULL, (SELECT fence FROM f), array_agg(g.id ORDER BY g.id), array_agg(g.ctid ORDER BY g.id)
-FROM g WHERE g.claimed HAVING count(*) > 0
+SELECT ` + claimReplyNulls + `, g.queue, NULL::text, count(*)::int, NULL::bigint, NULL::bigint[], NULL::tid[] FROM g GROUP BY g.queue
 UNION ALL
 SELECT ` + claimReplyNulls + `, p.n, p.pt, NULL, NULL, NULL, NULL FROM unnest($1::text[], $2::text[]) AS p(n, pt)
 WHERE NOT EXISTS (SELECT FROM fr WHERE fr.name = p.n AND fr.pt = p.pt)`
@@ -209,61 +162,26 @@ type concClaim struct {
 	traces bool
 }
 
-// queueConcGrant queues grantConcurrencySQL for each chunk, claiming what
-// claim asks (nil: nothing).
-//
-// What every chunk's statement replies of its claim comes back before the
-// batch's transaction commits, so it is the batch's reply, not each
-// statement's, that must fit in the sockets' buffers for a silent client
-// to hold no lock (see claimSQL): the claimed jobs' IDs and row versions,
-// finishClaimJobs at most in all (claimCaps), as a claim's reply holds,
-// and the rows of those that come inline, for which the statements that
-// claim share claimInlineBytes (TestFinishClaimReplyIsBounded).
-func queueConcGrant(b *pgx.Batch, chunks [][]partition, claim *concClaim) {
-	bytes := claimInlineBytes
-	if claim != nil {
-		claiming := 0
-		for _, ch := range chunks {
-			if slices.ContainsFunc(ch, func(p partition) bool { return claim.caps[p] > 0 }) {
-				claiming++
-			}
-		}
-		bytes = claimInlineBytes / max(claiming, 1)
-	}
+// queueConcGrant queues grantConcurrencySQL for each chunk.
+func queueConcGrant(b *pgx.Batch, chunks [][]partition) {
 	for _, ch := range chunks {
 		names, parts := chunkArrays(ch)
-		caps := []int32{}
-		var lease int64
-		var worker string
-		if claim != nil {
-			caps = make([]int32, len(ch))
-			for i, p := range ch {
-				caps[i] = int32(claim.caps[p])
-			}
-			lease, worker = claim.lease.Microseconds(), claim.workerID
-		}
-		b.Queue(grantConcurrencySQL, names, parts, grantBatch, caps, lease, worker, bytes, claimInlineJobs)
+		b.Queue(grantConcurrencySQL, names, parts, grantBatch)
 	}
 }
 
 // readConcGrant reads the replies of queueConcGrant's statements, adding
-// the jobs made available per queue to out; it returns what each
-// statement that claimed replied of its claim (its fence, the jobs' IDs
-// and row versions, and the rows of those that came inline: see
-// claimedJobs) and the partitions the statements did not serve, which
-// grantSQL must.
-func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int) (claims []claimReply, declined []partition, err error) {
+// the jobs made available per queue to out; it returns the partitions the
+// statements did not serve, which grantSQL must.
+func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int) (declined []partition, err error) {
 	for range chunks {
-		claim, d, _, err := readGrantReply(br, out)
+		_, d, _, err := readGrantReply(br, out)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		declined = append(declined, d...)
-		if claim.fence != nil {
-			claims = append(claims, claim)
-		}
 	}
-	return claims, declined, nil
+	return declined, nil
 }
 
 // readGrantReply reads the reply of one grantConcurrencySQL or

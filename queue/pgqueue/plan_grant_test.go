@@ -65,14 +65,7 @@ func TestGrantReadsNoWaitingJobs(t *testing.T) {
 			}
 			for _, sql := range stmts {
 				for _, mode := range []string{"auto", "force_generic_plan"} {
-					explainGrant(t, ctx, db.Pool, sql, l, mode, free, false, float64(2*limit+4*free))
-				}
-			}
-			if l.Rate == 0 {
-				// Claiming for the worker whose outcomes freed the
-				// slots: a probe more per free slot and per claimed job.
-				for _, mode := range []string{"auto", "force_generic_plan"} {
-					explainGrant(t, ctx, db.Pool, pgqueue.GrantConcurrencySQL, l, mode, free, true, float64(2*limit+6*free))
+					explainGrant(t, ctx, db.Pool, sql, l, mode, free, float64(2*limit+4*free))
 				}
 			}
 		})
@@ -83,11 +76,10 @@ func TestGrantReadsNoWaitingJobs(t *testing.T) {
 // with plan_cache_mode mode, and fails t if it made other than free jobs
 // available or read more than bound rows of the jobs table: each slot's
 // holder probed (twice at most: the free slots' and the count of holders
-// above the limit), and each granted job read and locked. With claim,
-// the grant (grantConcurrencySQL) is run as a Finish runs it, after the
-// outcomes that freed the slots in its transaction, and must claim the
-// jobs it grants instead.
-func explainGrant(t *testing.T, ctx context.Context, pool *pgxpool.Pool, sql string, l pgqueue.Limit, mode string, free int, claim bool, bound float64) {
+// above the limit), and each granted job read and locked. (The hand-over
+// that a batch of outcomes runs instead, claiming for its worker, has a
+// test of its own: TestHandOverReadsOnlyWhatItHands.)
+func explainGrant(t *testing.T, ctx context.Context, pool *pgxpool.Pool, sql string, l pgqueue.Limit, mode string, free int, bound float64) {
 	t.Helper()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -99,18 +91,6 @@ func explainGrant(t *testing.T, ctx context.Context, pool *pgxpool.Pool, sql str
 	}
 	var raw []byte
 	args := []any{pgx.QueryExecModeDescribeExec, []string{l.Name}, []string{""}, 1000}
-	switch {
-	case claim:
-		// The outcomes that freed the slots, written in the grant's
-		// transaction as a Finish writes them.
-		if _, err := tx.Exec(ctx, `UPDATE jobfence_jobs SET finalized_at = now() WHERE queue = $1 AND state = 'completed'`, l.Queue); err != nil {
-			t.Fatal(err)
-		}
-		args = append(args, []int32{int32(free)}, time.Minute.Microseconds(), "claimer", 16<<10, 32)
-	case sql == pgqueue.GrantConcurrencySQL:
-		// A grant that claims nothing: no claim caps, lease, worker.
-		args = append(args, []int32{}, int64(0), "", 16<<10, 32)
-	}
 	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&raw)
 	if err != nil {
 		t.Fatal(err)
@@ -125,13 +105,12 @@ func explainGrant(t *testing.T, ctx context.Context, pool *pgxpool.Pool, sql str
 			read += (p.Rows + p.Removed) * p.Loops
 		}
 	})
-	var available, claimed int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'available'), count(*) FILTER (WHERE state = 'running' AND 'claimer' = ANY(attempted_by))
-		FROM jobfence_jobs WHERE queue = $1`, l.Queue).Scan(&available, &claimed); err != nil {
+	var available int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'available') FROM jobfence_jobs WHERE queue = $1`, l.Queue).Scan(&available); err != nil {
 		t.Fatal(err)
 	}
-	if want := map[bool][2]int{false: {free, 0}, true: {0, free}}[claim]; available != want[0] || claimed != want[1] {
-		t.Fatalf("plan_cache_mode %s, claim %v: the grant made %d jobs available and claimed %d, want %d and %d", mode, claim, available, claimed, want[0], want[1])
+	if available != free {
+		t.Fatalf("plan_cache_mode %s: the grant made %d jobs available, want %d", mode, available, free)
 	}
 	if read > bound {
 		t.Fatalf("plan_cache_mode %s: the grant read %.0f rows of the jobs table, want at most %.0f beside 20,000 waiting jobs; plan:\n%s", mode, read, bound, raw)

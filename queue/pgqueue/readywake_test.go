@@ -23,7 +23,7 @@ import (
 func TestReadyJobsNotifyAfterTheirCommit(t *testing.T) {
 	t.Run("statements", func(t *testing.T) {
 		for name, sql := range map[string]string{
-			"grantSQL": pgqueue.GrantSQL, "grantConcurrencySQL": pgqueue.GrantConcurrencySQL,
+			"grantSQL": pgqueue.GrantSQL, "grantConcurrencySQL": pgqueue.GrantConcurrencySQL, "handOverSQL": pgqueue.HandOverSQL,
 			"releaseRangeSQL": pgqueue.ReleaseRangeSQL, "promoteSQL": pgqueue.PromoteSQL,
 			"releaseClaimSQL": pgqueue.ReleaseClaimSQL, "releaseRangeClaimSQL": pgqueue.ReleaseRangeClaimSQL,
 		} {
