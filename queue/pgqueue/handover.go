@@ -9,38 +9,48 @@ import (
 // grant of a batch of outcomes (finishAndGrant), for the limits
 // grantConcurrencySQL serves (a concurrency cap, no rate, not a
 // sequence). $8 are the IDs of the batch's limited jobs; $1 and $2 name
-// their partitions, $3 the jobs to claim in each (grantConcurrencySQL's
-// $4), and $4 to $7 are grantConcurrencySQL's $5 to $8. Its reply is
-// grantConcurrencySQL's, with one more kind of row: a plain concurrency
-// limit's partition it left to the general grant (jobColumns NULL, the
-// limit's name and the partition, 0), as against one that is not a
-// plain concurrency limit (the same with NULL), which grantSQL serves.
+// their partitions and $3 the jobs to claim in each for the worker that
+// sent the outcomes, leased for $4 microseconds, attempted by $5. Its
+// reply is a claim's: a row of the fence and the claimed jobs' IDs and
+// row versions, and the rows of the first of them (by ID, at most $7,
+// whose rows come to at most $6 bytes: claimRowBytes), so that the reply
+// fits in the sockets' buffers and the batch commits whether or not its
+// client reads (claimedJobs reads the others after the commit). Then a
+// row per queue (jobColumns NULL, its name, NULL, the jobs made
+// available), and a row per partition of $1 and $2 it did not serve
+// (jobColumns NULL, the limit's name and the partition, then 0 where the
+// limit is a plain concurrency cap, which the general grant serves after
+// the commit, and NULL where it is not, which grantSQL serves).
 //
 // A grant reads every slot of a partition with its holder, pairs the
 // free ones with the oldest limited jobs, and takes each slot again by
 // compare-and-set: about three times an unlimited claim's work a job
 // under 1,000 partitions of 1 (docs/benchmarks/limits.md). Here the slot
 // is known: the one the finished job names (limit_slot), whose row names
-// the job back. The hand-over locks that row (SKIP LOCKED), checks that
-// its holder is this transaction's finished job (the job's row version is
-// ours: an applied outcome, not a zombie's stale one, which wrote
-// nothing) and no longer holds it (holdsSQL: a completion, a failure, a
-// discard or a cancel, as the limit's hold options say), and that the
-// partition has no holder at or above the limit (a lowered limit, which
-// the freed slots must first make up for). Then the slot's row names the
-// partition's oldest limited job (locked with SKIP LOCKED), and that job
-// is claimed for the worker that sent the outcomes or made available, as
-// grantConcurrencySQL does. A slot is never handed twice: its row is
-// locked from the check to the update, and its holder can free it once.
+// the job back. The hand-over locks that row (SKIP LOCKED) if its job is
+// this transaction's (the job's row version is ours: an applied outcome,
+// not a zombie's stale one, which wrote nothing) and no longer holds it
+// (a completion, a failure, a discard or a cancel, as the limit's hold
+// options say: holdsSQL), then leaves out a partition with a holder at or
+// above the limit (a lowered limit, which the freed slots must first
+// make up for). The partition's oldest limited jobs, one per freed slot,
+// are locked with SKIP LOCKED and paired with the freed slots as they
+// come (any pairing will do: every one of those slots is free). Each
+// slot's row then names its job, and the job is claimed as claimSQL
+// claims (running, attempt + 1, leased, under a fence drawn once every
+// row of the claim is locked) if its partition's $3 allows and its queue
+// is not paused, or else made available with its slot. A slot is never
+// handed twice: its row is locked from the check to the update, and its
+// holder frees it once.
 //
 // What it leaves to the general grant, after the commit: a partition of
 // the batch none of whose slots it handed over although its limit is a
-// plain concurrency cap (a slot whose row another transaction had locked,
-// a lowered limit, or an outcome that freed nothing, such as a put-back),
-// and the other free slots of the partitions it served (a free slot with
-// waiting jobs that no outcome of this batch freed: the workers' next
-// grant pass serves it, as it does every slot that frees without a
-// grant). Like grantConcurrencySQL it waits for no lock.
+// plain concurrency cap (a slot whose row another transaction held, a
+// lowered limit, or an outcome that freed nothing, such as a put-back).
+// A free slot that no outcome of the batch freed (a raised limit's, a
+// failed grant's) waits for the workers' grant pass, as every slot that
+// frees without an outcome does. Like grantConcurrencySQL it waits for no
+// lock.
 const handOverSQL = `
 WITH o AS MATERIALIZED (
     SELECT o.id, o.limit_name, o.limit_part, o.limit_slot, o.state FROM jobfence_jobs o
@@ -69,7 +79,7 @@ WITH o AS MATERIALIZED (
     SELECT p.slots[x.rn] AS slot, p.sctids[x.rn] AS sctid, x.id,
         x.rn <= p.cap AND x.queue NOT IN (SELECT name FROM jobfence_queues WHERE paused_at IS NOT NULL) AS claimed
     FROM p CROSS JOIN LATERAL (
-        SELECT w.id, w.queue, row_number() OVER (ORDER BY w.id) AS rn FROM (
+        SELECT w.id, w.queue, row_number() OVER () AS rn FROM (
             SELECT id, queue FROM jobfence_jobs
             WHERE state = 'limited' AND (limit_name, limit_part, id) > (p.name, p.part, 0)
               AND (limit_name, limit_part, id) <= (p.name, p.part, 9223372036854775807)
@@ -98,7 +108,7 @@ WITH o AS MATERIALIZED (
 )
 SELECT ` + jobColumns + `, NULL, NULL, NULL::int, NULL::bigint, NULL::bigint[], NULL::tid[] FROM (
     SELECT j.*, row_number() OVER (ORDER BY j.id) AS inline_n, sum(` + claimRowBytes + `) OVER (ORDER BY j.id) AS inline_bytes
-    FROM (SELECT (g.j).* FROM g WHERE g.claimed) j
+    FROM (SELECT (g.j).* FROM g WHERE g.claimed ORDER BY g.id LIMIT $7) j
 ) j
 WHERE j.inline_n <= $7 AND j.inline_bytes <= $6 AND j.depends_on IS NULL
 UNION ALL
