@@ -45,14 +45,14 @@ func heldPartitions(fs []queue.Finish) []partition {
 //
 // The slots the outcomes free in the partitions of a plain concurrency
 // limit (see grantRoutes) are handed to the partitions' next jobs in the
-// outcomes' own transaction, after them, by handOverSQL, given the
-// limited jobs' IDs (limited): it waits for no lock, so it holds their
-// commit up by its own run only, and it saves the grant's commit (a WAL
-// flush on a durable server) and statements. Its statement sees the
-// outcomes (a statement sees its transaction's earlier writes). Its
-// failure fails the outcomes too: Finish returns the error and the worker
-// sends them again, as after a lost connection. The partitions it leaves
-// to the general grant are granted after the commit (grantAfter).
+// outcomes' own transaction, after them, by handOverSQL, given the IDs of
+// their jobs in those partitions (limited): it waits for no lock, so it
+// holds their commit up by its own run only, and it saves the grant's
+// commit (a WAL flush on a durable server) and statements. Its statement
+// sees the outcomes (a statement sees its transaction's earlier writes).
+// Its failure fails the outcomes too: Finish returns the error and the
+// worker sends them again, as after a lost connection. The partitions it
+// leaves to the general grant are granted after the commit (grantAfter).
 //
 // The others' grant (grantSQL) is in a transaction of its own, after the
 // outcomes' commit: in theirs, the outcomes would stay uncommitted, their
@@ -88,7 +88,7 @@ func heldPartitions(fs []queue.Finish) []partition {
 // that handOverSQL left to the general grant or found not to be a plain
 // concurrency limit's (the caller grants both after), and the jobs it
 // claimed.
-func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tasks, limited []int64, held []partition, claim *concClaim, dc *dependentsClaim) (finishGrant, error) {
+func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tasks []int64, limited map[partition][]int64, held []partition, claim *concClaim, dc *dependentsClaim) (finishGrant, error) {
 	applied := make(map[queue.Lease]bool, len(args[0].([]int64)))
 	var lims []partition
 	g := c.planGrant(held, false)
@@ -106,7 +106,12 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	}
 	if len(g.conc) > 0 {
 		b.Queue(genericPlanSQL)
-		queueHandOver(&b, slices.Concat(g.conc...), limited, claim)
+		ps := slices.Concat(g.conc...)
+		var ids []int64
+		for _, p := range ps {
+			ids = append(ids, limited[p]...)
+		}
+		queueHandOver(&b, ps, ids, claim)
 	}
 	b.Queue("COMMIT")
 	if len(g.full) > 0 {
@@ -277,12 +282,13 @@ func scanFinished(rows pgx.Rows, applied map[queue.Lease]bool, lims *[]partition
 }
 
 // limitedIDs returns the IDs of the jobs of fs that held a limit's slot
-// when they were claimed (queue.Finish.Limit).
-func limitedIDs(fs []queue.Finish) []int64 {
-	var ids []int64
+// when they were claimed (queue.Finish.Limit), by partition.
+func limitedIDs(fs []queue.Finish) map[partition][]int64 {
+	ids := map[partition][]int64{}
 	for _, f := range fs {
 		if f.Limit != "" {
-			ids = append(ids, f.ID)
+			p := partition{f.Limit, f.LimitPartition}
+			ids[p] = append(ids[p], f.ID)
 		}
 	}
 	return ids
