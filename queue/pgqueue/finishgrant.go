@@ -224,9 +224,8 @@ const finishClaimJobs = 1000
 
 // claimCaps returns what fs ask handOverSQL to claim (see
 // queue.Finish.ClaimNext) for the worker p describes, or nil: finishClaimJobs
-// jobs at most over the whole batch, whose statements (one per chunk of
-// partitions) share the bytes of the rows that come back before the batch
-// commits (see queueConcGrant).
+// jobs at most over the whole batch, claimed by one statement whose
+// reply holds the rows of a few of them (see handOverSQL).
 func claimCaps(fs []queue.Finish, p *queue.FinishClaimParams) *concClaim {
 	if p == nil {
 		return nil

@@ -150,18 +150,6 @@ func (c *Client) planGrant(ps []partition, ensure bool) grantPlan {
 	return grantPlan{conc: grantChunks(conc), full: grantChunks(full), ensure: ensure}
 }
 
-// concClaim is what a Finish asks grantConcurrencySQL to claim: up to
-// caps[p] of the jobs granted the slots that its outcomes freed in
-// partition p, for the worker workerID, leased for lease.
-type concClaim struct {
-	caps     map[partition]int
-	lease    time.Duration
-	workerID string
-	// traces asks for the claimed workflow tasks' dependencies' traces
-	// (queue.FinishClaimParams.DependencyTraces).
-	traces bool
-}
-
 // queueConcGrant queues grantConcurrencySQL for each chunk.
 func queueConcGrant(b *pgx.Batch, chunks [][]partition) {
 	for _, ch := range chunks {

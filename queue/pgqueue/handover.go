@@ -1,6 +1,8 @@
 package pgqueue
 
 import (
+	"time"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -122,10 +124,22 @@ FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
 LEFT JOIN jobfence_limits l ON l.name = p.n
 WHERE (p.n, p.pt) NOT IN (SELECT name, part FROM p)`
 
+// concClaim is what a Finish asks handOverSQL to claim: up to caps[p]
+// of the jobs handed the slots that its outcomes freed in partition p,
+// for the worker workerID, leased for lease.
+type concClaim struct {
+	caps     map[partition]int
+	lease    time.Duration
+	workerID string
+	// traces asks for the claimed workflow tasks' dependencies' traces
+	// (queue.FinishClaimParams.DependencyTraces).
+	traces bool
+}
+
 // queueHandOver queues handOverSQL for the partitions ps of a batch of
 // outcomes whose limited jobs are ids, claiming what claim asks (nil:
-// nothing). The batch's reply bound is queueConcGrant's, for one
-// statement.
+// nothing): the rows of claimInlineJobs jobs at most, within
+// claimInlineBytes, come in its reply before the batch commits.
 func queueHandOver(b *pgx.Batch, ps []partition, ids []int64, claim *concClaim) {
 	names, parts := chunkArrays(ps)
 	caps := []int32{}
