@@ -2,7 +2,6 @@ package pgqueue_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -103,12 +102,9 @@ func explainHandOver(t *testing.T, ctx context.Context, db *pgtest.DB, mode stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	var plan []struct{ Plan planNode }
-	if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
-		t.Fatalf("EXPLAIN output %.300s: %v", raw, err)
-	}
+	plan := parsePlan(t, raw)
 	read := map[string]float64{}
-	plan[0].Plan.walk(func(p planNode) {
+	plan.walk(func(p planNode) {
 		if p.Type != "ModifyTable" {
 			read[p.Relation] += (p.Rows + p.Removed + p.RemovedJoin) * p.Loops
 		}

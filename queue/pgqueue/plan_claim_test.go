@@ -2,7 +2,6 @@ package pgqueue_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -81,13 +80,10 @@ func TestClaimPlan(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var plan []struct{ Plan planNode }
-			if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
-				t.Fatalf("EXPLAIN output %.300s: %v", raw, err)
-			}
+			plan := parsePlan(t, raw)
 			found := false
 			for _, name := range []string{"CTE hi", "CTE lo", "CTE wrap"} {
-				cte := plan[0].Plan.find(name)
+				cte := plan.find(name)
 				if cte == nil {
 					t.Fatalf("no %s in the plan:\n%s", name, raw)
 				}
@@ -105,7 +101,7 @@ func TestClaimPlan(t *testing.T) {
 			}
 			// The update finds the claimed rows by ctid: joined any other
 			// way, a generic plan hashed a scan of the whole table.
-			update := plan[0].Plan.find("CTE u")
+			update := plan.find("CTE u")
 			if update == nil {
 				t.Fatalf("no CTE u in the plan:\n%s", raw)
 			}
@@ -113,7 +109,7 @@ func TestClaimPlan(t *testing.T) {
 			update.walk(func(p planNode) {
 				tid = tid || p.Type == "Tid Scan"
 			})
-			plan[0].Plan.walk(func(p planNode) {
+			plan.walk(func(p planNode) {
 				if p.Type == "Seq Scan" && p.Relation == "jobfence_jobs" {
 					t.Errorf("the claim scans the whole jobs table; plan:\n%s", raw)
 				}

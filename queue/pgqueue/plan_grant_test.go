@@ -2,7 +2,6 @@ package pgqueue_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -95,12 +94,9 @@ func explainGrant(t *testing.T, ctx context.Context, pool *pgxpool.Pool, sql str
 	if err != nil {
 		t.Fatal(err)
 	}
-	var plan []struct{ Plan planNode }
-	if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
-		t.Fatalf("EXPLAIN output %.300s: %v", raw, err)
-	}
+	plan := parsePlan(t, raw)
 	var read float64
-	plan[0].Plan.walk(func(p planNode) {
+	plan.walk(func(p planNode) {
 		if p.Relation == "jobfence_jobs" && p.Type != "ModifyTable" {
 			read += (p.Rows + p.Removed) * p.Loops
 		}

@@ -71,12 +71,8 @@ func TestBatchStatementsProbeThePrimaryKey(t *testing.T) {
 			if err := db.Pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+tt.sql, args...).Scan(&raw); err != nil {
 				t.Fatal(err)
 			}
-			var plan []struct{ Plan planNode }
-			if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
-				t.Fatalf("EXPLAIN output %.300s: %v", raw, err)
-			}
 			var scans []string
-			plan[0].Plan.walk(func(p planNode) {
+			parsePlan(t, raw).walk(func(p planNode) {
 				if p.Relation == "jobfence_jobs" && p.Type != "ModifyTable" {
 					scans = append(scans, fmt.Sprintf("%s %s", p.Type, p.Index))
 				}
@@ -108,6 +104,17 @@ type planNode struct {
 	Removed     float64 `json:"Rows Removed by Filter"`
 	RemovedJoin float64 `json:"Rows Removed by Join Filter"`
 	Loops       float64 `json:"Actual Loops"`
+}
+
+// parsePlan returns the plan of raw, the output of an EXPLAIN (FORMAT
+// JSON) of one statement.
+func parsePlan(t testing.TB, raw []byte) planNode {
+	t.Helper()
+	var plan []struct{ Plan planNode }
+	if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
+		t.Fatalf("EXPLAIN output %.300s: %v", raw, err)
+	}
+	return plan[0].Plan
 }
 
 func (p planNode) walk(f func(planNode)) {
