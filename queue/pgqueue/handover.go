@@ -41,7 +41,8 @@ import (
 // slot's row then names its job, and the job is claimed as claimSQL
 // claims (running, attempt + 1, leased, under a fence drawn once every
 // row of the claim is locked) if its partition's $3 allows and its queue
-// is not paused, or else made available with its slot. A slot is never
+// is not paused, or else made available with its slot; as locked, not
+// looked at again (see grantConcurrencySQL). A slot is never
 // handed twice: its row is locked from the check to the update, and its
 // holder frees it once.
 //
@@ -105,7 +106,7 @@ WITH o AS MATERIALIZED (
         attempted_by = CASE WHEN z.claimed THEN j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $5::text
             ELSE j.attempted_by END
     FROM z
-    WHERE j.id = z.id AND j.state = 'limited'
+    WHERE j.id = z.id
     RETURNING j.queue, z.claimed, j.id, j.ctid, j
 )
 SELECT ` + jobColumns + `, NULL, NULL, NULL::int, NULL::bigint, NULL::bigint[], NULL::tid[] FROM (
