@@ -50,10 +50,10 @@ import (
 // the batch none of whose slots it handed over although its limit is a
 // plain concurrency cap (a slot whose row another transaction held, a
 // lowered limit, or an outcome that freed nothing, such as a put-back).
-// A free slot that no outcome of the batch freed (a raised limit's, a
-// failed grant's) waits for the workers' grant pass, as every slot that
-// frees without an outcome does. Like grantConcurrencySQL it waits for no
-// lock.
+// A free slot with waiting jobs that no outcome of the batch freed (left
+// by a failed grant, or by an insert in a caller's transaction, which
+// grants nothing) waits for the workers' grant pass. Like
+// grantConcurrencySQL it waits for no lock.
 const handOverSQL = `
 WITH o AS MATERIALIZED (
     SELECT o.id, o.limit_name, o.limit_part, o.limit_slot, o.state FROM jobfence_jobs o
