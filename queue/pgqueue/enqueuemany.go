@@ -213,15 +213,11 @@ func (pl *manyPlan) insert(ctx context.Context, tx pgx.Tx, notify bool) (int64, 
 			n += copied
 		}
 	}
-	// The partitions the inserted jobs came under, once each, found by a
-	// map: a batch over many partitions otherwise compares every job's
-	// with all those before it.
-	var lims []partition
-	seenLims := map[partition]bool{}
+	// The partitions the inserted jobs came under, once each.
+	var lims partitionSet
 	addLim := func(l *partition) {
-		if l != nil && !seenLims[*l] {
-			seenLims[*l] = true
-			lims = append(lims, *l)
+		if l != nil {
+			lims.add(*l)
 		}
 	}
 	for _, rows := range []*manyRows{keyed, hashed} {
@@ -256,7 +252,7 @@ func (pl *manyPlan) insert(ctx context.Context, tx pgx.Tx, notify bool) (int64, 
 			return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: notify: %w", err)
 		}
 	}
-	return n, names, lims, nil
+	return n, names, lims.list, nil
 }
 
 // manyRows are the columns of the jobs of a batch that insertManySQL

@@ -214,7 +214,7 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 	// partitions the claim gave, unless a workflow task's discard or
 	// cancel among them needs the release's passes (finishBatch); the
 	// partitions the outcomes returned beside them are granted after.
-	held := heldPartitions(sorted)
+	held, limited := heldPartitions(sorted)
 	var caps *concClaim
 	grantIn := len(held) > 0 && (len(tasks) == 0 || onlyCompletions)
 	if grantIn {
@@ -231,7 +231,7 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 	var fg finishGrant
 	var err error
 	if grantIn {
-		fg, err = c.finishAndGrant(ctx, sql, args, tasks, limitedIDs(sorted), held, caps, dc)
+		fg, err = c.finishAndGrant(ctx, sql, args, tasks, limited, held, caps, dc)
 		fg.lims = append(without(fg.lims, held), fg.declined...)
 	} else {
 		fg, err = c.finishBatch(ctx, sql, args, tasks, dc)
@@ -275,7 +275,7 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 // the caller fills the slots with (fill), whatever the error.
 func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks []int64, dc *dependentsClaim) (finishGrant, error) {
 	applied := make(map[queue.Lease]bool, len(args[0].([]int64)))
-	var lims []partition
+	var lims partitionSet
 	run := func(db DB) error {
 		rows, err := db.Query(ctx, sql, args...)
 		if err != nil {
@@ -285,7 +285,7 @@ func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks 
 	}
 	if len(tasks) == 0 {
 		err := run(c.pool)
-		return finishGrant{applied: applied, lims: lims}, err
+		return finishGrant{applied: applied, lims: lims.list}, err
 	}
 	if sql == completeSQL {
 		// Completions cascade nothing: the release goes in their round
@@ -306,7 +306,7 @@ func (c *Client) finishBatch(ctx context.Context, sql string, args []any, tasks 
 		return finishGrant{}, err
 	}
 	c.wakeReady(ctx, r.ready)
-	return finishGrant{applied: applied, lims: lims, more: r.more}, nil
+	return finishGrant{applied: applied, lims: lims.list, more: r.more}, nil
 }
 
 // boundedTx runs fn in a transaction bounded as EnqueueMany's is

@@ -23,17 +23,23 @@ import (
 var batchBoundsSQL = txbound.Bounds(txbound.Idle, txbound.LockWait)
 
 // heldPartitions returns the limit partitions that the jobs of fs held a
-// slot of when they were claimed (queue.Finish.Limit), once each.
-func heldPartitions(fs []queue.Finish) []partition {
-	var ps []partition
-	seen := map[partition]bool{}
+// slot of when they were claimed (queue.Finish.Limit), once each, and the
+// IDs of those jobs by partition (for handOverSQL).
+func heldPartitions(fs []queue.Finish) ([]partition, map[partition][]int64) {
+	var held partitionSet
+	var ids map[partition][]int64
 	for _, f := range fs {
-		if p := (partition{f.Limit, f.LimitPartition}); f.Limit != "" && !seen[p] {
-			seen[p] = true
-			ps = append(ps, p)
+		if f.Limit == "" {
+			continue
 		}
+		p := partition{f.Limit, f.LimitPartition}
+		held.add(p)
+		if ids == nil {
+			ids = map[partition][]int64{}
+		}
+		ids[p] = append(ids[p], f.ID)
 	}
-	return ps
+	return held.list, ids
 }
 
 // finishAndGrant applies a finish statement (sql, args) and grants in the
@@ -90,8 +96,9 @@ func heldPartitions(fs []queue.Finish) []partition {
 // claimed.
 func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tasks []int64, limited map[partition][]int64, held []partition, claim *concClaim, dc *dependentsClaim) (finishGrant, error) {
 	applied := make(map[queue.Lease]bool, len(args[0].([]int64)))
-	var lims []partition
-	g := c.planGrant(held, false)
+	var lims partitionSet
+	conc, full := c.routes.split(held, time.Now())
+	fullChunks := grantChunks(full)
 	var b pgx.Batch
 	b.Queue("BEGIN")
 	b.Queue(batchBoundsSQL)
@@ -104,24 +111,23 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 			b.Queue(releaseSQL, tasks, c.cfg.ReleaseChunk, "")
 		}
 	}
-	if len(g.conc) > 0 {
+	if len(conc) > 0 {
 		b.Queue(genericPlanSQL)
-		ps := slices.Concat(g.conc...)
 		var ids []int64
-		for _, p := range ps {
+		for _, p := range conc {
 			ids = append(ids, limited[p]...)
 		}
-		queueHandOver(&b, ps, ids, claim)
+		queueHandOver(&b, conc, ids, claim)
 	}
 	b.Queue("COMMIT")
-	if len(g.full) > 0 {
+	if len(fullChunks) > 0 {
 		b.Queue(grantSettingsSQL, grantWait.Milliseconds())
-		queueFullGrant(&b, g.full)
+		queueFullGrant(&b, fullChunks)
 	}
 	br := c.pool.SendBatch(ctx, &b)
 	granted := map[string]int{}
 	var declined, again []partition
-	var claims []claimReply
+	var handed claimReply
 	var more []int64
 	var releasedClaim claimReply
 	_, err := br.Exec()
@@ -148,13 +154,9 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 			err = fmt.Errorf("release dependents: %w", err)
 		}
 	}
-	if err == nil && len(g.conc) > 0 {
+	if err == nil && len(conc) > 0 {
 		if _, err = br.Exec(); err == nil {
-			var claim claimReply
-			claim, declined, again, err = readGrantReply(br, granted)
-			if claim.fence != nil {
-				claims = append(claims, claim)
-			}
+			handed, declined, again, err = readGrantReply(br, granted)
 		}
 	}
 	if err == nil {
@@ -164,9 +166,9 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 		br.Close()
 		return finishGrant{}, err
 	}
-	if len(g.full) > 0 {
+	if len(fullChunks) > 0 {
 		if _, err = br.Exec(); err == nil {
-			err = c.readFullGrant(br, g.full, granted)
+			err = c.readFullGrant(br, fullChunks, granted)
 		}
 	}
 	if cerr := br.Close(); err == nil {
@@ -181,11 +183,11 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	}
 	// The outcomes and the claims are committed: a failed read of the
 	// claimed jobs fails neither (see claimedJobs).
-	claimed, rerr := c.claimedJobs(ctx, claims, claim != nil && claim.traces)
+	claimed, rerr := c.claimedJobs(ctx, handed, claim != nil && claim.traces)
 	if rerr != nil {
 		c.cfg.Logger.Warn("pgqueue: reading the jobs that outcomes claimed failed; they are rescued when their lease expires", "err", rerr)
 	}
-	return finishGrant{applied: applied, lims: lims, declined: append(declined, again...), claimed: claimed, more: more, released: releasedClaim}, nil
+	return finishGrant{applied: applied, lims: lims.list, declined: append(declined, again...), claimed: claimed, more: more, released: releasedClaim}, nil
 }
 
 // finishGrant is what finishAndGrant returns: the leases applied, every
@@ -259,12 +261,8 @@ func without(ps, drop []partition) []partition {
 // scanFinished reads the rows of a finish statement (completeSQL,
 // finishSQL): each applied lease goes in applied, and the limit partition
 // of its job, if any, in lims, once.
-func scanFinished(rows pgx.Rows, applied map[queue.Lease]bool, lims *[]partition) error {
+func scanFinished(rows pgx.Rows, applied map[queue.Lease]bool, lims *partitionSet) error {
 	defer rows.Close()
-	seen := map[partition]bool{}
-	for _, p := range *lims {
-		seen[p] = true
-	}
 	for rows.Next() {
 		var l queue.Lease
 		var limName, limPart *string
@@ -272,23 +270,9 @@ func scanFinished(rows pgx.Rows, applied map[queue.Lease]bool, lims *[]partition
 			return err
 		}
 		applied[l] = true
-		if p := (partition{deref(limName), deref(limPart)}); limName != nil && limPart != nil && !seen[p] {
-			seen[p] = true
-			*lims = append(*lims, p)
+		if limName != nil && limPart != nil {
+			lims.add(partition{*limName, *limPart})
 		}
 	}
 	return rows.Err()
-}
-
-// limitedIDs returns the IDs of the jobs of fs that held a limit's slot
-// when they were claimed (queue.Finish.Limit), by partition.
-func limitedIDs(fs []queue.Finish) map[partition][]int64 {
-	ids := map[partition][]int64{}
-	for _, f := range fs {
-		if f.Limit != "" {
-			p := partition{f.Limit, f.LimitPartition}
-			ids[p] = append(ids[p], f.ID)
-		}
-	}
-	return ids
 }

@@ -13,6 +13,27 @@ import (
 // partition names one partition of a limit.
 type partition struct{ name, part string }
 
+// partitionSet gathers the partitions of a batch's jobs once each, in the
+// order they first came: the grants that follow serve each once. A map
+// finds them, so a batch over many partitions is not compared job by job
+// with all those before it.
+type partitionSet struct {
+	list []partition
+	seen map[partition]bool
+}
+
+// add adds p unless it is there already.
+func (s *partitionSet) add(p partition) {
+	if s.seen[p] {
+		return
+	}
+	if s.seen == nil {
+		s.seen = map[partition]bool{}
+	}
+	s.seen[p] = true
+	s.list = append(s.list, p)
+}
+
 // grantBatch bounds the partitions one GrantWaiting call serves, and the
 // jobs one grant makes available in a partition.
 const grantBatch = 1000

@@ -229,37 +229,29 @@ func readGrantReply(br pgx.BatchResults, out map[string]int) (claim claimReply, 
 	return claim, declined, again, err
 }
 
-// claimedJobs returns the jobs of the claims that a batch of outcomes or a
-// release made (readConcGrant, scanReleased): those whose rows came
-// inline, and the others read after the batch committed, by their row
-// versions, as a claim's are (claimReply.jobsVia). Past the inline reply's bound the rows are read rather
-// than sent before the commit, so that a silent client's batch still
-// commits (the reply fits in the sockets' buffers) while the batch claims
-// as many jobs as its outcomes freed slots for. If a read fails, the jobs
-// it would have returned are leased all the same: they are rescued when
-// the lease expires, as the jobs of a claimer that died.
-func (c *Client) claimedJobs(ctx context.Context, claims []claimReply, traces bool) ([]*queue.Job, error) {
-	var jobs []*queue.Job
-	var conn *pgxpool.Conn
-	defer func() {
-		if conn != nil {
-			conn.Release()
-		}
-	}()
-	for _, r := range claims {
-		if conn == nil && len(r.jobs) < len(r.ids) {
-			var err error
-			if conn, err = c.pool.Acquire(ctx); err != nil {
-				return jobs, err
-			}
-		}
-		js, err := r.jobsVia(ctx, conn, traces)
-		if err != nil {
-			return jobs, err
-		}
-		jobs = append(jobs, js...)
+// claimedJobs returns the jobs of a claim that a batch of outcomes or a
+// release made (handOverSQL, scanReleased): those whose rows came inline,
+// and the others read after the batch committed, by their row versions,
+// as a claim's are (claimReply.jobsVia), on a connection taken only then.
+// Past the inline reply's bound the rows are read rather than sent before
+// the commit, so that a silent client's batch still commits (the reply
+// fits in the sockets' buffers) while the batch claims as many jobs as its
+// outcomes freed slots for. If a read fails, the jobs are leased all the
+// same: they are rescued when the lease expires, as the jobs of a claimer
+// that died.
+func (c *Client) claimedJobs(ctx context.Context, r claimReply, traces bool) ([]*queue.Job, error) {
+	if r.fence == nil || len(r.ids) == 0 {
+		return nil, nil
 	}
-	return jobs, nil
+	var conn *pgxpool.Conn
+	if len(r.jobs) < len(r.ids) {
+		var err error
+		if conn, err = c.pool.Acquire(ctx); err != nil {
+			return nil, err
+		}
+		defer conn.Release()
+	}
+	return r.jobsVia(ctx, conn, traces)
 }
 
 // chunkArrays returns a chunk's limit names and partitions as the

@@ -140,8 +140,7 @@ func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) 
 		return 0, nil
 	}
 	n := 0
-	var lims []partition
-	seen := map[partition]bool{}
+	var lims partitionSet
 	scan := func(moved pgx.Rows) error {
 		defer moved.Close()
 		for moved.Next() {
@@ -150,9 +149,8 @@ func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) 
 				return err
 			}
 			n++
-			if p := (partition{deref(limName), deref(limPart)}); limName != nil && limPart != nil && !seen[p] {
-				seen[p] = true
-				lims = append(lims, p)
+			if limName != nil && limPart != nil {
+				lims.add(partition{*limName, *limPart})
 			}
 		}
 		return moved.Err()
@@ -181,7 +179,7 @@ func (c *Client) Rescue(ctx context.Context, p queue.RescueParams) (int, error) 
 	}
 	// A rescued job's slot is free (unless its limit holds it through a
 	// retry): the next waiting job of its partition gets it now.
-	c.grantAfter(ctx, lims)
+	c.grantAfter(ctx, lims.list)
 	return n, nil
 }
 

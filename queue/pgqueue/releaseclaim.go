@@ -189,7 +189,7 @@ func (c *Client) fill(ctx context.Context, dc *dependentsClaim, reserved map[str
 	}
 	var byQueue map[string][]*queue.Job
 	if reply.fence != nil && len(reply.ids) > 0 {
-		jobs, err := c.claimedJobs(ctx, []claimReply{reply}, dc.traces)
+		jobs, err := c.claimedJobs(ctx, reply, dc.traces)
 		if err != nil {
 			c.cfg.Logger.Warn("pgqueue: reading the dependents a release claimed failed; they are rescued when their lease expires",
 				"jobs", len(reply.ids), "err", err)
