@@ -39,8 +39,8 @@ import (
 // A job becomes available only with the slot taken for it. Its update
 // (g) looks at its state no more: z locked it as limited, and no other
 // statement changes it before this one ends. A second look there
-// (state = 'limited') let generic plans read the whole limited index, a
-// few milliseconds a grant (docs/benchmarks/limits.md).
+// (state = 'limited') let generic plans read the whole limited index
+// instead of the primary key (docs/benchmarks/limits.md).
 //
 // It waits for no lock: every row it locks it takes with SKIP LOCKED,
 // and it updates only rows it has locked, so a grant that runs beside a

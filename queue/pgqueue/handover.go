@@ -26,8 +26,8 @@ import (
 //
 // A grant reads every slot of a partition with its holder, pairs the
 // free ones with the oldest limited jobs, and takes each slot again by
-// compare-and-set: about three times an unlimited claim's work a job
-// under 1,000 partitions of 1 (docs/benchmarks/limits.md). Here the slot
+// compare-and-set: several times an unlimited claim's work a job where
+// partitions are many (docs/benchmarks/limits.md). Here the slot
 // is known: the one the finished job names (limit_slot), whose row names
 // the job back. The hand-over locks that row (SKIP LOCKED) if its job is
 // this transaction's (the job's row version is ours: an applied outcome,

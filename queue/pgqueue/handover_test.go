@@ -20,12 +20,11 @@ import (
 // jobs, and beside a global limit of 40 with 20,000 waiting jobs. It must
 // claim the k next jobs for the worker and read a few rows of the jobs
 // table and of the slots for each, whatever the partitions, slots and
-// waiting jobs around them. Its first plans, as generic plans, read
-// every slot of the limit to find the k freed (1,032 rows of the slots
-// for 32 handed), and, for each freed slot, every slot of the partition
-// and its holder to find those at or above the limit (420 rows of the
-// slots and 430 of the jobs for 10 handed under the global limit); this
-// test fails with either.
+// waiting jobs around them. Two generic plans it had on the way read
+// every slot of the limit to find the freed ones, or, for each freed
+// slot, every slot of the partition with its holder to find those at or
+// above the limit; this test fails with either (docs/benchmarks/limits.md,
+// change 11).
 func TestHandOverReadsOnlyWhatItHands(t *testing.T) {
 	c, db := newClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -226,8 +226,9 @@ func countState(states map[string]queue.State, s queue.State) int {
 // dependents one by one for a second at most after its completion; the
 // ranges left then are released whole, for the fleet.
 func TestRangesLeaveASlowWorker(t *testing.T) {
-	// Enough entries in ranges that, a slot every 10 ms for each of the
-	// client's releaseWorkers, they outlast the window. The completion's
+	// Enough entries in ranges that they outlast the window while the
+	// slots below free one at a time for each of the client's
+	// releaseWorkers. The completion's
 	// own release claims one dependent of its first rangeChunk and makes
 	// the others available.
 	const width = 600
