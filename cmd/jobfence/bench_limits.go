@@ -23,6 +23,9 @@ type limitBench struct {
 	// (their args' field "p"), each limited to perPartition at once
 	// (--limit-partitions, --limit).
 	partitions, perPartition int
+	// sequence makes each partition a sequence (--limit-sequence): one
+	// job at a time in insert order, a failed job holding it.
+	sequence bool
 	// jobDuration is how long each job's handler runs (--job-duration).
 	jobDuration time.Duration
 	// versus pairs each limited run with an unlimited one
@@ -35,6 +38,7 @@ func (l *limitBench) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&l.concurrency, "limit-concurrency", 0, "burn-down and continuous: a concurrency limit of N on the bench's queue, fleet-wide (a pgqueue.Limit)")
 	fs.IntVar(&l.partitions, "limit-partitions", 0, "burn-down and continuous: spread the jobs over P partitions (args field \"p\"), each limited to --limit at once")
 	fs.IntVar(&l.perPartition, "limit", 1, "with --limit-partitions: each partition's concurrency limit")
+	fs.BoolVar(&l.sequence, "limit-sequence", false, "with --limit-partitions: each partition is a sequence (a pgqueue.Limit with Sequence: one job at a time, in insert order)")
 	fs.DurationVar(&l.jobDuration, "job-duration", 0, "how long each job's handler runs (0: a no-op)")
 	fs.BoolVar(&l.versus, "versus-unlimited", false, "with a limit: pair each run with an unlimited one (the other going first in turn) and report each pair's ratio; "+
 		"with --limit-concurrency N the unlimited run's worker runs at most N jobs at once, the same ceiling in one process")
@@ -48,6 +52,9 @@ func (l limitBench) validate(mode string, cfg benchConfig, set map[string]bool) 
 	}
 	if set["limit"] && l.partitions == 0 {
 		return errors.New("--limit is each partition's limit: it needs --limit-partitions P")
+	}
+	if l.sequence && (l.partitions == 0 || l.perPartition != 1) {
+		return errors.New("--limit-sequence makes each partition a sequence, which runs one job at a time: it needs --limit-partitions P and no --limit but 1")
 	}
 	if l.concurrency > 0 && l.partitions > 0 {
 		return errors.New("--limit-concurrency and --limit-partitions are two kinds of limit: give one (a queue has one limit)")
@@ -76,7 +83,7 @@ func (l limitBench) limited() bool { return l.concurrency > 0 || l.partitions > 
 
 // unlimited is l without its limit: the same jobs, the same duration.
 func (l limitBench) unlimited() limitBench {
-	l.concurrency, l.versus = 0, false
+	l.concurrency, l.versus, l.sequence = 0, false, false
 	if l.partitions > 0 {
 		// Keep the args' partition field: the same rows, unlimited.
 		l.perPartition = 0
@@ -90,7 +97,7 @@ func (l limitBench) limit() (pgqueue.Limit, bool) {
 	case l.concurrency > 0:
 		return pgqueue.Limit{Name: "bench", Queue: queue.DefaultQueue, Concurrency: l.concurrency}, true
 	case l.partitions > 0 && l.perPartition > 0:
-		return pgqueue.Limit{Name: "bench", Queue: queue.DefaultQueue, PartitionBy: []string{"p"}, Concurrency: l.perPartition}, true
+		return pgqueue.Limit{Name: "bench", Queue: queue.DefaultQueue, PartitionBy: []string{"p"}, Concurrency: l.perPartition, Sequence: l.sequence}, true
 	}
 	return pgqueue.Limit{}, false
 }
@@ -151,6 +158,8 @@ func (l limitBench) describe() string {
 	switch {
 	case l.concurrency > 0:
 		return fmt.Sprintf("limit %d at once", l.concurrency)
+	case l.partitions > 0 && l.sequence:
+		return fmt.Sprintf("%d sequences", l.partitions)
 	case l.partitions > 0 && l.perPartition > 0:
 		return fmt.Sprintf("%d partitions, limit %d each", l.partitions, l.perPartition)
 	case l.partitions > 0:

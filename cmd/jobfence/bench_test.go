@@ -41,6 +41,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"bench", "--mode", "continuous", "--retention", "1m"}, "--retention and --report-interval are for --mode soak, not --mode continuous"},
 		{[]string{"bench", "--runs", "0"}, "--runs 0: want at least 1"},
 		{[]string{"bench", "--limit", "2"}, "--limit is each partition's limit: it needs --limit-partitions P"},
+		{[]string{"bench", "--limit-sequence"}, "--limit-sequence makes each partition a sequence, which runs one job at a time: it needs --limit-partitions P and no --limit but 1"},
+		{[]string{"bench", "--limit-partitions", "10", "--limit", "2", "--limit-sequence"}, "--limit-sequence makes each partition a sequence"},
 		{[]string{"bench", "--limit-concurrency", "4", "--limit-partitions", "10"}, "--limit-concurrency and --limit-partitions are two kinds of limit: give one"},
 		{[]string{"bench", "--versus-unlimited"}, "--versus-unlimited compares a limited run with an unlimited one: it needs --limit-concurrency or --limit-partitions"},
 		{[]string{"bench", "--mode", "latency", "--rate", "10", "--limit-concurrency", "4"}, "--limit-concurrency and --limit-partitions are for --mode burndown or continuous, not --mode latency"},

@@ -126,7 +126,7 @@ const finishLate = `coalesce((f.outcome = 4 OR f.outcome = 2 AND j.attempt < j.m
 // slots that the applied outcomes of limited jobs freed go to the next
 // waiting jobs of their partitions at once: sent with the outcomes, in
 // their round trip, for the partitions the Finishes name (finishAndGrant:
-// a plain concurrency limit's in the outcomes' transaction, the others'
+// those of a limit with no rate in the outcomes' transaction, the others'
 // in one of its own), after them for the others (grant). A failed grant
 // of its own leaves them to the workers' next grant pass.
 // When the batch holds workflow tasks, releaseSQL follows the outcomes in
@@ -138,7 +138,7 @@ func (c *Client) Finish(ctx context.Context, fs []queue.Finish) ([]queue.Lease, 
 
 // FinishClaim implements queue.FinishClaimer: it applies fs as Finish
 // does and, in the same round trip, claims for the caller the jobs
-// granted the slots of plain concurrency limits (no rate, not a sequence)
+// granted the slots of concurrency limits and sequences (no rate)
 // that the applied outcomes of fs marked ClaimNext freed: one at most per
 // such Finish, in the partition it names, only into a slot this call's
 // own outcomes freed (a stale outcome, a zombie's, frees none and claims

@@ -49,8 +49,8 @@ func heldPartitions(fs []queue.Finish) ([]partition, map[partition][]int64) {
 // round in four round trips in a row (the completion, its grant, the
 // grant's NOTIFY, a claim); this saves the second's.
 //
-// The slots the outcomes free in the partitions of a plain concurrency
-// limit (see grantRoutes) are handed to the partitions' next jobs in the
+// The slots the outcomes free in the partitions of a limit with no rate
+// (a concurrency cap or a sequence, see grantRoutes) are handed to the partitions' next jobs in the
 // outcomes' own transaction, after them, by handOverSQL, given the IDs of
 // their jobs in those partitions (limited): it waits for no lock, so it
 // holds their commit up by its own run only, and it saves the grant's
@@ -91,13 +91,12 @@ func heldPartitions(fs []queue.Finish) ([]partition, map[partition][]int64) {
 //
 // It returns what finishBatch does, the leases applied and every partition
 // the applied outcomes freed a slot of, held or not, the held partitions
-// that handOverSQL left to the general grant or found not to be a plain
-// concurrency limit's (the caller grants both after), and the jobs it
-// claimed.
+// that handOverSQL left to the general grant or found to have a rate
+// (the caller grants both after), and the jobs it claimed.
 func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tasks []int64, limited map[partition][]int64, held []partition, claim *concClaim, dc *dependentsClaim) (finishGrant, error) {
 	applied := make(map[queue.Lease]bool, len(args[0].([]int64)))
 	var lims partitionSet
-	conc, full := c.routes.split(held, time.Now())
+	conc, full := c.routes.splitHandOver(held, time.Now())
 	fullChunks := grantChunks(full)
 	var b pgx.Batch
 	b.Queue("BEGIN")
@@ -179,7 +178,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	}
 	c.wakeReady(ctx, granted)
 	if len(declined) > 0 {
-		c.routes.markFull(declined, time.Now())
+		c.routes.markNoHandOver(declined, time.Now())
 	}
 	// The outcomes and the claims are committed: a failed read of the
 	// claimed jobs fails neither (see claimedJobs).

@@ -140,9 +140,10 @@ func TestFinishGrantsPartitionsItWasNotTold(t *testing.T) {
 	overLimit(t, db, "nt", 1)
 }
 
-// TestFinishAppliesWhenItsGrantTimesOut: the grant sent with a completion
-// is a transaction of its own, after the completion's: when it gives up
-// on a row another session holds (its bounded wait), the completion stays
+// TestFinishAppliesWhenItsGrantTimesOut: a sequence's next job whose row
+// another session holds is not handed the slot in the completion's
+// transaction; the grant after it, a transaction of its own, waits for
+// the row: when it gives up (its bounded wait), the completion stays
 // committed and Finish reports it applied; the next grant hands the slot
 // on once the row is free.
 func TestFinishAppliesWhenItsGrantTimesOut(t *testing.T) {

@@ -99,9 +99,15 @@ const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan
 // the common case, and the statement says which partitions it did not
 // serve. A limit is remembered fullRouteFor, so that one changed back to
 // a plain concurrency cap gets the cheaper statement again.
+//
+// The outcomes' hand-over (handOverSQL) serves sequences too, which
+// grantConcurrencySQL does not: the limits it found it cannot serve (a
+// rate, or none left) are remembered apart (noHandOver), and are those of
+// full that a batch of outcomes sends to grantSQL.
 type grantRoutes struct {
-	mu   sync.Mutex
-	full map[string]time.Time
+	mu         sync.Mutex
+	full       map[string]time.Time
+	noHandOver map[string]time.Time
 }
 
 const (
@@ -118,26 +124,52 @@ const (
 func (r *grantRoutes) split(ps []partition, now time.Time) (conc, full []partition) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return splitRoutes(r.full, ps, now)
+}
+
+// splitHandOver returns the partitions of ps that handOverSQL may serve
+// and those to send to grantSQL at once.
+func (r *grantRoutes) splitHandOver(ps []partition, now time.Time) (handOver, full []partition) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return splitRoutes(r.noHandOver, ps, now)
+}
+
+func splitRoutes(known map[string]time.Time, ps []partition, now time.Time) (tried, full []partition) {
 	for _, p := range ps {
-		if until, ok := r.full[p.name]; ok && now.Before(until) {
+		if until, ok := known[p.name]; ok && now.Before(until) {
 			full = append(full, p)
 		} else {
-			conc = append(conc, p)
+			tried = append(tried, p)
 		}
 	}
-	return conc, full
+	return tried, full
 }
 
 // markFull remembers the limits of ps as needing grantSQL.
 func (r *grantRoutes) markFull(ps []partition, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.full == nil || len(r.full)+len(ps) > maxFullRoutes {
-		r.full = map[string]time.Time{}
+	r.full = markRoutes(r.full, ps, now)
+}
+
+// markNoHandOver remembers the limits of ps as needing grantSQL, after a
+// batch of outcomes as well.
+func (r *grantRoutes) markNoHandOver(ps []partition, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.full = markRoutes(r.full, ps, now)
+	r.noHandOver = markRoutes(r.noHandOver, ps, now)
+}
+
+func markRoutes(known map[string]time.Time, ps []partition, now time.Time) map[string]time.Time {
+	if known == nil || len(known)+len(ps) > maxFullRoutes {
+		known = map[string]time.Time{}
 	}
 	for _, p := range ps {
-		r.full[p.name] = now.Add(fullRouteFor)
+		known[p.name] = now.Add(fullRouteFor)
 	}
+	return known
 }
 
 // grantPlan is what one grant batch serves: chunks of partitions for

@@ -8,9 +8,8 @@ import (
 
 // handOverSQL passes each concurrency slot that this transaction's
 // outcomes freed straight to the next limited job of its partition: the
-// grant of a batch of outcomes (finishAndGrant), for the limits
-// grantConcurrencySQL serves (a concurrency cap, no rate, not a
-// sequence). $8 are the IDs of the batch's limited jobs; $1 and $2 name
+// grant of a batch of outcomes (finishAndGrant), for the limits with no
+// rate (a concurrency cap or a sequence). $8 are the IDs of the batch's limited jobs; $1 and $2 name
 // their partitions and $3 the jobs to claim in each for the worker that
 // sent the outcomes, leased for $4 microseconds, attempted by $5. Its
 // reply is a claim's: a row of the fence and the claimed jobs' IDs and
@@ -21,8 +20,8 @@ import (
 // row per queue (jobColumns NULL, its name, NULL, the jobs made
 // available), and a row per partition of $1 and $2 it did not serve
 // (jobColumns NULL, the limit's name and the partition, then 0 where the
-// limit is a plain concurrency cap, which the general grant serves after
-// the commit, and NULL where it is not, which grantSQL serves).
+// limit has no rate, which the general grant serves after the commit, and
+// NULL where it has one or is gone, which grantSQL serves).
 //
 // A grant reads every slot of a partition with its holder, pairs the
 // free ones with the oldest limited jobs, and takes each slot again by
@@ -37,7 +36,12 @@ import (
 // above the limit (a lowered limit, which the freed slots must first
 // make up for). The partition's oldest limited jobs, one per freed slot,
 // are locked with SKIP LOCKED and paired with the freed slots as they
-// come (any pairing will do: every one of those slots is free). Each
+// come (any pairing will do: every one of those slots is free). A
+// sequence's (ordered: Concurrency 1, holding through retries) must go in
+// insert order: its oldest limited job is found first, then locked with
+// SKIP LOCKED, so that a row another transaction holds is not passed
+// over; the partition then gets nothing here, and is left to the general
+// grant, which waits for the row (grantSQL). Each
 // slot's row then names its job, and the job is claimed as claimSQL
 // claims (running, attempt + 1, leased, under a fence drawn once every
 // row of the claim is locked) if its partition's $3 allows and its queue
@@ -47,9 +51,10 @@ import (
 // holder frees it once.
 //
 // What it leaves to the general grant, after the commit: a partition of
-// the batch none of whose slots it handed over although its limit is a
-// plain concurrency cap (a slot whose row another transaction held, a
-// lowered limit, or an outcome that freed nothing, such as a put-back).
+// the batch none of whose slots it handed over although its limit has no
+// rate (a slot whose row another transaction held, a lowered limit, an
+// outcome that freed nothing, such as a put-back, or a sequence whose
+// oldest job another transaction held).
 // A free slot with waiting jobs that no outcome of the batch freed (left
 // by a failed grant, or by an insert in a caller's transaction, which
 // grants nothing) waits for the workers' grant pass. Like
@@ -59,9 +64,10 @@ WITH o AS MATERIALIZED (
     SELECT o.id, o.limit_name, o.limit_part, o.limit_slot, o.state FROM jobfence_jobs o
     WHERE o.id = ANY ($8::bigint[]) AND o.xmin = pg_current_xact_id()::xid AND o.state NOT IN ('available', 'running')
 ), fo AS MATERIALIZED (
-    SELECT s.name, s.part, s.slot, s.ctid AS sctid, l.concurrency, l.hold_retrying, l.hold_discarded
+    SELECT s.name, s.part, s.slot, s.ctid AS sctid, l.concurrency, l.hold_retrying, l.hold_discarded,
+        l.concurrency = 1 AND l.hold_retrying AS ordered
     FROM o
-    JOIN jobfence_limits l ON l.name = o.limit_name AND l.rate IS NULL AND NOT (l.concurrency = 1 AND l.hold_retrying)
+    JOIN jobfence_limits l ON l.name = o.limit_name AND l.rate IS NULL
     JOIN jobfence_limit_slots s ON s.name = o.limit_name AND s.part = o.limit_part AND s.kind = 0 AND s.slot = o.limit_slot
     WHERE s.job_id = o.id AND o.limit_slot < l.concurrency
       AND NOT (o.state = 'retryable' AND l.hold_retrying OR o.state = 'discarded' AND l.hold_discarded)
@@ -69,7 +75,7 @@ WITH o AS MATERIALIZED (
 ), c AS (
     SELECT n, pt, sum(c)::int AS cap FROM unnest($1::text[], $2::text[], $3::int[]) AS c(n, pt, c) GROUP BY n, pt
 ), p AS MATERIALIZED (
-    SELECT fo.name, fo.part, coalesce(min(c.cap), 0) AS cap,
+    SELECT fo.name, fo.part, coalesce(min(c.cap), 0) AS cap, bool_or(fo.ordered) AS ordered,
         array_agg(fo.slot ORDER BY fo.slot) AS slots, array_agg(fo.sctid ORDER BY fo.slot) AS sctids
     FROM fo LEFT JOIN c ON c.n = fo.name AND c.pt = fo.part
     WHERE NOT EXISTS (
@@ -79,16 +85,28 @@ WITH o AS MATERIALIZED (
           AND (j.state IN ('available', 'running') OR j.state = 'retryable' AND fo.hold_retrying OR j.state = 'discarded' AND fo.hold_discarded))
     GROUP BY fo.name, fo.part
 ), z AS MATERIALIZED (
-    SELECT p.slots[x.rn] AS slot, p.sctids[x.rn] AS sctid, x.id,
+    SELECT p.name, p.part, p.slots[x.rn] AS slot, p.sctids[x.rn] AS sctid, x.id,
         x.rn <= p.cap AND x.queue NOT IN (SELECT name FROM jobfence_queues WHERE paused_at IS NOT NULL) AS claimed
     FROM p CROSS JOIN LATERAL (
         SELECT w.id, w.queue, row_number() OVER () AS rn FROM (
-            SELECT id, queue FROM jobfence_jobs
-            WHERE state = 'limited' AND (limit_name, limit_part, id) > (p.name, p.part, 0)
-              AND (limit_name, limit_part, id) <= (p.name, p.part, 9223372036854775807)
-            ORDER BY limit_name, limit_part, id
-            LIMIT cardinality(p.slots)
-            FOR UPDATE SKIP LOCKED) w
+            SELECT * FROM (
+                SELECT id, queue FROM jobfence_jobs
+                WHERE NOT p.ordered AND state = 'limited' AND (limit_name, limit_part, id) > (p.name, p.part, 0)
+                  AND (limit_name, limit_part, id) <= (p.name, p.part, 9223372036854775807)
+                ORDER BY limit_name, limit_part, id
+                LIMIT cardinality(p.slots)
+                FOR UPDATE SKIP LOCKED) u
+            UNION ALL
+            SELECT * FROM (
+                SELECT id, queue FROM jobfence_jobs
+                WHERE p.ordered AND state = 'limited' AND id = (
+                    SELECT id FROM jobfence_jobs
+                    WHERE state = 'limited' AND (limit_name, limit_part, id) > (p.name, p.part, 0)
+                      AND (limit_name, limit_part, id) <= (p.name, p.part, 9223372036854775807)
+                    ORDER BY limit_name, limit_part, id
+                    LIMIT 1)
+                FOR UPDATE SKIP LOCKED) q
+        ) w
     ) x
 ), uc AS (
     UPDATE jobfence_limit_slots s SET job_id = z.id, gen = s.gen + 1, granted_at = now()
@@ -120,10 +138,10 @@ UNION ALL
 SELECT ` + claimReplyNulls + `, NULL, NULL, NULL, (SELECT fence FROM f), array_agg(g.id ORDER BY g.id), array_agg(g.ctid ORDER BY g.id)
 FROM g WHERE g.claimed HAVING count(*) > 0
 UNION ALL
-SELECT ` + claimReplyNulls + `, p.n, p.pt, CASE WHEN l.rate IS NULL AND NOT (l.concurrency = 1 AND l.hold_retrying) THEN 0 END, NULL, NULL, NULL
+SELECT ` + claimReplyNulls + `, p.n, p.pt, CASE WHEN l.rate IS NULL THEN 0 END, NULL, NULL, NULL
 FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
 LEFT JOIN jobfence_limits l ON l.name = p.n
-WHERE (p.n, p.pt) NOT IN (SELECT name, part FROM p)`
+WHERE (p.n, p.pt) NOT IN (SELECT name, part FROM p WHERE NOT p.ordered OR EXISTS (SELECT FROM z WHERE z.name = p.name AND z.part = p.part))`
 
 // concClaim is what a Finish asks handOverSQL to claim: up to caps[p]
 // of the jobs handed the slots that its outcomes freed in partition p,

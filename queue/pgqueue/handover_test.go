@@ -17,7 +17,8 @@ import (
 // that k completions free, in their transaction, as a prepared
 // statement's generic plan (what a Finish runs) and as a plan for its
 // parameters: beside 1,000 partitions of a limit of 1 with 5,000 waiting
-// jobs, and beside a global limit of 40 with 20,000 waiting jobs. It must
+// jobs, the same as 1,000 sequences, and beside a global limit of 40 with
+// 20,000 waiting jobs. It must
 // claim the k next jobs for the worker and read a few rows of the jobs
 // table and of the slots for each, whatever the partitions, slots and
 // waiting jobs around them. Two generic plans it had on the way read
@@ -37,6 +38,8 @@ func TestHandOverReadsOnlyWhatItHands(t *testing.T) {
 		partitionArg func(i int) []byte
 	}{
 		{"1,000 partitions of 1", pgqueue.Limit{Name: "parts", Queue: "parts", PartitionBy: []string{"p"}, Concurrency: 1}, 1000, 6000, 1000, 32,
+			func(i int) []byte { return fmt.Appendf(nil, `{"p": %d}`, i%1000) }},
+		{"1,000 sequences", pgqueue.Limit{Name: "seqs", Queue: "seqs", PartitionBy: []string{"p"}, Concurrency: 1, Sequence: true}, 1000, 6000, 1000, 32,
 			func(i int) []byte { return fmt.Appendf(nil, `{"p": %d}`, i%1000) }},
 		{"a global limit of 40", pgqueue.Limit{Name: "global", Queue: "global", Concurrency: 40}, 1, 20040, 40, 10,
 			func(int) []byte { return []byte(`{}`) }},
@@ -166,5 +169,54 @@ func TestHandOverLeavesALoweredLimit(t *testing.T) {
 	got := finishClaim(t, c, "w", time.Minute, running[1:], map[int64]bool{running[1].ID: true})
 	if n := holding(); n != 1 {
 		t.Fatalf("after slot 1's completion %d jobs hold the limit of 1 (claimed %d), want the next one", n, len(got))
+	}
+}
+
+// TestHandOverKeepsASequenceInOrder: a sequence's completion hands its
+// slot to the sequence's next job, claimed for the worker, and to no
+// other. With that job's row held by another transaction (as an admin
+// command or a grant would hold it), the hand-over hands nothing rather
+// than pass over it, as a claim with SKIP LOCKED would; once the holder
+// lets go, the job gets the slot and runs before the ones after it.
+func TestHandOverKeepsASequenceInOrder(t *testing.T) {
+	c, db := newClient(t)
+	ctx := context.Background()
+	const q = "hs"
+	setLimit(t, c, pgqueue.Limit{Name: q, Queue: q, Sequence: true})
+	ids := enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: q, LimitKey: "a"}, 4)
+	got := claim(t, c, q, 10, time.Minute)
+	if len(got) != 1 || got[0].ID != ids[0] {
+		t.Fatalf("claimed %v, want the sequence's first job %d", got, ids[0])
+	}
+	next := finishClaim(t, c, "w", time.Minute, got, map[int64]bool{got[0].ID: true})
+	if len(next) != 1 || next[0].ID != ids[1] || next[0].State != queue.StateRunning || next[0].Fence <= got[0].Fence {
+		t.Fatalf("the first job's completion claimed %v, want job %d running under a newer fence", next, ids[1])
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT FROM jobfence_jobs WHERE id = $1 FOR UPDATE`, ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	// The grant that follows the batch waits for the held row a second
+	// at most, and gives up (logged).
+	if more := finishClaim(t, c, "w", time.Minute, next, map[int64]bool{next[0].ID: true}); len(more) != 0 {
+		t.Fatalf("with job %d's row held, the completion claimed %v, want nothing", ids[2], more)
+	}
+	for _, id := range ids[2:] {
+		if st := stateOf(t, c, id); st != queue.StateLimited {
+			t.Fatalf("with job %d's row held, job %d is %s, want limited", ids[2], id, st)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GrantWaiting(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	if got := claim(t, c, q, 10, time.Minute); len(got) != 1 || got[0].ID != ids[2] {
+		t.Fatalf("after the holder let go claimed %v, want job %d", got, ids[2])
 	}
 }
