@@ -97,7 +97,11 @@ ON CONFLICT DO NOTHING`
 // (TestGrantReadsNoWaitingJobs); no other index gives a range's order. Only a deleted
 // limit's partitions (gone, materialized first) are looked at for
 // orphans: looking at every partition's waiting jobs before checking
-// that its limit was gone locked a batch of them in every grant.
+// that its limit was gone locked a batch of them in every grant. The
+// updates (g, o) look at the jobs' state no more: w0 and orphans locked
+// them as limited, and nothing else changes a locked row before the
+// statement ends; a second look let generic plans read the whole limited
+// index (see grantConcurrencySQL).
 //
 // The waiting jobs are locked in ID order, as every grant locks them. A
 // sequence's (ordered: Concurrency 1, holding through retries) are waited
@@ -198,14 +202,14 @@ WITH l AS MATERIALIZED (
     UPDATE jobfence_jobs j
     SET state = 'available', limit_slot = p.cslot, scheduled_at = now()
     FROM pair p
-    WHERE j.id = p.id AND j.state = 'limited'
+    WHERE j.id = p.id
       AND (p.concurrency IS NULL OR p.id IN (SELECT id FROM uc))
       AND (p.rate IS NULL OR p.id IN (SELECT id FROM ur))
     RETURNING j.queue
 ), o AS (
     UPDATE jobfence_jobs j
     SET state = 'available', limit_slot = NULL, scheduled_at = now()
-    WHERE j.id = ANY (ARRAY(SELECT id FROM orphans)) AND j.state = 'limited'
+    WHERE j.id = ANY (ARRAY(SELECT id FROM orphans))
     RETURNING j.queue
 )
 SELECT q.queue, count(*)
