@@ -101,7 +101,10 @@ ON CONFLICT DO NOTHING`
 // updates (g, o) look at the jobs' state no more: w0 and orphans locked
 // them as limited, and nothing else changes a locked row before the
 // statement ends; a second look let generic plans read the whole limited
-// index (see grantConcurrencySQL).
+// index (see grantConcurrencySQL). The jobs' update finds them by their
+// IDs as an array (ANY): a join alone let a generic plan, its estimate
+// of the paired jobs taken from the limit's LIMIT, read the whole table
+// to hash it (see handOverSQL).
 //
 // The waiting jobs are locked in ID order, as every grant locks them. A
 // sequence's (ordered: Concurrency 1, holding through retries) are waited
@@ -202,7 +205,7 @@ WITH l AS MATERIALIZED (
     UPDATE jobfence_jobs j
     SET state = 'available', limit_slot = p.cslot, scheduled_at = now()
     FROM pair p
-    WHERE j.id = p.id
+    WHERE j.id = ANY (ARRAY(SELECT id FROM pair)) AND j.id = p.id
       AND (p.concurrency IS NULL OR p.id IN (SELECT id FROM uc))
       AND (p.rate IS NULL OR p.id IN (SELECT id FROM ur))
     RETURNING j.queue

@@ -46,7 +46,11 @@ import (
 // claims (running, attempt + 1, leased, under a fence drawn once every
 // row of the claim is locked) if its partition's $3 allows and its queue
 // is not paused, or else made available with its slot; as locked, not
-// looked at again (see grantConcurrencySQL). A slot is never
+// looked at again (see grantConcurrencySQL), and found by their IDs as
+// an array (ANY): joined to z alone, a generic plan that took z's size
+// from its LIMIT's estimate (hundreds of rows) read the whole jobs table
+// of a small queue to hash it, for a few jobs a batch
+// (TestHandOverReadsOnlyWhatItHands). A slot is never
 // handed twice: its row is locked from the check to the update, and its
 // holder frees it once.
 //
@@ -124,7 +128,7 @@ WITH o AS MATERIALIZED (
         attempted_by = CASE WHEN z.claimed THEN j.attempted_by[greatest(array_length(j.attempted_by, 1) - 8, 1):] || $5::text
             ELSE j.attempted_by END
     FROM z
-    WHERE j.id = z.id
+    WHERE j.id = ANY (ARRAY(SELECT id FROM z)) AND j.id = z.id
     RETURNING j.queue, z.claimed, j.id, j.ctid, j
 )
 SELECT ` + jobColumns + `, NULL, NULL, NULL::int, NULL::bigint, NULL::bigint[], NULL::tid[] FROM (
