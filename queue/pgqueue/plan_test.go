@@ -9,14 +9,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
 
 // TestBatchStatementsProbeThePrimaryKey plans the statements that join jobs
 // to arrays of IDs as they run through PgBouncer (unnamed statements,
-// planned for their parameters), with 1,000 IDs, on a table whose
-// statistics were taken before any job ran. Each must reach the jobs
+// planned for their parameters) and as a prepared statement's generic
+// plan (which PostgreSQL may keep after a few runs, and which a batch of
+// outcomes asks for), with 1,000 IDs, on a table whose statistics were
+// taken before any job ran. Each must reach the jobs
 // through the primary key, never by scanning the table: with a scan, one
 // batch compared every running row with every ID (seconds per batch), and
 // locked rows in the table's order rather than the IDs'.
@@ -65,28 +68,45 @@ func TestBatchStatementsProbeThePrimaryKey(t *testing.T) {
 		{"heartbeat", pgqueue.HeartbeatSQL, []any{ids, fences, time.Minute.Microseconds()}},
 		{"rescue", pgqueue.RescueSQL, []any{ids, fences, delays, restarted, make([]int32, n), queue.PutBackLimit}},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			var raw []byte
-			args := append([]any{pgx.QueryExecModeDescribeExec}, tt.args...)
-			if err := db.Pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+tt.sql, args...).Scan(&raw); err != nil {
-				t.Fatal(err)
-			}
-			var scans []string
-			parsePlan(t, raw).walk(func(p planNode) {
-				if p.Relation == "jobfence_jobs" && p.Type != "ModifyTable" {
-					scans = append(scans, fmt.Sprintf("%s %s", p.Type, p.Index))
-				}
+		for _, mode := range []string{"auto", "force_generic_plan"} {
+			t.Run(tt.name+" "+mode, func(t *testing.T) {
+				explainProbes(t, ctx, db, mode, tt.sql, tt.args)
 			})
-			ok := len(scans) > 0
-			for _, s := range scans {
-				ok = ok && (s == "Index Scan jobfence_jobs_pkey" ||
-					(tt.sql == pgqueue.ReleaseClaimSQL || tt.sql == pgqueue.ReleaseRangeClaimSQL) &&
-						(s == "Index Scan jobfence_jobs_available" || s == "Index Only Scan jobfence_jobs_available"))
-			}
-			if !ok {
-				t.Fatalf("the jobs table is read by %q, want only Index Scans of jobfence_jobs_pkey; plan:\n%s", scans, raw)
-			}
-		})
+		}
+	}
+}
+
+// explainProbes plans sql for args with plan_cache_mode mode and fails t
+// unless it reads the jobs table only through its primary key (and, for
+// the releases that claim, the available jobs' index).
+func explainProbes(t *testing.T, ctx context.Context, db *pgtest.DB, mode, sql string, args []any) {
+	t.Helper()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT set_config('plan_cache_mode', $1, true)", mode); err != nil {
+		t.Fatal(err)
+	}
+	var raw []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+sql, append([]any{pgx.QueryExecModeDescribeExec}, args...)...).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	var scans []string
+	parsePlan(t, raw).walk(func(p planNode) {
+		if p.Relation == "jobfence_jobs" && p.Type != "ModifyTable" {
+			scans = append(scans, fmt.Sprintf("%s %s", p.Type, p.Index))
+		}
+	})
+	ok := len(scans) > 0
+	for _, s := range scans {
+		ok = ok && (s == "Index Scan jobfence_jobs_pkey" ||
+			(sql == pgqueue.ReleaseClaimSQL || sql == pgqueue.ReleaseRangeClaimSQL) &&
+				(s == "Index Scan jobfence_jobs_available" || s == "Index Only Scan jobfence_jobs_available"))
+	}
+	if !ok {
+		t.Fatalf("plan_cache_mode %s: the jobs table is read by %q, want only Index Scans of jobfence_jobs_pkey; plan:\n%s", mode, scans, raw)
 	}
 }
 
