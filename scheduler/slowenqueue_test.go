@@ -148,11 +148,7 @@ func startSlowAndOther(t *testing.T, db *pgtest.DB, s *scheduler.Scheduler) pgx.
 func holdScheduleRow(t *testing.T, db *pgtest.DB, name string) pgx.Tx {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	tx := pgtest.Begin(t, db.Pool)
 	var holder int
 	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM jobfence_schedules WHERE name = $1 FOR UPDATE`, name).Scan(&holder); err != nil {
 		t.Fatal(err)

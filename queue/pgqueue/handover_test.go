@@ -82,14 +82,8 @@ func TestHandOverReadsOnlyWhatItHands(t *testing.T) {
 // of the slots for each job it handed.
 func explainHandOver(t *testing.T, ctx context.Context, db *pgtest.DB, mode string, jobs []*queue.Job, l pgqueue.Limit) {
 	t.Helper()
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := planTx(t, ctx, db.Pool, mode)
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "SELECT set_config('plan_cache_mode', $1, true)", mode); err != nil {
-		t.Fatal(err)
-	}
 	ids := make([]int64, len(jobs))
 	names := make([]string, len(jobs))
 	parts := make([]string, len(jobs))
@@ -101,7 +95,7 @@ func explainHandOver(t *testing.T, ctx context.Context, db *pgtest.DB, mode stri
 		t.Fatal(err)
 	}
 	var raw []byte
-	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+pgqueue.HandOverSQL, pgx.QueryExecModeDescribeExec,
+	err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+pgqueue.HandOverSQL, pgx.QueryExecModeDescribeExec,
 		names, parts, caps, time.Minute.Microseconds(), "claimer", 16<<10, 32, ids).Scan(&raw)
 	if err != nil {
 		t.Fatal(err)
@@ -204,14 +198,7 @@ func TestHandOverKeepsASequenceInOrder(t *testing.T) {
 	if len(next) != 1 || next[0].ID != ids[1] || next[0].State != queue.StateRunning || next[0].Fence <= got[0].Fence {
 		t.Fatalf("the first job's completion claimed %v, want job %d running under a newer fence", next, ids[1])
 	}
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT FROM jobfence_jobs WHERE id = $1 FOR UPDATE`, ids[2]); err != nil {
-		t.Fatal(err)
-	}
+	tx := holdRow(t, db, ids[2])
 	// The grant that follows the batch waits for the held row a second
 	// at most, and gives up (logged).
 	if more := finishClaim(t, c, "w", time.Minute, next, map[int64]bool{next[0].ID: true}); len(more) != 0 {

@@ -445,27 +445,31 @@ func TestLimitedJobIsUnfinishedToUniqueness(t *testing.T) {
 	}
 }
 
+// holdRow locks job id's row in a transaction that stays open, silent,
+// as a frozen client inside a transaction would hold it, until the test
+// rolls it back or ends.
+func holdRow(t *testing.T, db *pgtest.DB, id int64) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx := pgtest.Begin(t, db.Pool)
+	if _, err := tx.Exec(ctx, `SELECT FROM jobfence_jobs WHERE id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
 // heldSequence sets a sequence on queue q, inserts 2 jobs and claims the
 // first (got), and holds the second's row in a transaction (tx) that the
 // test ends, as a frozen client inside a transaction would hold it.
 func heldSequence(t *testing.T, c *pgqueue.Client, db *pgtest.DB, q string) (ids []int64, got []*queue.Job, tx pgx.Tx) {
 	t.Helper()
-	ctx := context.Background()
 	setLimit(t, c, pgqueue.Limit{Name: q, Queue: q, Sequence: true})
 	ids = enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: q}, 2)
 	got = claim(t, c, q, 10, time.Minute)
 	if len(got) != 1 || got[0].ID != ids[0] {
 		t.Fatalf("claimed %v", got)
 	}
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tx.Rollback(context.Background()) })
-	if _, err := tx.Exec(ctx, `SELECT FROM jobfence_jobs WHERE id = $1 FOR UPDATE`, ids[1]); err != nil {
-		t.Fatal(err)
-	}
-	return ids, got, tx
+	return ids, got, holdRow(t, db, ids[1])
 }
 
 // TestGrantWaitIsBounded: a sequence's grant waits for its oldest waiting
@@ -504,21 +508,13 @@ func TestGrantWaitIsBounded(t *testing.T) {
 // next one at once.
 func TestGrantSkipsAHeldJob(t *testing.T) {
 	c, db := newClient(t)
-	ctx := context.Background()
 	setLimit(t, c, pgqueue.Limit{Name: "s", Queue: "skip", Concurrency: 1})
 	ids := enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: "skip"}, 3)
 	got := claim(t, c, "skip", 10, time.Minute)
 	if len(got) != 1 || got[0].ID != ids[0] {
 		t.Fatalf("claimed %v", got)
 	}
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT FROM jobfence_jobs WHERE id = $1 FOR UPDATE`, ids[1]); err != nil {
-		t.Fatal(err)
-	}
+	holdRow(t, db, ids[1])
 	complete(t, c, got[0])
 	if got := claim(t, c, "skip", 10, time.Minute); len(got) != 1 || got[0].ID != ids[2] {
 		t.Fatalf("beside a held waiting job claimed %v, want job %d", got, ids[2])

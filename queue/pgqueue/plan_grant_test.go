@@ -80,17 +80,11 @@ func TestGrantReadsNoWaitingJobs(t *testing.T) {
 // test of its own: TestHandOverReadsOnlyWhatItHands.)
 func explainGrant(t *testing.T, ctx context.Context, pool *pgxpool.Pool, sql string, l pgqueue.Limit, mode string, free int, bound float64) {
 	t.Helper()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := planTx(t, ctx, pool, mode)
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "SELECT set_config('plan_cache_mode', $1, true)", mode); err != nil {
-		t.Fatal(err)
-	}
 	var raw []byte
 	args := []any{pgx.QueryExecModeDescribeExec, []string{l.Name}, []string{""}, 1000}
-	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&raw)
+	err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&raw)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/queue"
@@ -81,14 +82,8 @@ func TestBatchStatementsProbeThePrimaryKey(t *testing.T) {
 // the releases that claim, the available jobs' index).
 func explainProbes(t *testing.T, ctx context.Context, db *pgtest.DB, mode, sql string, args []any) {
 	t.Helper()
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := planTx(t, ctx, db.Pool, mode)
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "SELECT set_config('plan_cache_mode', $1, true)", mode); err != nil {
-		t.Fatal(err)
-	}
 	var raw []byte
 	if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+sql, append([]any{pgx.QueryExecModeDescribeExec}, args...)...).Scan(&raw); err != nil {
 		t.Fatal(err)
@@ -108,6 +103,22 @@ func explainProbes(t *testing.T, ctx context.Context, db *pgtest.DB, mode, sql s
 	if !ok {
 		t.Fatalf("plan_cache_mode %s: the jobs table is read by %q, want only Index Scans of jobfence_jobs_pkey; plan:\n%s", mode, scans, raw)
 	}
+}
+
+// planTx begins a transaction on pool whose statements are planned with
+// plan_cache_mode mode ("auto", or "force_generic_plan" for the generic
+// plan a prepared statement may keep); the caller rolls it back.
+func planTx(t *testing.T, ctx context.Context, pool *pgxpool.Pool, mode string) pgx.Tx {
+	t.Helper()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT set_config('plan_cache_mode', $1, true)", mode); err != nil {
+		tx.Rollback(ctx)
+		t.Fatal(err)
+	}
+	return tx
 }
 
 // planNode is a node of EXPLAIN's JSON output.

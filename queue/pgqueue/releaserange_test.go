@@ -275,11 +275,7 @@ func TestWaitReleasesWaitsForThoseRunning(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tx, err := db.Pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tx.Rollback(context.Background()) })
+		tx := pgtest.Begin(t, db.Pool)
 		if _, err := tx.Exec(ctx, `SELECT FROM jobfence_jobs WHERE id = (SELECT max(id) FROM jobfence_jobs WHERE workflow_id = $1) FOR UPDATE`, res.ID); err != nil {
 			t.Fatal(err)
 		}
