@@ -113,7 +113,9 @@ ON CONFLICT DO NOTHING`
 // lock_timeout (grantWait), so a frozen holder delays a grant by that
 // much and no more (TestGrantWaitIsBounded, TestFrozenGranterHoldsUpNoGrant);
 // other limits' are taken with SKIP LOCKED, the oldest that no one holds,
-// and wait for nothing.
+// and wait for nothing. A sequence's partition comes here only when
+// grantConcurrencySQL or handOverSQL found its oldest job held, which
+// neither waits for.
 const grantSQL = `
 WITH l AS MATERIALIZED (
     SELECT p.n, p.pt, m.concurrency, m.rate, m.period_us, m.hold_retrying, m.hold_discarded
@@ -242,20 +244,20 @@ const grantWait = time.Second
 // slots to waiting jobs, and learns when the rates that still hold jobs
 // back free their next slots (nextRefillSQL, see refills), in one
 // transaction of statements sent together in one batch, a chunk of
-// partitions a statement (grantChunk). Partitions of a plain concurrency
-// limit go to grantConcurrencySQL, the others to grantSQL (see
-// grantRoutes); those that the first finds it cannot serve are granted
-// by the second in a batch after. It returns how many jobs it made
-// available per queue.
+// partitions a statement (grantChunk). Partitions of a limit with no rate
+// go to grantConcurrencySQL, the others to grantSQL (see grantRoutes);
+// those that the first finds it cannot serve, and the sequences whose
+// oldest job it found held, are granted by the second in a batch after.
+// It returns how many jobs it made available per queue.
 func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
 	out := map[string]int{}
-	declined, err := c.grantBatch(ctx, c.planGrant(ps, true), out)
-	if err == nil && len(declined) > 0 {
+	declined, again, err := c.grantBatch(ctx, c.planGrant(ps, true), out)
+	if err == nil && len(declined)+len(again) > 0 {
 		c.routes.markFull(declined, time.Now())
-		_, err = c.grantBatch(ctx, grantPlan{full: grantChunks(declined), ensure: false}, out)
+		_, _, err = c.grantBatch(ctx, grantPlan{full: grantChunks(append(declined, again...)), ensure: false}, out)
 	}
 	// What a batch that failed counted was rolled back: its wake-ups are
 	// spurious, not lost. One that committed before the other failed
@@ -269,19 +271,19 @@ func (c *Client) grant(ctx context.Context, ps []partition) (map[string]int, err
 
 // grantBatch sends the grant g in one batch, adds the jobs it made
 // available per queue to out, and returns the partitions that
-// grantConcurrencySQL did not serve.
-func (c *Client) grantBatch(ctx context.Context, g grantPlan, out map[string]int) ([]partition, error) {
+// grantConcurrencySQL did not serve (see readConcGrant).
+func (c *Client) grantBatch(ctx context.Context, g grantPlan, out map[string]int) (declined, again []partition, err error) {
 	var b pgx.Batch
 	queueGrant(&b, g)
 	// One batch is one implicit transaction, which the server commits
 	// at the batch's end without waiting for this client: a grant whose
 	// client froze after sending it holds no slot or job row.
 	br := c.pool.SendBatch(ctx, &b)
-	declined, err := c.readGrant(br, g, out)
+	declined, again, err = c.readGrant(br, g, out)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return declined, err
+	return declined, again, err
 }
 
 // grantChunks sorts ps, so that two grants lock their chunks' rows alike,
@@ -334,23 +336,22 @@ func queueFullGrant(b *pgx.Batch, chunks [][]partition) {
 
 // readGrant reads the replies to the statements queueGrant queued for g,
 // adds the jobs the grant made available per queue to out, and returns
-// the partitions grantConcurrencySQL did not serve.
-func (c *Client) readGrant(br pgx.BatchResults, g grantPlan, out map[string]int) ([]partition, error) {
+// the partitions grantConcurrencySQL did not serve (see readConcGrant).
+func (c *Client) readGrant(br pgx.BatchResults, g grantPlan, out map[string]int) (declined, again []partition, err error) {
 	if _, err := br.Exec(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if g.ensure {
 		for range len(g.conc) + len(g.full) {
 			if _, err := br.Exec(); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 	}
-	declined, err := readConcGrant(br, g.conc, out)
-	if err != nil {
-		return nil, err
+	if declined, again, err = readConcGrant(br, g.conc, out); err != nil {
+		return nil, nil, err
 	}
-	return declined, c.readFullGrant(br, g.full, out)
+	return declined, again, c.readFullGrant(br, g.full, out)
 }
 
 // readFullGrant reads the replies of queueFullGrant's statements, adding

@@ -13,16 +13,18 @@ import (
 )
 
 // grantConcurrencySQL is grantSQL for the common case: partitions ($1
-// names, $2 parts) whose limit is a concurrency cap alone, with no rate
-// and not a sequence (Concurrency 1 holding through retries). It hands
-// their free concurrency slots to their oldest limited jobs, up to $3 a
-// partition, and makes those jobs available. Its reply is a row per queue
+// names, $2 parts) whose limit has no rate (a concurrency cap, or a
+// sequence: Concurrency 1 holding through retries). It hands their free
+// concurrency slots to their oldest limited jobs, up to $3 a partition,
+// and makes those jobs available. Its reply is a row per queue
 // (jobColumns NULL, its name, NULL, the jobs made available), whose
 // workers the caller wakes once the transaction has committed
 // (wakeReady), and a row per partition it did not serve (jobColumns NULL,
-// its limit's name and the partition, NULLs): a limit with a rate, a
-// sequence, or none at all (a deleted limit's orphans), which grantSQL
-// serves. (A batch of outcomes hands the slots it frees over with
+// its limit's name and the partition, then NULL or 0): NULL for a limit
+// with a rate or none at all (a deleted limit's orphans), which grantSQL
+// serves from then on; 0 for a sequence whose oldest waiting job's row
+// another transaction held, which grantSQL serves this once, waiting for
+// that row. (A batch of outcomes hands the slots it frees over with
 // handOverSQL, which also claims for its worker.)
 //
 // It keeps grantSQL's guarantees with a smaller plan, whose start-up and
@@ -31,9 +33,9 @@ import (
 // with their holders (holdsSQL), into an array of its free slots and
 // their generations and a count of the holders at or above the limit (a
 // lowered limit), which the free slots must first make up for; its
-// waiting jobs are locked oldest first with SKIP LOCKED, and paired with
-// the free slots by position (a multi-argument unnest), not by window
-// functions. Each slot is then taken by compare-and-set on its
+// waiting jobs are locked oldest first with SKIP LOCKED (a sequence's
+// oldest or none, as handOverSQL takes it), and paired with the free
+// slots by position (a multi-argument unnest), not by window functions. Each slot is then taken by compare-and-set on its
 // generation, as in grantSQL, and skipped if another grant holds it, so
 // that two grants never wait for each other and no slot goes to two jobs.
 // A job becomes available only with the slot taken for it. Its update
@@ -47,9 +49,10 @@ import (
 // frozen one is never held up by it.
 const grantConcurrencySQL = `
 WITH fr AS MATERIALIZED (
-    SELECT l.name, p.pt, f.slots, f.gens, greatest(0, least($3::int, cardinality(f.slots) - f.above)) AS k
+    SELECT l.name, p.pt, f.slots, f.gens, greatest(0, least($3::int, cardinality(f.slots) - f.above)) AS k,
+        l.concurrency = 1 AND l.hold_retrying AS ordered
     FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
-    JOIN jobfence_limits l ON l.name = p.n AND l.rate IS NULL AND NOT (l.concurrency = 1 AND l.hold_retrying)
+    JOIN jobfence_limits l ON l.name = p.n AND l.rate IS NULL
     CROSS JOIN LATERAL (
         SELECT coalesce(array_agg(s.slot ORDER BY s.slot) FILTER (WHERE s.slot < l.concurrency AND j.id IS NULL), '{}') AS slots,
             array_agg(s.gen ORDER BY s.slot) FILTER (WHERE s.slot < l.concurrency AND j.id IS NULL) AS gens,
@@ -60,12 +63,23 @@ WITH fr AS MATERIALIZED (
     ) f
 ), z AS MATERIALIZED (
     SELECT fr.name, fr.pt, z.slot, z.gen, z.id FROM fr CROSS JOIN LATERAL unnest(fr.slots, fr.gens, ARRAY(
-        SELECT id FROM jobfence_jobs
-        WHERE state = 'limited' AND (limit_name, limit_part, id) > (fr.name, fr.pt, 0)
-          AND (limit_name, limit_part, id) <= (fr.name, fr.pt, 9223372036854775807)
-        ORDER BY limit_name, limit_part, id
-        LIMIT fr.k
-        FOR UPDATE SKIP LOCKED)) AS z(slot, gen, id)
+        SELECT id FROM (
+            SELECT id FROM jobfence_jobs
+            WHERE NOT fr.ordered AND state = 'limited' AND (limit_name, limit_part, id) > (fr.name, fr.pt, 0)
+              AND (limit_name, limit_part, id) <= (fr.name, fr.pt, 9223372036854775807)
+            ORDER BY limit_name, limit_part, id
+            LIMIT fr.k
+            FOR UPDATE SKIP LOCKED) u
+        UNION ALL
+        SELECT id FROM (
+            SELECT id FROM jobfence_jobs
+            WHERE fr.ordered AND state = 'limited' AND id = (
+                SELECT id FROM jobfence_jobs
+                WHERE state = 'limited' AND (limit_name, limit_part, id) > (fr.name, fr.pt, 0)
+                  AND (limit_name, limit_part, id) <= (fr.name, fr.pt, 9223372036854775807)
+                ORDER BY limit_name, limit_part, id
+                LIMIT 1)
+            FOR UPDATE SKIP LOCKED) q)) AS z(slot, gen, id)
     WHERE fr.k > 0 AND z.id IS NOT NULL AND z.slot IS NOT NULL
 ), lc AS MATERIALIZED (
     SELECT z.id, x.slot, x.ctid FROM z CROSS JOIN LATERAL (
@@ -85,7 +99,13 @@ WITH fr AS MATERIALIZED (
 SELECT ` + claimReplyNulls + `, g.queue, NULL::text, count(*)::int, NULL::bigint, NULL::bigint[], NULL::tid[] FROM g GROUP BY g.queue
 UNION ALL
 SELECT ` + claimReplyNulls + `, p.n, p.pt, NULL, NULL, NULL, NULL FROM unnest($1::text[], $2::text[]) AS p(n, pt)
-WHERE NOT EXISTS (SELECT FROM fr WHERE fr.name = p.n AND fr.pt = p.pt)`
+WHERE NOT EXISTS (SELECT FROM fr WHERE fr.name = p.n AND fr.pt = p.pt)
+UNION ALL
+SELECT ` + claimReplyNulls + `, fr.name, fr.pt, 0, NULL, NULL, NULL FROM fr
+WHERE fr.ordered AND fr.k > 0 AND NOT EXISTS (SELECT FROM z WHERE z.name = fr.name AND z.pt = fr.pt)
+  AND EXISTS (SELECT FROM jobfence_jobs
+      WHERE state = 'limited' AND (limit_name, limit_part, id) > (fr.name, fr.pt, 0)
+        AND (limit_name, limit_part, id) <= (fr.name, fr.pt, 9223372036854775807))`
 
 // genericPlanSQL gives the statements after it in a transaction a
 // generic plan (see grantSettingsSQL), without grantSettingsSQL's
@@ -196,16 +216,18 @@ func queueConcGrant(b *pgx.Batch, chunks [][]partition) {
 
 // readConcGrant reads the replies of queueConcGrant's statements, adding
 // the jobs made available per queue to out; it returns the partitions the
-// statements did not serve, which grantSQL must.
-func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int) (declined []partition, err error) {
+// statements did not serve, which grantSQL must: those of a limit they
+// cannot serve (declined), and the sequences whose oldest job another
+// transaction held (again).
+func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int) (declined, again []partition, err error) {
 	for range chunks {
-		_, d, _, err := readGrantReply(br, out)
+		_, d, a, err := readGrantReply(br, out)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		declined = append(declined, d...)
+		declined, again = append(declined, d...), append(again, a...)
 	}
-	return declined, nil
+	return declined, again, nil
 }
 
 // readGrantReply reads the reply of one grantConcurrencySQL or

@@ -182,8 +182,10 @@ func TestHandOverLeavesALoweredLimit(t *testing.T) {
 // slot to the sequence's next job, claimed for the worker, and to no
 // other. With that job's row held by another transaction (as an admin
 // command or a grant would hold it), the hand-over hands nothing rather
-// than pass over it, as a claim with SKIP LOCKED would; once the holder
-// lets go, the job gets the slot and runs before the ones after it.
+// than pass over it, as a claim with SKIP LOCKED would, and neither does
+// the grant after the batch (grantConcurrencySQL, then grantSQL, which
+// waits for the row a second); once the holder lets go, the job gets the
+// slot and runs before the ones after it.
 func TestHandOverKeepsASequenceInOrder(t *testing.T) {
 	c, db := newClient(t)
 	ctx := context.Background()
