@@ -50,9 +50,10 @@ func heldPartitions(fs []queue.Finish) ([]partition, map[partition][]int64) {
 // grant's NOTIFY, a claim); this saves the second's.
 //
 // The slots the outcomes free in the partitions of a limit with no rate
-// (a concurrency cap or a sequence, see grantRoutes) are handed to the partitions' next jobs in the
-// outcomes' own transaction, after them, by handOverSQL, given the IDs of
-// their jobs in those partitions (limited): it waits for no lock, so it
+// (a concurrency cap or a sequence, see grantRoutes) are handed to the
+// partitions' next jobs in the outcomes' own transaction, after them, by
+// handOverSQL, given the IDs of their jobs in those partitions
+// (limited): it waits for no lock, so it
 // holds their commit up by its own run only, and it saves the grant's
 // commit (a WAL flush on a durable server) and statements. Its statement
 // sees the outcomes (a statement sees its transaction's earlier writes).
@@ -96,7 +97,7 @@ func heldPartitions(fs []queue.Finish) ([]partition, map[partition][]int64) {
 func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tasks []int64, limited map[partition][]int64, held []partition, claim *concClaim, dc *dependentsClaim) (finishGrant, error) {
 	applied := make(map[queue.Lease]bool, len(args[0].([]int64)))
 	var lims partitionSet
-	conc, full := c.routes.splitHandOver(held, time.Now())
+	conc, full := c.routes.split(held, time.Now())
 	fullChunks := grantChunks(full)
 	var b pgx.Batch
 	b.Queue("BEGIN")
@@ -178,7 +179,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	}
 	c.wakeReady(ctx, granted)
 	if len(declined) > 0 {
-		c.routes.markNoHandOver(declined, time.Now())
+		c.routes.markFull(declined, time.Now())
 	}
 	// The outcomes and the claims are committed: a failed read of the
 	// claimed jobs fails neither (see claimedJobs).

@@ -35,9 +35,10 @@ import (
 // lowered limit), which the free slots must first make up for; its
 // waiting jobs are locked oldest first with SKIP LOCKED (a sequence's
 // oldest or none, as handOverSQL takes it), and paired with the free
-// slots by position (a multi-argument unnest), not by window functions. Each slot is then taken by compare-and-set on its
-// generation, as in grantSQL, and skipped if another grant holds it, so
-// that two grants never wait for each other and no slot goes to two jobs.
+// slots by position (a multi-argument unnest), not by window functions.
+// Each slot is then taken by compare-and-set on its generation, as in
+// grantSQL, and skipped if another grant holds it, so that two grants
+// never wait for each other and no slot goes to two jobs.
 // A job becomes available only with the slot taken for it. Its update
 // (g) looks at its state no more: z locked it as limited, and no other
 // statement changes it before this one ends. A second look there
@@ -114,20 +115,14 @@ const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan
 
 // grantRoutes remembers the limits whose partitions grantSQL serves, as
 // this client's grants found them, so that their grants go there at once
-// rather than through grantConcurrencySQL first (a round trip more each
-// time). A limit not remembered is tried as a concurrency limit: it is
-// the common case, and the statement says which partitions it did not
-// serve. A limit is remembered fullRouteFor, so that one changed back to
-// a plain concurrency cap gets the cheaper statement again.
-//
-// The outcomes' hand-over (handOverSQL) serves sequences too, which
-// grantConcurrencySQL does not: the limits it found it cannot serve (a
-// rate, or none left) are remembered apart (noHandOver), and are those of
-// full that a batch of outcomes sends to grantSQL.
+// rather than through grantConcurrencySQL or handOverSQL first (a round
+// trip more each time). A limit not remembered is tried as a limit with
+// no rate: it is the common case, and both statements say which
+// partitions they did not serve. A limit is remembered fullRouteFor, so
+// that one whose rate is taken away gets the cheaper statements again.
 type grantRoutes struct {
-	mu         sync.Mutex
-	full       map[string]time.Time
-	noHandOver map[string]time.Time
+	mu   sync.Mutex
+	full map[string]time.Time
 }
 
 const (
@@ -139,57 +134,31 @@ const (
 	maxFullRoutes = 1000
 )
 
-// split returns the partitions of ps that grantConcurrencySQL may serve
-// and those to send to grantSQL at once.
+// split returns the partitions of ps that grantConcurrencySQL or
+// handOverSQL may serve and those to send to grantSQL at once.
 func (r *grantRoutes) split(ps []partition, now time.Time) (conc, full []partition) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return splitRoutes(r.full, ps, now)
-}
-
-// splitHandOver returns the partitions of ps that handOverSQL may serve
-// and those to send to grantSQL at once.
-func (r *grantRoutes) splitHandOver(ps []partition, now time.Time) (handOver, full []partition) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return splitRoutes(r.noHandOver, ps, now)
-}
-
-func splitRoutes(known map[string]time.Time, ps []partition, now time.Time) (tried, full []partition) {
 	for _, p := range ps {
-		if until, ok := known[p.name]; ok && now.Before(until) {
+		if until, ok := r.full[p.name]; ok && now.Before(until) {
 			full = append(full, p)
 		} else {
-			tried = append(tried, p)
+			conc = append(conc, p)
 		}
 	}
-	return tried, full
+	return conc, full
 }
 
 // markFull remembers the limits of ps as needing grantSQL.
 func (r *grantRoutes) markFull(ps []partition, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.full = markRoutes(r.full, ps, now)
-}
-
-// markNoHandOver remembers the limits of ps as needing grantSQL, after a
-// batch of outcomes as well.
-func (r *grantRoutes) markNoHandOver(ps []partition, now time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.full = markRoutes(r.full, ps, now)
-	r.noHandOver = markRoutes(r.noHandOver, ps, now)
-}
-
-func markRoutes(known map[string]time.Time, ps []partition, now time.Time) map[string]time.Time {
-	if known == nil || len(known)+len(ps) > maxFullRoutes {
-		known = map[string]time.Time{}
+	if r.full == nil || len(r.full)+len(ps) > maxFullRoutes {
+		r.full = map[string]time.Time{}
 	}
 	for _, p := range ps {
-		known[p.name] = now.Add(fullRouteFor)
+		r.full[p.name] = now.Add(fullRouteFor)
 	}
-	return known
 }
 
 // grantPlan is what one grant batch serves: chunks of partitions for

@@ -9,8 +9,9 @@ import (
 // handOverSQL passes each concurrency slot that this transaction's
 // outcomes freed straight to the next limited job of its partition: the
 // grant of a batch of outcomes (finishAndGrant), for the limits with no
-// rate (a concurrency cap or a sequence). $8 are the IDs of the batch's limited jobs; $1 and $2 name
-// their partitions and $3 the jobs to claim in each for the worker that
+// rate (a concurrency cap or a sequence). $8 are the IDs of the batch's
+// limited jobs; $1 and $2 name their partitions and $3 the jobs to claim
+// in each for the worker that
 // sent the outcomes, leased for $4 microseconds, attempted by $5. Its
 // reply is a claim's: a row of the fence and the claimed jobs' IDs and
 // row versions, and the rows of the first of them (by ID, at most $7,
@@ -41,28 +42,27 @@ import (
 // insert order: its oldest limited job is found first, then locked with
 // SKIP LOCKED, so that a row another transaction holds is not passed
 // over; the partition then gets nothing here, and is left to the general
-// grant, which waits for the row (grantSQL). Each
-// slot's row then names its job, and the job is claimed as claimSQL
-// claims (running, attempt + 1, leased, under a fence drawn once every
-// row of the claim is locked) if its partition's $3 allows and its queue
-// is not paused, or else made available with its slot; as locked, not
-// looked at again (see grantConcurrencySQL), and found by their IDs as
-// an array (ANY): joined to z alone, a generic plan that took z's size
-// from its LIMIT's estimate (hundreds of rows) read the whole jobs table
-// of a small queue to hash it, for a few jobs a batch
-// (TestHandOverReadsOnlyWhatItHands). A slot is never
-// handed twice: its row is locked from the check to the update, and its
-// holder frees it once.
+// grant, which waits for the row (grantSQL). Each slot's row then names
+// its job, and the job is claimed as claimSQL claims (running, attempt +
+// 1, leased, under a fence drawn once every row of the claim is locked)
+// if its partition's $3 allows and its queue is not paused, or else made
+// available with its slot. The jobs' update does not look at their state
+// again (they were locked as limited: see grantConcurrencySQL) and finds
+// them by their IDs as an array (ANY): joined to z alone, a generic plan
+// that took z's size from its LIMIT's estimate (hundreds of rows) read
+// the whole jobs table of a small queue to hash it, for a few jobs a
+// batch (TestHandOverReadsOnlyWhatItHands). A slot is never handed twice:
+// its row is locked from the check to the update, and its holder frees
+// it once.
 //
 // What it leaves to the general grant, after the commit: a partition of
 // the batch none of whose slots it handed over although its limit has no
 // rate (a slot whose row another transaction held, a lowered limit, an
 // outcome that freed nothing, such as a put-back, or a sequence whose
-// oldest job another transaction held).
-// A free slot with waiting jobs that no outcome of the batch freed (left
-// by a failed grant, or by an insert in a caller's transaction, which
-// grants nothing) waits for the workers' grant pass. Like
-// grantConcurrencySQL it waits for no lock.
+// oldest job another transaction held). A free slot with waiting jobs
+// that no outcome of the batch freed (left by a failed grant, or by an
+// insert in a caller's transaction, which grants nothing) waits for the
+// workers' grant pass. Like grantConcurrencySQL it waits for no lock.
 const handOverSQL = `
 WITH o AS MATERIALIZED (
     SELECT o.id, o.limit_name, o.limit_part, o.limit_slot, o.state FROM jobfence_jobs o
