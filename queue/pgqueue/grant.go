@@ -45,6 +45,38 @@ const grantBatch = 1000
 const holdsSQL = `j.limit_name = s.name AND j.limit_part = s.part AND j.limit_slot = s.slot
     AND (j.state IN ('available', 'running') OR j.state = 'retryable' AND l.hold_retrying OR j.state = 'discarded' AND l.hold_discarded)`
 
+// waitingInSQL is the condition that a job's entry in jobfence_jobs_limited
+// (its columns prefixed with alias) lies in the partition (name, part):
+// a range of the index's keys, which the planner reads in their order
+// (see grantSQL).
+func waitingInSQL(alias, name, part string) string {
+	return fmt.Sprintf(`(%[1]slimit_name, %[1]slimit_part, %[1]sid) > (%[2]s, %[3]s, 0)
+    AND (%[1]slimit_name, %[1]slimit_part, %[1]sid) <= (%[2]s, %[3]s, 9223372036854775807)`, alias, name, part)
+}
+
+// nextWaitingSQL selects cols of the partition (name, part)'s oldest
+// limited jobs, up to limit, each locked with SKIP LOCKED: the oldest that
+// no other transaction holds; or, where ordered (a sequence's), the
+// oldest alone, if no other transaction holds it, so that none is passed
+// over (handOverSQL, grantConcurrencySQL).
+func nextWaitingSQL(cols, ordered, name, part, limit string) string {
+	return `SELECT ` + cols + ` FROM (
+            SELECT ` + cols + ` FROM jobfence_jobs
+            WHERE NOT ` + ordered + ` AND state = 'limited' AND ` + waitingInSQL("", name, part) + `
+            ORDER BY limit_name, limit_part, id
+            LIMIT ` + limit + `
+            FOR UPDATE SKIP LOCKED) u
+        UNION ALL
+        SELECT ` + cols + ` FROM (
+            SELECT ` + cols + ` FROM jobfence_jobs
+            WHERE ` + ordered + ` AND state = 'limited' AND id = (
+                SELECT id FROM jobfence_jobs
+                WHERE state = 'limited' AND ` + waitingInSQL("", name, part) + `
+                ORDER BY limit_name, limit_part, id
+                LIMIT 1)
+            FOR UPDATE SKIP LOCKED) q`
+}
+
 // ensureSlotsSQL makes the slot rows of partitions ($1 names, $2 parts)
 // that their limits' sizes call for and that do not exist yet. A slot is a
 // row so that a grant can take it alone (compare-and-set on gen), never
@@ -116,7 +148,7 @@ ON CONFLICT DO NOTHING`
 // and wait for nothing. A sequence's partition comes here only when
 // grantConcurrencySQL or handOverSQL found its oldest job held, which
 // neither waits for.
-const grantSQL = `
+var grantSQL = `
 WITH l AS MATERIALIZED (
     SELECT p.n, p.pt, m.concurrency, m.rate, m.period_us, m.hold_retrying, m.hold_discarded
     FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
@@ -147,8 +179,7 @@ WITH l AS MATERIALIZED (
 ), w0 AS MATERIALIZED (
     SELECT x.id, k.n, k.pt FROM k CROSS JOIN LATERAL (
         SELECT id FROM jobfence_jobs
-        WHERE state = 'limited' AND (limit_name, limit_part, id) > (k.n, k.pt, 0)
-          AND (limit_name, limit_part, id) <= (k.n, k.pt, 9223372036854775807)
+        WHERE state = 'limited' AND ` + waitingInSQL("", "k.n", "k.pt") + `
         ORDER BY limit_name, limit_part, id
         LIMIT k.k
         FOR UPDATE
@@ -157,8 +188,7 @@ WITH l AS MATERIALIZED (
     UNION ALL
     SELECT x.id, k.n, k.pt FROM k CROSS JOIN LATERAL (
         SELECT id FROM jobfence_jobs
-        WHERE state = 'limited' AND (limit_name, limit_part, id) > (k.n, k.pt, 0)
-          AND (limit_name, limit_part, id) <= (k.n, k.pt, 9223372036854775807)
+        WHERE state = 'limited' AND ` + waitingInSQL("", "k.n", "k.pt") + `
         ORDER BY limit_name, limit_part, id
         LIMIT k.k
         FOR UPDATE SKIP LOCKED
@@ -197,8 +227,7 @@ WITH l AS MATERIALIZED (
     SELECT x.id FROM gone p
     CROSS JOIN LATERAL (
         SELECT id FROM jobfence_jobs
-        WHERE state = 'limited' AND (limit_name, limit_part, id) > (p.n, p.pt, 0)
-          AND (limit_name, limit_part, id) <= (p.n, p.pt, 9223372036854775807)
+        WHERE state = 'limited' AND ` + waitingInSQL("", "p.n", "p.pt") + `
         ORDER BY limit_name, limit_part, id
         LIMIT $3
         FOR UPDATE SKIP LOCKED

@@ -48,7 +48,7 @@ import (
 // It waits for no lock: every row it locks it takes with SKIP LOCKED,
 // and it updates only rows it has locked, so a grant that runs beside a
 // frozen one is never held up by it.
-const grantConcurrencySQL = `
+var grantConcurrencySQL = `
 WITH fr AS MATERIALIZED (
     SELECT l.name, p.pt, f.slots, f.gens, greatest(0, least($3::int, cardinality(f.slots) - f.above)) AS k,
         l.concurrency = 1 AND l.hold_retrying AS ordered
@@ -64,23 +64,7 @@ WITH fr AS MATERIALIZED (
     ) f
 ), z AS MATERIALIZED (
     SELECT fr.name, fr.pt, z.slot, z.gen, z.id FROM fr CROSS JOIN LATERAL unnest(fr.slots, fr.gens, ARRAY(
-        SELECT id FROM (
-            SELECT id FROM jobfence_jobs
-            WHERE NOT fr.ordered AND state = 'limited' AND (limit_name, limit_part, id) > (fr.name, fr.pt, 0)
-              AND (limit_name, limit_part, id) <= (fr.name, fr.pt, 9223372036854775807)
-            ORDER BY limit_name, limit_part, id
-            LIMIT fr.k
-            FOR UPDATE SKIP LOCKED) u
-        UNION ALL
-        SELECT id FROM (
-            SELECT id FROM jobfence_jobs
-            WHERE fr.ordered AND state = 'limited' AND id = (
-                SELECT id FROM jobfence_jobs
-                WHERE state = 'limited' AND (limit_name, limit_part, id) > (fr.name, fr.pt, 0)
-                  AND (limit_name, limit_part, id) <= (fr.name, fr.pt, 9223372036854775807)
-                ORDER BY limit_name, limit_part, id
-                LIMIT 1)
-            FOR UPDATE SKIP LOCKED) q)) AS z(slot, gen, id)
+        ` + nextWaitingSQL("id", "fr.ordered", "fr.name", "fr.pt", "fr.k") + `)) AS z(slot, gen, id)
     WHERE fr.k > 0 AND z.id IS NOT NULL AND z.slot IS NOT NULL
 ), lc AS MATERIALIZED (
     SELECT z.id, x.slot, x.ctid FROM z CROSS JOIN LATERAL (
@@ -105,8 +89,7 @@ UNION ALL
 SELECT ` + claimReplyNulls + `, fr.name, fr.pt, 0, NULL, NULL, NULL FROM fr
 WHERE fr.ordered AND fr.k > 0 AND NOT EXISTS (SELECT FROM z WHERE z.name = fr.name AND z.pt = fr.pt)
   AND EXISTS (SELECT FROM jobfence_jobs
-      WHERE state = 'limited' AND (limit_name, limit_part, id) > (fr.name, fr.pt, 0)
-        AND (limit_name, limit_part, id) <= (fr.name, fr.pt, 9223372036854775807))`
+      WHERE state = 'limited' AND ` + waitingInSQL("", "fr.name", "fr.pt") + `)`
 
 // genericPlanSQL gives the statements after it in a transaction a
 // generic plan (see grantSettingsSQL), without grantSettingsSQL's

@@ -63,7 +63,7 @@ import (
 // that no outcome of the batch freed (left by a failed grant, or by an
 // insert in a caller's transaction, which grants nothing) waits for the
 // workers' grant pass. Like grantConcurrencySQL it waits for no lock.
-const handOverSQL = `
+var handOverSQL = `
 WITH o AS MATERIALIZED (
     SELECT o.id, o.limit_name, o.limit_part, o.limit_slot, o.state FROM jobfence_jobs o
     WHERE o.id = ANY ($8::bigint[]) AND o.xmin = pg_current_xact_id()::xid AND o.state NOT IN ('available', 'running')
@@ -93,23 +93,7 @@ WITH o AS MATERIALIZED (
         x.rn <= p.cap AND x.queue NOT IN (SELECT name FROM jobfence_queues WHERE paused_at IS NOT NULL) AS claimed
     FROM p CROSS JOIN LATERAL (
         SELECT w.id, w.queue, row_number() OVER () AS rn FROM (
-            SELECT * FROM (
-                SELECT id, queue FROM jobfence_jobs
-                WHERE NOT p.ordered AND state = 'limited' AND (limit_name, limit_part, id) > (p.name, p.part, 0)
-                  AND (limit_name, limit_part, id) <= (p.name, p.part, 9223372036854775807)
-                ORDER BY limit_name, limit_part, id
-                LIMIT cardinality(p.slots)
-                FOR UPDATE SKIP LOCKED) u
-            UNION ALL
-            SELECT * FROM (
-                SELECT id, queue FROM jobfence_jobs
-                WHERE p.ordered AND state = 'limited' AND id = (
-                    SELECT id FROM jobfence_jobs
-                    WHERE state = 'limited' AND (limit_name, limit_part, id) > (p.name, p.part, 0)
-                      AND (limit_name, limit_part, id) <= (p.name, p.part, 9223372036854775807)
-                    ORDER BY limit_name, limit_part, id
-                    LIMIT 1)
-                FOR UPDATE SKIP LOCKED) q
+            ` + nextWaitingSQL("id, queue", "p.ordered", "p.name", "p.part", "cardinality(p.slots)") + `
         ) w
     ) x
 ), uc AS (

@@ -23,7 +23,7 @@ import (
 // dropped the partitions for want of a rate, a sixth of the server's
 // statement time under 1,000 partitions of a concurrency limit
 // (docs/benchmarks/limits.md).
-const nextRefillSQL = `
+var nextRefillSQL = `
 WITH r AS MATERIALIZED (
     SELECT p.n, p.pt, l.rate, l.period_us
     FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
@@ -35,8 +35,7 @@ FROM r
 JOIN jobfence_limit_slots s ON s.name = r.n AND s.part = r.pt AND s.kind = 1 AND s.slot < r.rate
 LEFT JOIN jobfence_jobs j ON j.id = s.job_id
 WHERE EXISTS (SELECT FROM jobfence_jobs w WHERE w.state = 'limited'
-    AND (w.limit_name, w.limit_part, w.id) > (r.n, r.pt, 0)
-    AND (w.limit_name, w.limit_part, w.id) <= (r.n, r.pt, 9223372036854775807))
+    AND ` + waitingInSQL("w.", "r.n", "r.pt") + `)
 GROUP BY r.n, r.pt
 HAVING bool_and(s.granted_at IS NOT NULL) AND count(*) >= max(r.rate)
    AND min(CASE WHEN j.state IS DISTINCT FROM 'available'
