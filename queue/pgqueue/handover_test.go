@@ -26,8 +26,7 @@ import (
 // slot, every slot of the partition with its holder to find those at or
 // above the limit; this test fails with either (docs/benchmarks/limits.md,
 // change 11). A third updated the claimed jobs through a hash of the
-// whole jobs table, 20,040 rows for 10 jobs, where the table was still
-// small (change 13).
+// whole jobs table while that table was still small (change 13).
 func TestHandOverReadsOnlyWhatItHands(t *testing.T) {
 	c, db := newClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
