@@ -184,10 +184,12 @@ func readConcGrant(br pgx.BatchResults, chunks [][]partition, out map[string]int
 
 // readGrantReply reads the reply of one grantConcurrencySQL or
 // handOverSQL statement, adding the jobs made available per queue to out:
-// what it claimed (a nil fence if nothing), the partitions it did not
-// serve because their limit is not a plain concurrency cap (declined, for
-// grantSQL), and those of a plain one it left to the general grant
-// (again, handOverSQL's only).
+// what it claimed (a nil fence if nothing; handOverSQL's only), the
+// partitions it did not serve because their limit has a rate or is gone
+// (declined, for grantSQL from then on), and those of a limit with no
+// rate that it left to be granted again (again: a sequence whose oldest
+// job another transaction held, or, from handOverSQL, a partition whose
+// outcomes freed no slot it could take).
 func readGrantReply(br pgx.BatchResults, out map[string]int) (claim claimReply, declined, again []partition, err error) {
 	rows, err := br.Query()
 	if err != nil {

@@ -35,7 +35,8 @@ import (
 // (a completion, a failure, a discard or a cancel, as the limit's hold
 // options say: holdsSQL), then leaves out a partition with a holder at or
 // above the limit (a lowered limit, which the freed slots must first
-// make up for). The partition's oldest limited jobs, one per freed slot,
+// make up for; holdsSQL again, each freed slot's row, which carries its
+// limit's hold options, standing for the limit's row l). The partition's oldest limited jobs, one per freed slot,
 // are locked with SKIP LOCKED and paired with the freed slots as they
 // come (any pairing will do: every one of those slots is free). A
 // sequence's (ordered: Concurrency 1, holding through retries) must go in
@@ -79,15 +80,13 @@ WITH o AS MATERIALIZED (
 ), c AS (
     SELECT n, pt, sum(c)::int AS cap FROM unnest($1::text[], $2::text[], $3::int[]) AS c(n, pt, c) GROUP BY n, pt
 ), p AS MATERIALIZED (
-    SELECT fo.name, fo.part, coalesce(min(c.cap), 0) AS cap, bool_or(fo.ordered) AS ordered,
-        array_agg(fo.slot ORDER BY fo.slot) AS slots, array_agg(fo.sctid ORDER BY fo.slot) AS sctids
-    FROM fo LEFT JOIN c ON c.n = fo.name AND c.pt = fo.part
+    SELECT l.name, l.part, coalesce(min(c.cap), 0) AS cap, bool_or(l.ordered) AS ordered,
+        array_agg(l.slot ORDER BY l.slot) AS slots, array_agg(l.sctid ORDER BY l.slot) AS sctids
+    FROM fo l LEFT JOIN c ON c.n = l.name AND c.pt = l.part
     WHERE NOT EXISTS (
-        SELECT FROM jobfence_limit_slots a JOIN jobfence_jobs j ON j.id = a.job_id
-        WHERE a.name = fo.name AND a.part = fo.part AND a.kind = 0 AND a.slot >= fo.concurrency
-          AND j.limit_name = a.name AND j.limit_part = a.part AND j.limit_slot = a.slot
-          AND (j.state IN ('available', 'running') OR j.state = 'retryable' AND fo.hold_retrying OR j.state = 'discarded' AND fo.hold_discarded))
-    GROUP BY fo.name, fo.part
+        SELECT FROM jobfence_limit_slots s JOIN jobfence_jobs j ON j.id = s.job_id
+        WHERE s.name = l.name AND s.part = l.part AND s.kind = 0 AND s.slot >= l.concurrency AND ` + holdsSQL + `)
+    GROUP BY l.name, l.part
 ), z AS MATERIALIZED (
     SELECT p.name, p.part, p.slots[x.rn] AS slot, p.sctids[x.rn] AS sctid, x.id,
         x.rn <= p.cap AND x.queue NOT IN (SELECT name FROM jobfence_queues WHERE paused_at IS NOT NULL) AS claimed
