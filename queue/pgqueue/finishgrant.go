@@ -53,10 +53,10 @@ func heldPartitions(fs []queue.Finish) ([]partition, map[partition][]int64) {
 // (a concurrency cap or a sequence, see grantRoutes) are handed to the
 // partitions' next jobs in the outcomes' own transaction, after them, by
 // handOverSQL, given the IDs of their jobs in those partitions
-// (limited): it waits for no lock, so it
-// holds their commit up by its own run only, and it saves the grant's
-// commit (a WAL flush on a durable server) and statements. Its statement
-// sees the outcomes (a statement sees its transaction's earlier writes).
+// (limited): it waits for no lock, so it holds their commit up by its own
+// run only, and it saves the grant's commit (a WAL flush on a durable
+// server) and statements. Its statement sees the outcomes (a statement
+// sees its transaction's earlier writes).
 // Its failure fails the outcomes too: Finish returns the error and the
 // worker sends them again, as after a lost connection. The partitions it
 // leaves to the general grant are granted after the commit (grantAfter).
