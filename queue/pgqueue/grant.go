@@ -48,10 +48,30 @@ const holdsSQL = `j.limit_name = s.name AND j.limit_part = s.part AND j.limit_sl
 // waitingInSQL is the condition that a job's entry in jobfence_jobs_limited
 // (its columns prefixed with alias) lies in the partition (name, part):
 // a range of the index's keys, which the planner reads in their order
-// (see grantSQL).
+// (see grantSQL). It is for a test of whether a partition has waiting
+// jobs (EXISTS), where the range keeps the planner from hashing the
+// limited jobs of every partition on the equality of their parts.
 func waitingInSQL(alias, name, part string) string {
 	return fmt.Sprintf(`(%[1]slimit_name, %[1]slimit_part, %[1]sid) > (%[2]s, %[3]s, 0)
     AND (%[1]slimit_name, %[1]slimit_part, %[1]sid) <= (%[2]s, %[3]s, 9223372036854775807)`, alias, name, part)
+}
+
+// oldestWaitingSQL selects cols of the partition (name, part)'s limited
+// jobs in insert order, up to limit, locked as lock says, where cond
+// holds (a condition on the partition's own row, or true), for a statement that names the partition from a row of its own (a
+// LATERAL subquery, run once a partition). The partition's index entries
+// are found by equality, which positions the scan at once where
+// waitingInSQL's range of row values cost some three times as much a
+// partition; the limit's name is matched as an array's one element, not
+// by equality, so that the planner cannot take it as a constant and drop
+// it from the order: the order stays the index's, which no other index
+// gives, and the primary key in ID order (past every other job of the
+// table: TestGrantReadsNoWaitingJobs) is never a way to it.
+func oldestWaitingSQL(cols, cond, name, part, limit, lock string) string {
+	return `SELECT ` + cols + ` FROM jobfence_jobs
+            WHERE ` + cond + ` AND state = 'limited' AND limit_name = ANY (ARRAY[` + name + `]) AND limit_part = ` + part + `
+            ORDER BY limit_name, limit_part, id
+            LIMIT ` + limit + ` ` + lock
 }
 
 // nextWaitingSQL selects cols of the partition (name, part)'s oldest
@@ -61,19 +81,11 @@ func waitingInSQL(alias, name, part string) string {
 // over (handOverSQL, grantConcurrencySQL).
 func nextWaitingSQL(cols, ordered, name, part, limit string) string {
 	return `SELECT ` + cols + ` FROM (
-            SELECT ` + cols + ` FROM jobfence_jobs
-            WHERE NOT ` + ordered + ` AND state = 'limited' AND ` + waitingInSQL("", name, part) + `
-            ORDER BY limit_name, limit_part, id
-            LIMIT ` + limit + `
-            FOR UPDATE SKIP LOCKED) u
+            ` + oldestWaitingSQL(cols, "NOT "+ordered, name, part, limit, "FOR UPDATE SKIP LOCKED") + `) u
         UNION ALL
         SELECT ` + cols + ` FROM (
             SELECT ` + cols + ` FROM jobfence_jobs
-            WHERE ` + ordered + ` AND state = 'limited' AND id = (
-                SELECT id FROM jobfence_jobs
-                WHERE state = 'limited' AND ` + waitingInSQL("", name, part) + `
-                ORDER BY limit_name, limit_part, id
-                LIMIT 1)
+            WHERE ` + ordered + ` AND state = 'limited' AND id = (` + oldestWaitingSQL("id", "true", name, part, "1", "") + `)
             FOR UPDATE SKIP LOCKED) q`
 }
 
@@ -121,12 +133,12 @@ ON CONFLICT DO NOTHING`
 // holder (a rate slot granted within the Period) counts against the free
 // slots below it, so no grant goes past the new value.
 //
-// The waiting jobs are read through jobfence_jobs_limited, as the range
-// of its keys that is the partition's, in its order: with equalities on
-// the partition, the planner took the partition as a constant and the
-// order as the ID's, and one whose statistics saw many limited jobs walked
-// the primary key in ID order past every other job of the table
-// (TestGrantReadsNoWaitingJobs); no other index gives a range's order. Only a deleted
+// The waiting jobs are read through jobfence_jobs_limited, in its order
+// (oldestWaitingSQL: with plain equalities on the partition, the planner
+// took the partition as a constant and the order as the ID's, and one
+// whose statistics saw many limited jobs walked the primary key in ID
+// order past every other job of the table: TestGrantReadsNoWaitingJobs).
+// Only a deleted
 // limit's partitions (gone, materialized first) are looked at for
 // orphans: looking at every partition's waiting jobs before checking
 // that its limit was gone locked a batch of them in every grant. The
@@ -178,20 +190,12 @@ WITH l AS MATERIALIZED (
     FROM l
 ), w0 AS MATERIALIZED (
     SELECT x.id, k.n, k.pt FROM k CROSS JOIN LATERAL (
-        SELECT id FROM jobfence_jobs
-        WHERE state = 'limited' AND ` + waitingInSQL("", "k.n", "k.pt") + `
-        ORDER BY limit_name, limit_part, id
-        LIMIT k.k
-        FOR UPDATE
+        ` + oldestWaitingSQL("id", "true", "k.n", "k.pt", "k.k", "FOR UPDATE") + `
     ) x
     WHERE k.k > 0 AND k.ordered
     UNION ALL
     SELECT x.id, k.n, k.pt FROM k CROSS JOIN LATERAL (
-        SELECT id FROM jobfence_jobs
-        WHERE state = 'limited' AND ` + waitingInSQL("", "k.n", "k.pt") + `
-        ORDER BY limit_name, limit_part, id
-        LIMIT k.k
-        FOR UPDATE SKIP LOCKED
+        ` + oldestWaitingSQL("id", "true", "k.n", "k.pt", "k.k", "FOR UPDATE SKIP LOCKED") + `
     ) x
     WHERE k.k > 0 AND NOT k.ordered
 ), w AS MATERIALIZED (
@@ -226,11 +230,7 @@ WITH l AS MATERIALIZED (
 ), orphans AS MATERIALIZED (
     SELECT x.id FROM gone p
     CROSS JOIN LATERAL (
-        SELECT id FROM jobfence_jobs
-        WHERE state = 'limited' AND ` + waitingInSQL("", "p.n", "p.pt") + `
-        ORDER BY limit_name, limit_part, id
-        LIMIT $3
-        FOR UPDATE SKIP LOCKED
+        ` + oldestWaitingSQL("id", "true", "p.n", "p.pt", "$3", "FOR UPDATE SKIP LOCKED") + `
     ) x
 ), g AS (
     UPDATE jobfence_jobs j
