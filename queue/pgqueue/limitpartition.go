@@ -1,0 +1,78 @@
+package pgqueue
+
+import "fmt"
+
+// partition names one partition of a limit.
+type partition struct{ name, part string }
+
+// partitionSet gathers the partitions of a batch's jobs once each, in the
+// order they first came: the grants that follow serve each once. A map
+// finds them, so a batch over many partitions is not compared job by job
+// with all those before it.
+type partitionSet struct {
+	list []partition
+	seen map[partition]bool
+}
+
+// add adds p unless it is there already.
+func (s *partitionSet) add(p partition) {
+	if s.seen[p] {
+		return
+	}
+	if s.seen == nil {
+		s.seen = map[partition]bool{}
+	}
+	s.seen[p] = true
+	s.list = append(s.list, p)
+}
+
+// holdsSQL says, in a statement that names the job j, its limit's row l
+// and a slot s, that j holds s: it was granted s and is available or
+// running, or retrying or discarded where the limit's policy keeps the
+// slot through those.
+const holdsSQL = `j.limit_name = s.name AND j.limit_part = s.part AND j.limit_slot = s.slot
+    AND (j.state IN ('available', 'running') OR j.state = 'retryable' AND l.hold_retrying OR j.state = 'discarded' AND l.hold_discarded)`
+
+// waitingInSQL is the condition that a job's entry in jobfence_jobs_limited
+// (its columns prefixed with alias) lies in the partition (name, part):
+// a range of the index's keys, which the planner reads in their order
+// (see grantSQL). It is for a test of whether a partition has waiting
+// jobs (EXISTS), where the range keeps the planner from hashing the
+// limited jobs of every partition on the equality of their parts.
+func waitingInSQL(alias, name, part string) string {
+	return fmt.Sprintf(`(%[1]slimit_name, %[1]slimit_part, %[1]sid) > (%[2]s, %[3]s, 0)
+    AND (%[1]slimit_name, %[1]slimit_part, %[1]sid) <= (%[2]s, %[3]s, 9223372036854775807)`, alias, name, part)
+}
+
+// oldestWaitingSQL selects cols of the partition (name, part)'s limited
+// jobs in insert order, up to limit, locked as lock says, where cond
+// holds (a condition on the partition's own row, or true), for a statement that names the partition from a row of its own (a
+// LATERAL subquery, run once a partition). The partition's index entries
+// are found by equality, which positions the scan at once where
+// waitingInSQL's range of row values cost some three times as much a
+// partition; the limit's name is matched as an array's one element, not
+// by equality, so that the planner cannot take it as a constant and drop
+// it from the order: the order stays the index's, which no other index
+// gives, and the primary key in ID order (past every other job of the
+// table: TestGrantReadsNoWaitingJobs) is never a way to it.
+func oldestWaitingSQL(cols, cond, name, part, limit, lock string) string {
+	return `SELECT ` + cols + ` FROM jobfence_jobs
+            WHERE ` + cond + ` AND state = 'limited' AND limit_name = ANY (ARRAY[` + name + `]) AND limit_part = ` + part + `
+            ORDER BY limit_name, limit_part, id
+            LIMIT ` + limit + ` ` + lock
+}
+
+// nextWaitingSQL selects cols of the partition (name, part)'s oldest
+// limited jobs, up to limit, each locked with SKIP LOCKED: the oldest that
+// no other transaction holds; or, where ordered (a sequence's), the
+// oldest alone, if no other transaction holds it, so that none is passed
+// over (handOverSQL, grantConcurrencySQL).
+func nextWaitingSQL(cols, ordered, name, part, limit string) string {
+	return `SELECT ` + cols + ` FROM (
+            ` + oldestWaitingSQL(cols, "NOT "+ordered, name, part, limit, "FOR UPDATE SKIP LOCKED") + `) u
+        UNION ALL
+        SELECT ` + cols + ` FROM (
+            SELECT ` + cols + ` FROM jobfence_jobs
+            WHERE ` + ordered + ` AND state = 'limited' AND id = (` + oldestWaitingSQL("id", "true", name, part, "1", "") + `)
+            FOR UPDATE SKIP LOCKED) q`
+}
