@@ -44,12 +44,12 @@ import (
 // each freed slot (TestHandOverUnderAWideLimit). The partition's oldest
 // limited jobs, one per freed slot, are locked with SKIP LOCKED and
 // paired with the freed slots as they come (any pairing will do: every
-// one of those slots is free). A
-// sequence's (ordered: Concurrency 1, holding through retries) must go in
-// insert order: its oldest limited job is found first, then locked with
-// SKIP LOCKED, so that a row another transaction holds is not passed
-// over; the partition then gets nothing here, and is left to the general
-// grant, which waits for the row (grantSQL). Each slot's row then names
+// one of those slots is free). A sequence's (ordered: Concurrency 1,
+// holding through retries) must go in insert order: its oldest limited
+// job is found first, then locked with SKIP LOCKED, so that a row another
+// transaction holds is not passed over; the partition then gets nothing
+// here, and is left to the general grant, which waits for the row
+// (grantSQL). Each slot's row then names
 // its job, and the job is claimed as claimSQL claims (running, attempt +
 // 1, leased, under a fence drawn once every row of the claim is locked)
 // if its partition's $3 allows and its queue is not paused, or else made

@@ -35,10 +35,11 @@ const holdsSQL = `j.limit_name = s.name AND j.limit_part = s.part AND j.limit_sl
 
 // waitingInSQL is the condition that a job's entry in jobfence_jobs_limited
 // (its columns prefixed with alias) lies in the partition (name, part):
-// a range of the index's keys, which the planner reads in their order
-// (see grantSQL). It is for a test of whether a partition has waiting
-// jobs (EXISTS), where the range keeps the planner from hashing the
-// limited jobs of every partition on the equality of their parts.
+// a range of the index's keys, which the planner reads in their order.
+// It serves the tests of whether a partition has waiting jobs (EXISTS, a
+// few a statement), which a join on equalities could turn into a hash of
+// every partition's waiting jobs; oldestWaitingSQL reads the jobs
+// themselves.
 func waitingInSQL(alias, name, part string) string {
 	return fmt.Sprintf(`(%[1]slimit_name, %[1]slimit_part, %[1]sid) > (%[2]s, %[3]s, 0)
     AND (%[1]slimit_name, %[1]slimit_part, %[1]sid) <= (%[2]s, %[3]s, 9223372036854775807)`, alias, name, part)
@@ -46,15 +47,17 @@ func waitingInSQL(alias, name, part string) string {
 
 // oldestWaitingSQL selects cols of the partition (name, part)'s limited
 // jobs in insert order, up to limit, locked as lock says, where cond
-// holds (a condition on the partition's own row, or true), for a statement that names the partition from a row of its own (a
-// LATERAL subquery, run once a partition). The partition's index entries
-// are found by equality, which positions the scan at once where
-// waitingInSQL's range of row values cost some three times as much a
-// partition; the limit's name is matched as an array's one element, not
-// by equality, so that the planner cannot take it as a constant and drop
+// holds (a condition on the partition's own row, or true): a subquery run
+// once a partition (LATERAL), which names the partition from a row of its
+// own. The partition's index entries are found by equality, which
+// positions the scan at once, where waitingInSQL's range of row values
+// cost about three times as much a partition (docs/benchmarks/limits.md,
+// change 14). The limit's name is matched as an array's one element, not
+// by equality, so that the planner cannot take it for a constant and drop
 // it from the order: the order stays the index's, which no other index
-// gives, and the primary key in ID order (past every other job of the
-// table: TestGrantReadsNoWaitingJobs) is never a way to it.
+// gives, so the primary key in ID order, past every other job of the
+// table (change 2), is never a way to it; with plain equalities,
+// TestHandOverReadsOnlyWhatItHands fails.
 func oldestWaitingSQL(cols, cond, name, part, limit, lock string) string {
 	return `SELECT ` + cols + ` FROM jobfence_jobs
             WHERE ` + cond + ` AND state = 'limited' AND limit_name = ANY (ARRAY[` + name + `]) AND limit_part = ` + part + `
