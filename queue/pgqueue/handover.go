@@ -24,43 +24,42 @@ import (
 // limit has no rate, which the general grant serves after the commit, and
 // NULL where it has one or is gone, which grantSQL serves).
 //
-// A grant reads every slot of a partition with its holder, pairs the
-// free ones with the oldest limited jobs, and takes each slot again by
+// A grant reads every slot of a partition with its holder, pairs the free
+// ones with the oldest limited jobs, and takes each slot again by
 // compare-and-set: several times an unlimited claim's work a job where
-// partitions are many (docs/benchmarks/limits.md). Here the slot
-// is known: the one the finished job names (limit_slot), whose row names
-// the job back. The hand-over locks that row (SKIP LOCKED) if its job is
-// this transaction's (the job's row version is ours: an applied outcome,
-// not a zombie's stale one, which wrote nothing) and no longer holds it
-// (a completion, a failure, a discard or a cancel, as the limit's hold
+// partitions are many (docs/benchmarks/limits.md). Here the slot is known:
+// the one the finished job names (limit_slot), whose row names the job
+// back. The hand-over locks that row (SKIP LOCKED) if its job is this
+// transaction's (the job's row version is ours: an applied outcome, not a
+// zombie's stale one, which wrote nothing) and no longer holds it (a
+// completion, a failure, a discard or a cancel, as the limit's hold
 // options say: holdsSQL), then leaves out a partition with a holder at or
-// above the limit (a lowered limit, which the freed slots must first
-// make up for; holdsSQL again, each freed slot's row, which carries its
-// limit's hold options, standing for the limit's row l). That check is a
-// scalar subquery, run for each freed slot, which probes the slots above
-// the limit and then each one's holder by key: written as a join (NOT
-// EXISTS), a generic plan for a limit of many slots merged the
-// partition's slots with the whole jobs table in ID order, once for
-// each freed slot (TestHandOverUnderAWideLimit). The partition's oldest
-// limited jobs, one per freed slot, are locked with SKIP LOCKED and
-// paired with the freed slots as they come (any pairing will do: every
-// one of those slots is free). A sequence's (ordered: Concurrency 1,
-// holding through retries) must go in insert order: its oldest limited
-// job is found first, then locked with SKIP LOCKED, so that a row another
-// transaction holds is not passed over; the partition then gets nothing
-// here, and is left to the general grant, which waits for the row
-// (grantSQL). Each slot's row then names
-// its job, and the job is claimed as claimSQL claims (running, attempt +
-// 1, leased, under a fence drawn once every row of the claim is locked)
-// if its partition's $3 allows and its queue is not paused, or else made
-// available with its slot. The jobs' update does not look at their state
-// again (they were locked as limited: see grantConcurrencySQL) and finds
-// them by their IDs as an array (ANY): joined to z alone, a generic plan
-// that took z's size from its LIMIT's estimate (hundreds of rows) read
-// the whole jobs table of a small queue to hash it, for a few jobs a
-// batch (TestHandOverReadsOnlyWhatItHands). A slot is never handed twice:
-// its row is locked from the check to the update, and its holder frees
-// it once.
+// above the limit (a lowered limit, which the freed slots must first make
+// up for; holdsSQL again, each freed slot's row, which carries its limit's
+// hold options, standing for the limit's row l). That check is a scalar
+// subquery, run for each freed slot, which probes the slots above the
+// limit and then each one's holder by key: written as a join (NOT EXISTS),
+// a generic plan for a limit of many slots merged the partition's slots
+// with the whole jobs table in ID order, once for each freed slot
+// (TestHandOverUnderAWideLimit). The partition's oldest limited jobs, one
+// per freed slot, are locked with SKIP LOCKED and paired with the freed
+// slots as they come (any pairing will do: every one of those slots is
+// free). A sequence's (ordered: Concurrency 1, holding through retries)
+// must go in insert order: its oldest limited job is found first, then
+// locked with SKIP LOCKED, so that a row another transaction holds is not
+// passed over; the partition then gets nothing here, and is left to the
+// general grant, which waits for the row (grantSQL). Each slot's row then
+// names its job, and the job is claimed as claimSQL claims (running,
+// attempt + 1, leased, under a fence drawn once every row of the claim is
+// locked) if its partition's $3 allows and its queue is not paused, or
+// else made available with its slot. The jobs' update does not look at
+// their state again (they were locked as limited: see grantConcurrencySQL)
+// and finds them by their IDs as an array (ANY): joined to z alone, a
+// generic plan that took z's size from its LIMIT's estimate (hundreds of
+// rows) read the whole jobs table of a small queue to hash it, for a few
+// jobs a batch (TestHandOverReadsOnlyWhatItHands). A slot is never handed
+// twice: its row is locked from the check to the update, and its holder
+// frees it once.
 //
 // What it leaves to the general grant, after the commit: a partition of
 // the batch none of whose slots it handed over although its limit has no
