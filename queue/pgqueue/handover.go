@@ -36,10 +36,10 @@ import (
 // options say: holdsSQL), then leaves out a partition with a holder at or
 // above the limit (a lowered limit, which the freed slots must first make
 // up for; holdsSQL again, each freed slot's row, which carries its limit's
-// hold options, standing for the limit's row l). That check is a scalar
-// subquery, run for each freed slot, which probes the slots above the
-// limit and then each one's holder by key: written as a join (NOT EXISTS),
-// a generic plan for a limit of many slots merged the partition's slots
+// hold options, standing for the limit's row l). That check looks for
+// the partition's slots above the limit, and for each one found it probes
+// the holder by key: written as a join of the slots to their holders, a
+// generic plan for a limit of many slots merged the partition's slots
 // with the whole jobs table in ID order, once for each freed slot
 // (TestHandOverUnderAWideLimit). The partition's oldest limited jobs, one
 // per freed slot, are locked with SKIP LOCKED and paired with the freed
@@ -88,10 +88,10 @@ WITH o AS MATERIALIZED (
     SELECT l.name, l.part, coalesce(min(c.cap), 0) AS cap, bool_or(l.ordered) AS ordered,
         array_agg(l.slot ORDER BY l.slot) AS slots, array_agg(l.sctid ORDER BY l.slot) AS sctids
     FROM fo l LEFT JOIN c ON c.n = l.name AND c.pt = l.part
-    WHERE (SELECT true FROM jobfence_limit_slots s
+    WHERE NOT EXISTS (
+        SELECT FROM jobfence_limit_slots s
         WHERE s.name = l.name AND s.part = l.part AND s.kind = 0 AND s.slot >= l.concurrency
-          AND (SELECT true FROM jobfence_jobs j WHERE j.id = s.job_id AND ` + holdsSQL + `)
-        LIMIT 1) IS NULL
+          AND (SELECT true FROM jobfence_jobs j WHERE j.id = s.job_id AND ` + holdsSQL + `))
     GROUP BY l.name, l.part
 ), z AS MATERIALIZED (
     SELECT p.name, p.part, p.slots[x.rn] AS slot, p.sctids[x.rn] AS sctid, x.id,
