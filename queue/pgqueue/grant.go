@@ -59,14 +59,10 @@ ON CONFLICT DO NOTHING`
 // slots below it, so no grant goes past the new value.
 //
 // The waiting jobs are read through jobfence_jobs_limited, in its order
-// (oldestWaitingSQL: with plain equalities on the partition, the planner
-// took the partition as a constant and the order as the ID's, and one
-// whose statistics saw many limited jobs walked the primary key in ID
-// order past every other job of the table: TestGrantReadsNoWaitingJobs).
-// Only a deleted
-// limit's partitions (gone, materialized first) are looked at for
-// orphans: looking at every partition's waiting jobs before checking
-// that its limit was gone locked a batch of them in every grant. The
+// (oldestWaitingSQL). Only a deleted limit's partitions (gone,
+// materialized first) are looked at for orphans: looking at every
+// partition's waiting jobs before checking that its limit was gone locked
+// a batch of them in every grant. The
 // updates (g, o) look at the jobs' state no more: w0 and orphans locked
 // them as limited, and nothing else changes a locked row before the
 // statement ends; a second look let generic plans read the whole limited
@@ -103,7 +99,7 @@ WITH l AS MATERIALIZED (
       AND NOT EXISTS (SELECT FROM jobfence_jobs j WHERE j.id = s.job_id
           AND (j.state = 'available' OR j.attempted_at >= now() - l.period_us * interval '1 microsecond'))
 ), k AS MATERIALIZED (
-    SELECT l.n, l.pt, l.concurrency, l.rate, coalesce(l.concurrency = 1 AND l.hold_retrying, false) AS ordered, greatest(0, least($3::int,
+    SELECT l.n, l.pt, l.concurrency, l.rate, coalesce(` + sequenceSQL("l") + `, false) AS ordered, greatest(0, least($3::int,
         CASE WHEN l.concurrency IS NULL THEN $3 ELSE (SELECT count(*) FROM cs WHERE cs.name = l.n AND cs.part = l.pt)
             - (SELECT count(*) FROM jobfence_limit_slots s
                WHERE s.name = l.n AND s.part = l.pt AND s.kind = 0 AND s.slot >= l.concurrency

@@ -51,7 +51,7 @@ import (
 var grantConcurrencySQL = `
 WITH fr AS MATERIALIZED (
     SELECT l.name, p.pt, f.slots, f.gens, greatest(0, least($3::int, cardinality(f.slots) - f.above)) AS k,
-        l.concurrency = 1 AND l.hold_retrying AS ordered
+        ` + sequenceSQL("l") + ` AS ordered
     FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
     JOIN jobfence_limits l ON l.name = p.n AND l.rate IS NULL
     CROSS JOIN LATERAL (

@@ -11,8 +11,8 @@ import (
 // grant of a batch of outcomes (finishAndGrant), for the limits with no
 // rate (a concurrency cap or a sequence). $8 are the IDs of the batch's
 // limited jobs; $1 and $2 name their partitions and $3 the jobs to claim
-// in each for the worker that
-// sent the outcomes, leased for $4 microseconds, attempted by $5. Its
+// in each for the worker that sent the outcomes, leased for $4
+// microseconds, attempted by $5. Its
 // reply is a claim's: a row of the fence and the claimed jobs' IDs and
 // row versions, and the rows of the first of them (by ID, at most $7,
 // whose rows come to at most $6 bytes: claimRowBytes), so that the reply
@@ -75,7 +75,7 @@ WITH o AS MATERIALIZED (
     WHERE o.id = ANY ($8::bigint[]) AND o.xmin = pg_current_xact_id()::xid AND o.state NOT IN ('available', 'running')
 ), fo AS MATERIALIZED (
     SELECT s.name, s.part, s.slot, s.ctid AS sctid, l.concurrency, l.hold_retrying, l.hold_discarded,
-        l.concurrency = 1 AND l.hold_retrying AS ordered
+        ` + sequenceSQL("l") + ` AS ordered
     FROM o
     JOIN jobfence_limits l ON l.name = o.limit_name AND l.rate IS NULL
     JOIN jobfence_limit_slots s ON s.name = o.limit_name AND s.part = o.limit_part AND s.kind = 0 AND s.slot = o.limit_slot

@@ -78,12 +78,12 @@ func TestHandOverReadsOnlyWhatItHands(t *testing.T) {
 // running jobs have its lowest IDs). Its check for holders above the
 // limit, a join of the partition's slots to their holders, was planned
 // as a merge join that walked the primary key through the whole jobs
-// table for each freed slot (6,000 rows read for each of the 10): a
-// statement of 24 ms with 6,000 jobs, 60 ms with 20,000, growing with the
-// table. The check now probes a holder only for a slot above the limit.
-// The partition's 1,000 slots, a table of 15 pages, may be read whole
-// twice, by the check and by the slots' update: the planner's choice by
-// its estimates for a table that small, as for one of a page.
+// table for each freed slot, a cost that grew with the table
+// (docs/benchmarks/limits.md, change 15). The check now probes a holder
+// only for a slot above the limit. The partition's slots, a table of a
+// few pages, may be read whole twice, by the check and by the slots'
+// update: the planner's choice by its estimates for a table that small,
+// as for one of a page.
 func TestHandOverUnderAWideLimit(t *testing.T) {
 	c, db := newClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -33,6 +33,13 @@ func (s *partitionSet) add(p partition) {
 const holdsSQL = `j.limit_name = s.name AND j.limit_part = s.part AND j.limit_slot = s.slot
     AND (j.state IN ('available', 'running') OR j.state = 'retryable' AND l.hold_retrying OR j.state = 'discarded' AND l.hold_discarded)`
 
+// sequenceSQL says that the limit row l (an alias) is a sequence's:
+// Concurrency 1, holding its slot through retries, so that its jobs run
+// one at a time in insert order (NULL where l has no concurrency cap).
+func sequenceSQL(l string) string {
+	return l + ".concurrency = 1 AND " + l + ".hold_retrying"
+}
+
 // waitingInSQL is the condition that a job's entry in jobfence_jobs_limited
 // (its columns prefixed with alias) lies in the partition (name, part):
 // a range of the index's keys, which the planner reads in their order.
@@ -51,7 +58,7 @@ func waitingInSQL(alias, name, part string) string {
 // once a partition (LATERAL), which names the partition from a row of its
 // own. The partition's index entries are found by equality, which
 // positions the scan at once, where waitingInSQL's range of row values
-// cost about three times as much a partition (docs/benchmarks/limits.md,
+// cost several times as much a partition (docs/benchmarks/limits.md,
 // change 14). The limit's name is matched as an array's one element, not
 // by equality, so that the planner cannot take it for a constant and drop
 // it from the order: the order stays the index's, which no other index
