@@ -161,6 +161,8 @@ func ListIn(ctx context.Context, db DB, p ListParams) ([]*queue.Job, error) {
 // it leaves nothing locked, where one frozen inside a transaction would
 // hold the row (a heartbeat, the worker's outcome and the rescuer would
 // wait or skip it) for as long as it stayed frozen.
+//
+// transition: cancel, cancel-waiting
 const cancelSQL = `
 WITH c AS (
     UPDATE jobfence_jobs
@@ -232,7 +234,7 @@ func uniqueViolation(err error, constraint string) bool {
 // given back: the workers' next grant pass (GrantWaiting) hands it one,
 // oldest job first, so a retried job of a sequence goes before the
 // later ones.
-const retrySet = `state = CASE WHEN limit_name IS NULL THEN 'available' ELSE 'limited' END, limit_slot = NULL,
+var retrySet = `state = ` + readySQL("limit_name") + `, limit_slot = NULL,
     scheduled_at = now(), finalized_at = NULL,
     max_attempts = greatest(max_attempts, attempt + 1)`
 
@@ -240,7 +242,9 @@ const retrySet = `state = CASE WHEN limit_name IS NULL THEN 'available' ELSE 'li
 // (force) is false, and wakes its queue's workers (channel $3) in the same
 // statement, so that a client frozen right after sending it holds nothing
 // back: neither the row nor the wake-up.
-const retrySQL = `
+//
+// transition: retry-final
+var retrySQL = `
 WITH r AS (
     UPDATE jobfence_jobs
     SET ` + retrySet + `
@@ -255,6 +259,8 @@ SELECT pg_notify($3, queue) FROM r`
 // so the job is in one table or the other. Its next claim draws a new
 // fence, greater than every fence before. A job with UniqueOpts whose key
 // another job holds now breaches the key's index, as in retrySQL.
+//
+// transition: retry-final
 const retryFinishedSQL = `
 WITH m AS (
     DELETE FROM jobfence_jobs_finished WHERE id = $1 RETURNING *
@@ -323,6 +329,8 @@ const deleteSQL = `DELETE FROM jobfence_jobs WHERE id = ANY($1::bigint[]) AND st
 // dependents are cancelled with the reason, or run anyway, rather than
 // left pending for good. A finished task's dependents were released or
 // cancelled when it finished.
+//
+// transition: cancel-waiting
 const cancelDeletedTasksSQL = `
 UPDATE jobfence_jobs SET state = 'cancelled', finalized_at = now()
 WHERE id = ANY($1::bigint[]) AND dependents IS NOT NULL

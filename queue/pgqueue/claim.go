@@ -120,6 +120,8 @@ import (
 // remain, and the claims after this one go on from there, walking the dead
 // entries between once rather than at every claim. After a full wrap that
 // is wrap's last job: the jobs left are between it and the position.
+//
+// transition: claim
 const claimSQL = `
 WITH b AS MATERIALIZED (
     SELECT k.head, k.priority, k.scheduled_at, k.id FROM (

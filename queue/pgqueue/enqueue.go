@@ -29,6 +29,8 @@ import (
 // limited, to wait for a slot, unless it waits for a time of its own
 // first; the statement returns its limit's name and partition. $17 is
 // its DeleteOnComplete, stored as NULL when false (see migration 00017).
+//
+// transition: insert
 const insertSQL = `
 WITH ` + limitOfSQL + `, ins AS (
     INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context,
@@ -77,18 +79,21 @@ var (
 	// waiting for a limit's slot) takes the new job's scheduled time and
 	// the state that goes with it (each in every unique job's states, so
 	// the row stays in the index); one that has started is left alone and
-	// no row comes back. Put off to a later time, it is scheduled, and
-	// gives up a limit's slot it held (when its time comes, it waits for
-	// one again, ahead of the jobs inserted after it); moved to now, an
+	// no row comes back. Put off to a later time, it is scheduled and
+	// names the slot it had, which it keeps while scheduled where its
+	// limit holds slots through retries (holdingSQL: a sequence's turn is
+	// not passed to a later job), and frees elsewhere; moved to now, an
 	// available job stays available (with its slot), and one that a
 	// limit governs waits for a slot (debouncedState).
+	//
+	// transition: debounce
 	insertDebouncedSQL = fmt.Sprintf(insertSQL, `ON CONFLICT `+uniqueHashArbiter+`
     DO UPDATE SET scheduled_at = EXCLUDED.scheduled_at, state = `+debouncedState+`,
         limit_name = CASE WHEN `+debouncedState+` = 'available' THEN jobfence_jobs.limit_name
             ELSE coalesce(jobfence_jobs.limit_name, EXCLUDED.limit_name) END,
         limit_part = CASE WHEN `+debouncedState+` = 'available' THEN jobfence_jobs.limit_part
             ELSE coalesce(jobfence_jobs.limit_part, EXCLUDED.limit_part) END,
-        limit_slot = CASE WHEN `+debouncedState+` = 'available' THEN jobfence_jobs.limit_slot END
+        limit_slot = CASE WHEN `+debouncedState+` IN ('available', 'scheduled') THEN jobfence_jobs.limit_slot END
     WHERE jobfence_jobs.state IN ('available', 'scheduled', 'limited')`)
 )
 

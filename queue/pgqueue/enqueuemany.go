@@ -27,6 +27,8 @@ var copyColumns = []string{"queue", "kind", "args", "priority", "max_attempts", 
 // Each job's limit is found as limitOfSQL finds it ($13 the limit keys):
 // a job a limit governs is inserted limited, and the statement returns the
 // limits' partitions of the limited jobs it inserted.
+//
+// transition: insert
 const insertManySQL = `
 INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context,
                            idempotency_key, deadline, timeout_us, limit_name, limit_part, delete_on_complete%[1]s)

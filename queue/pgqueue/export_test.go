@@ -99,4 +99,4 @@ func WakeSenders(c *Client) int64 { return c.wakes.running.Load() }
 
 // PromoteSQL is promoteSQL, for the test that no statement which makes
 // jobs ready notifies inside its transaction.
-const PromoteSQL = promoteSQL
+var PromoteSQL = promoteSQL

@@ -44,6 +44,8 @@ import (
 // deletes it (DeleteOnComplete), and completes the others in place. Both
 // touch only rows l has locked, so rows are locked in ascending ID order
 // whatever the order in which the two run (see Finish).
+//
+// transition: complete
 const completeSQL = `
 WITH f AS (
     SELECT * FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::jsonb[]), (SELECT $4::bytea[]))
@@ -67,7 +69,15 @@ WITH f AS (
 // retryable, and a snooze with a delay as scheduled, until Promote makes
 // it available (a failed job stays recognisable as one meanwhile); a
 // snooze without a delay (a put-back: a stopping worker, an unknown
-// kind's first time) is available at once.
+// kind's first time) is Ready at once (readySQL): available, or limited,
+// its slot given up, where a limit governs it, so that it starts again
+// only through a grant, which takes a rate slot for the new start and
+// counts a lowered limit (TestPutBackTakesARateSlot). A snooze with a
+// delay keeps its slot while scheduled if its limit holds slots through
+// retries (holdingSQL), so that no later job of a sequence overtakes it
+// (TestSnoozeKeepsASequenceInOrder).
+//
+// transition: complete, retry, discard, snooze, cancel
 //
 // A retry or a snooze that would make the job ready after its deadline
 // (late) discards it instead, with the reason appended to its errors after
@@ -78,7 +88,7 @@ WITH f AS (
 //
 // A completion whose row leaves the jobs table moves (or is deleted) as
 // in completeSQL; every other outcome is applied in place.
-const finishSQL = `
+var finishSQL = `
 WITH f AS (
     SELECT * FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::smallint[]),
         (SELECT $4::bigint[]), (SELECT $5::jsonb[]), (SELECT $6::jsonb[]), (SELECT $7::bytea[])) AS f(id, fence, outcome, delay, err, output, trace)
@@ -88,7 +98,7 @@ WITH f AS (
             WHEN 1 THEN 'completed'
             WHEN 2 THEN CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END
             WHEN 3 THEN 'discarded'
-            WHEN 4 THEN CASE WHEN f.delay > 0 THEN 'scheduled' ELSE 'available' END
+            WHEN 4 THEN CASE WHEN f.delay > 0 THEN 'scheduled' ELSE ` + readySQL("j.limit_name") + ` END
             WHEN 5 THEN 'cancelled'
         END END AS state,
         f.outcome = 1 AND ` + leavesSQL + ` AS leaves, coalesce(j.delete_on_complete, false) AS drop_it
@@ -98,7 +108,8 @@ WITH f AS (
 ), ` + moveFinishedSQL + `, kept AS (
     UPDATE jobfence_jobs j
     SET state = l.state,
-        scheduled_at = CASE WHEN l.state IN ('retryable', 'scheduled', 'available') THEN now() + l.delay * interval '1 microsecond' ELSE j.scheduled_at END,
+        scheduled_at = CASE WHEN l.state IN ('retryable', 'scheduled', 'available', 'limited') THEN now() + l.delay * interval '1 microsecond' ELSE j.scheduled_at END,
+        limit_slot = CASE WHEN l.state = 'limited' THEN NULL ELSE j.limit_slot END,
         attempt = CASE WHEN l.outcome = 4 THEN j.attempt - 1 ELSE j.attempt END,
         errors = CASE WHEN l.err IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(l.err) END
             || CASE WHEN l.late THEN jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error',
@@ -392,6 +403,8 @@ func (c *Client) Complete(ctx context.Context, l queue.Lease) error {
 }
 
 // heartbeatSQL extends leases; its arrays are read as completeSQL's are.
+//
+// transition: heartbeat
 const heartbeatSQL = `
 UPDATE jobfence_jobs j SET lease_expires_at = now() + $3::bigint * interval '1 microsecond'
 FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[])) AS l(id, fence)

@@ -81,6 +81,8 @@ ON CONFLICT DO NOTHING`
 // and wait for nothing. A sequence's partition comes here only when
 // grantConcurrencySQL or handOverSQL found its oldest job held, which
 // neither waits for.
+//
+// transition: grant
 var grantSQL = `
 WITH l AS MATERIALIZED (
     SELECT p.n, p.pt, m.concurrency, m.rate, m.period_us, m.hold_retrying, m.hold_discarded

@@ -48,6 +48,8 @@ import (
 // It waits for no lock: every row it locks it takes with SKIP LOCKED,
 // and it updates only rows it has locked, so a grant that runs beside a
 // frozen one is never held up by it.
+//
+// transition: grant
 var grantConcurrencySQL = `
 WITH fr AS MATERIALIZED (
     SELECT l.name, p.pt, f.slots, f.gens, greatest(0, least($3::int, cardinality(f.slots) - f.above)) AS k,

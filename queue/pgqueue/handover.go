@@ -69,10 +69,12 @@ import (
 // that no outcome of the batch freed (left by a failed grant, or by an
 // insert in a caller's transaction, which grants nothing) waits for the
 // workers' grant pass. Like grantConcurrencySQL it waits for no lock.
+//
+// transition: grant
 var handOverSQL = `
 WITH o AS MATERIALIZED (
     SELECT o.id, o.limit_name, o.limit_part, o.limit_slot, o.state FROM jobfence_jobs o
-    WHERE o.id = ANY ($8::bigint[]) AND o.xmin = pg_current_xact_id()::xid AND o.state NOT IN ('available', 'running')
+    WHERE o.id = ANY ($8::bigint[]) AND o.xmin = pg_current_xact_id()::xid
 ), fo AS MATERIALIZED (
     SELECT s.name, s.part, s.slot, s.ctid AS sctid, l.concurrency, l.hold_retrying, l.hold_discarded,
         ` + sequenceSQL("l") + ` AS ordered
@@ -80,7 +82,7 @@ WITH o AS MATERIALIZED (
     JOIN jobfence_limits l ON l.name = o.limit_name AND l.rate IS NULL
     JOIN jobfence_limit_slots s ON s.name = o.limit_name AND s.part = o.limit_part AND s.kind = 0 AND s.slot = o.limit_slot
     WHERE s.job_id = o.id AND o.limit_slot < l.concurrency
-      AND NOT (o.state = 'retryable' AND l.hold_retrying OR o.state = 'discarded' AND l.hold_discarded)
+      AND NOT ` + holdingSQL("o", "l") + `
     FOR UPDATE OF s SKIP LOCKED
 ), c AS (
     SELECT n, pt, sum(c)::int AS cap FROM unnest($1::text[], $2::text[], $3::int[]) AS c(n, pt, c) GROUP BY n, pt

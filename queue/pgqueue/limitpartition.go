@@ -1,6 +1,11 @@
 package pgqueue
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/jobfence/jobfence/queue"
+)
 
 // partition names one partition of a limit.
 type partition struct{ name, part string }
@@ -27,11 +32,55 @@ func (s *partitionSet) add(p partition) {
 }
 
 // holdsSQL says, in a statement that names the job j, its limit's row l
-// and a slot s, that j holds s: it was granted s and is available or
-// running, or retrying or discarded where the limit's policy keeps the
-// slot through those.
-const holdsSQL = `j.limit_name = s.name AND j.limit_part = s.part AND j.limit_slot = s.slot
-    AND (j.state IN ('available', 'running') OR j.state = 'retryable' AND l.hold_retrying OR j.state = 'discarded' AND l.hold_discarded)`
+// and a slot s, that j holds s: it was granted s and its state keeps it
+// (holdingSQL).
+var holdsSQL = `j.limit_name = s.name AND j.limit_part = s.part AND j.limit_slot = s.slot
+    AND ` + holdingSQL("j", "l")
+
+// holdingSQL says that the job j (an alias), under its limit's row l,
+// is in a state that keeps the concurrency slot it was granted: the Slot
+// column of the state machine's table (queue.StateRules), written once
+// here for every statement that asks (the grants, the hand-over, the
+// limits' counts). A job that names a slot in another state has freed it.
+func holdingSQL(j, l string) string {
+	var always, retrying, discarded []string
+	for _, r := range queue.StateRules() {
+		switch r.Slot {
+		case queue.HoldAlways:
+			always = append(always, "'"+string(r.State)+"'")
+		case queue.HoldIfRetrying:
+			retrying = append(retrying, "'"+string(r.State)+"'")
+		case queue.HoldIfDiscarded:
+			discarded = append(discarded, "'"+string(r.State)+"'")
+		}
+	}
+	return "(" + j + ".state IN (" + strings.Join(always, ", ") + ")" +
+		" OR " + j + ".state IN (" + strings.Join(retrying, ", ") + ") AND " + l + ".hold_retrying" +
+		" OR " + j + ".state IN (" + strings.Join(discarded, ", ") + ") AND " + l + ".hold_discarded)"
+}
+
+// readySQL is the state a job takes when it may run again at once
+// (queue.Ready), given the name of the limit that governs it (an SQL
+// expression, NULL for none): available, or limited where a limit
+// governs it, so that it starts again only through a grant. A job that
+// enters limited gives up its slot (limit_slot = NULL): a limited job
+// holds none.
+func readySQL(limitName string) string {
+	return "CASE WHEN " + limitName + " IS NULL THEN 'available' ELSE 'limited' END"
+}
+
+// deadlineStatesSQL lists the states whose jobs the deadline sweep
+// discards once their deadline has passed (queue.StateRule.Deadline), as
+// the partial index jobfence_jobs_deadline's predicate does.
+func deadlineStatesSQL() string {
+	var s []string
+	for _, r := range queue.StateRules() {
+		if r.Deadline {
+			s = append(s, "'"+string(r.State)+"'")
+		}
+	}
+	return "(" + strings.Join(s, ", ") + ")"
+}
 
 // sequenceSQL says that the limit row l (an alias) is a sequence's:
 // Concurrency 1, holding its slot through retries, so that its jobs run

@@ -262,6 +262,8 @@ func (c *Client) settleLimit(ctx context.Context, name string) {
 // have. It reads the queue's available jobs through the claim's index;
 // each batch is a transaction of its own with a 1 s lock_timeout, so the
 // rewrite runs beside a live fleet.
+//
+// transition: adopt
 const adoptSQL = `
 WITH m AS MATERIALIZED (
     SELECT name, queue, kind, partition_by FROM jobfence_limits WHERE name = $1

@@ -33,7 +33,7 @@ type LimitUse struct {
 // row's holder checked as a grant checks it), rate slots granted within
 // the period, and waiting jobs up to $1 (jobfence_jobs_limited serves the
 // count).
-const limitUseSQL = `
+var limitUseSQL = `
 SELECT l.name,
     (SELECT count(*) FROM jobfence_limit_slots s JOIN jobfence_jobs j ON j.id = s.job_id
      WHERE s.name = l.name AND s.kind = 0 AND ` + holdsSQL + `),
@@ -84,7 +84,7 @@ func (c *Client) LimitUses(ctx context.Context) ([]LimitUse, error) {
 // waitSQL reads why job $1 waits: its limit and partition, the slots of
 // that partition held, the rate slots granted within the period, and the
 // jobs of the partition ahead of it (up to $2).
-const waitSQL = `
+var waitSQL = `
 SELECT w.state, w.limit_name, w.limit_part, coalesce(l.concurrency, 0), coalesce(l.rate, 0), coalesce(l.period_us, 0),
     (SELECT count(*) FROM jobfence_limit_slots s JOIN jobfence_jobs j ON j.id = s.job_id
      WHERE s.name = w.limit_name AND s.part = w.limit_part AND s.kind = 0 AND ` + holdsSQL + `),

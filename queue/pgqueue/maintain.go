@@ -49,8 +49,9 @@ LIMIT $1`
 // primary key: see rescueFindSQL.)
 //
 // A job claimed before the server last started is put back: it gives its
-// attempt back and is available at once, as the restart, not the job,
-// ended it; but the queue.PutBackLimit-th put-back in a row spends the
+// attempt back and is Ready at once (readySQL: available, or limited
+// without its slot, to start again only through a grant, which takes a
+// rate slot), as the restart, not the job, ended it; but the queue.PutBackLimit-th put-back in a row spends the
 // attempt (give_back is false). The expired owner's fence stays on the
 // row, but the state is no longer 'running', so its late outcomes are
 // stale. Its arrays are read as completeSQL's are.
@@ -58,7 +59,8 @@ LIMIT $1`
 // A job that would be ready again only after its deadline (late) is
 // discarded instead, with that reason after the lease's, as finishSQL
 // does.
-const rescueSQL = `
+// transition: rescue
+var rescueSQL = `
 WITH r AS (
     SELECT j.id, r.delay, r.give_back, r.put_backs,
         coalesce((r.give_back OR j.attempt < j.max_attempts)
@@ -72,7 +74,8 @@ WITH r AS (
 )
 UPDATE jobfence_jobs j
 SET state = CASE WHEN r.late OR NOT r.give_back AND j.attempt >= j.max_attempts THEN 'discarded'
-                 WHEN r.give_back THEN 'available' ELSE 'retryable' END,
+                 WHEN r.give_back THEN ` + readySQL("j.limit_name") + ` ELSE 'retryable' END,
+    limit_slot = CASE WHEN r.give_back AND j.limit_name IS NOT NULL THEN NULL ELSE j.limit_slot END,
     attempt = CASE WHEN r.give_back THEN j.attempt - 1 ELSE j.attempt END,
     scheduled_at = now() + r.delay * interval '1 microsecond',
     errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error',
@@ -199,6 +202,8 @@ func (s scanWith) Scan(dest ...any) error { return s.row.Scan(append(dest, s.ext
 // it waits. It goes once they have completed or been pruned themselves.
 // The check probes the task's dependents by primary key, and only for a
 // completed task that has some.
+//
+// transition: prune
 const pruneSQL = `
 DELETE FROM jobfence_jobs WHERE id IN (
     SELECT j.id FROM jobfence_jobs j

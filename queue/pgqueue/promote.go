@@ -36,14 +36,22 @@ import (
 // transaction also cancels or releases its dependents: the last row
 // says whether there are such tasks.
 //
-// A due job that a limit governs becomes limited, to wait for a slot
-// (GrantWaiting), unless it is a retry that kept its slot through its
-// backoff (FailureHold): it is then available with that slot. A due job
-// that no limit governed when it was inserted, of a queue (and kind) that
-// has a limit now, comes under it (adopt: a probe of the limits' (queue,
-// kind) index, as an insert's), as SetLimit brings available jobs under
-// it.
-const promoteSQL = `
+// A due job is Ready (readySQL, the state machine's row "promote"):
+// available, or limited where a limit governs it, its slot given up even
+// where its limit held it through the wait (FailureHold, a sequence), so
+// that it starts again only through a grant: a grant takes a rate slot
+// for the new start, counts a lowered limit, and hands a sequence's turn
+// to its oldest job, which this one is. Made available with the slot it
+// kept, a retry started again without a rate slot, and past a limit
+// lowered meanwhile (TestPromotedRetryTakesARateSlot,
+// TestPromotedRetriesKeepALoweredLimit). The worker's grant pass follows
+// each promotion. A due job that no limit governed when it was inserted,
+// of a queue (and kind) that has a limit now, comes under it (adopt: a
+// probe of the limits' (queue, kind) index, as an insert's), as SetLimit
+// brings available jobs under it.
+//
+// transition: promote, deadline
+var promoteSQL = `
 WITH due AS (
     SELECT id FROM jobfence_jobs
     WHERE state IN ('scheduled', 'retryable') AND scheduled_at <= now()
@@ -52,17 +60,13 @@ WITH due AS (
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 ), keep AS MATERIALIZED (
-    SELECT due.id, adopt.name AS adopt_name, adopt.part AS adopt_part,
-        adopt.name IS NULL AND (j.limit_name IS NULL OR j.state = 'retryable' AND EXISTS (
-        SELECT FROM jobfence_limit_slots s JOIN jobfence_limits l ON l.name = s.name
-        WHERE s.name = j.limit_name AND s.part = j.limit_part AND s.kind = 0 AND s.slot = j.limit_slot
-          AND s.job_id = j.id AND l.hold_retrying)) AS ready
+    SELECT due.id, adopt.name AS adopt_name, adopt.part AS adopt_part
     FROM due JOIN jobfence_jobs j ON j.id = due.id
     ` + adoptLateralSQL + `true` + adoptLateralEndSQL + `
 ), moved AS (
     UPDATE jobfence_jobs j
-    SET state = CASE WHEN keep.ready THEN 'available' ELSE 'limited' END,
-        limit_slot = CASE WHEN keep.ready THEN j.limit_slot END,
+    SET state = ` + readySQL("coalesce(j.limit_name, keep.adopt_name)") + `,
+        limit_slot = NULL,
         limit_name = coalesce(j.limit_name, keep.adopt_name),
         limit_part = coalesce(j.limit_part, keep.adopt_part)
     FROM keep
@@ -102,6 +106,8 @@ const lateSet = `state = 'discarded', finalized_at = now(),
 // cancelled with the reason, or run anyway, as a discard by the worker
 // does. promoteSQL leaves these tasks to it, and says when there are some,
 // so that a promoter pays the transaction only then.
+//
+// transition: deadline
 const lateTasksSQL = `
 WITH late AS (
     SELECT id FROM jobfence_jobs

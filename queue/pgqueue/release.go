@@ -66,6 +66,8 @@ import (
 // (FinishTx), which commits without this client, does channel $3 name
 // the channel that the release notifies itself (it is empty
 // otherwise), as EnqueueTx's insert does.
+//
+// transition: release
 var releaseSQL = releaseClosure + releaseUpdateTail + releaseRangesRecorded + `
 SELECT r.queue, NULL::bigint, CASE WHEN $3 <> '' THEN pg_notify($3, r.queue)::text END
 FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') r

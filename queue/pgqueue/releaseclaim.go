@@ -78,6 +78,8 @@ FROM u WHERE u.state = 'running' HAVING count(*) > 0`
 // so it needs no pass of releaseLockSQL) that claims what releaseClaimStep
 // picks ($3 the queues, $4 their caps) for worker $6, leased for $5
 // microseconds. Its reply is releaseSQL's, with the claim's row.
+//
+// transition: release, release-claim
 var releaseClaimSQL = releaseClosure + releaseClaimStep(3) + releaseUpdate(5) + releaseRangesRecorded + `
 SELECT r.queue, NULL::bigint, NULL::text, NULL::bigint, NULL::bigint[], NULL::tid[]
 FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') r
@@ -89,6 +91,8 @@ UNION ALL` + releaseClaimReply
 // entries, which claims what releaseClaimStep picks ($2 the queues, $3
 // their caps) for worker $5, leased for $4 microseconds, and records the
 // range's other entries as a range of their own, released next.
+//
+// transition: release, release-claim
 var releaseRangeClaimSQL = releaseRangeHeadTo("least(r.last, r.first + $6 - 1)") + releaseLockTail + releaseClaimStep(2) + releaseUpdate(4) + releaseRangeGone + `, rest AS (
     INSERT INTO jobfence_releases (task_id, first, last)
     SELECT r.task_id, r.first + $6, r.last FROM r WHERE r.first + $6 <= r.last

@@ -74,6 +74,8 @@ const DefaultReleaseChunk = 1000
 // does, with a row per queue that dependents became available in, whose
 // workers the caller wakes once the statement has committed (wakeReady),
 // and the range's task (none: nothing was left).
+//
+// transition: release
 var releaseRangeSQL = releaseRangeHead + releaseLockTail + releaseUpdateTail + releaseRangeGone + `
 SELECT w.queue, NULL::bigint, NULL::text FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') w
 UNION ALL

@@ -74,6 +74,8 @@ func (t *slotTx) Rollback(ctx context.Context) error {
 // included, and returns a row only if the completion applied, that is if
 // the fence still held the job. A job whose row leaves the jobs table
 // moves (or is deleted) as in completeSQL.
+//
+// transition: complete
 const completeOneSQL = `
 WITH l AS (
     SELECT j.id, $3::jsonb AS output, $4::bytea AS trace, ` + leavesSQL + ` AS leaves,

@@ -49,6 +49,8 @@ const taskIDsSQL = `SELECT nextval(s.seq) FROM (SELECT pg_get_serial_sequence('j
 // slot of the limit that governs it, found as insertManySQL finds it),
 // one with some pending, one with a failed dependency that does not run
 // anyway cancelled at once.
+//
+// transition: insert
 const insertTasksSQL = `
 INSERT INTO jobfence_jobs (id, queue, kind, args, state, priority, scheduled_at, max_attempts, metadata, trace_context,
                            idempotency_key, deadline, timeout_us, workflow_id, task_name, depends_on, dependents, deps_left,

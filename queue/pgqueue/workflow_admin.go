@@ -218,6 +218,8 @@ func (c *Client) countTasks(ctx context.Context, w *WorkflowInfo) error {
 // (pending, or waiting to run), in ID order. A running task is left to
 // end: its dependents, cancelled here, are no longer pending and its end
 // releases nothing.
+//
+// transition: cancel, cancel-waiting
 const cancelWorkflowSQL = `
 WITH l AS MATERIALIZED (
     SELECT j.id FROM ` + workflowTaskRowsSQL + `
@@ -264,6 +266,8 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
 // anew, and so are those of the tasks still pending (a task that runs
 // anyway counted a failed dependency as ended, and that dependency now
 // runs again). One statement, its rows locked in ID order.
+//
+// transition: retry-final, release
 const retryWorkflowSQL = `
 WITH r AS MATERIALIZED (
     SELECT j.id, j.state FROM ` + workflowTaskRowsSQL + `

@@ -1,0 +1,185 @@
+package queue
+
+// The job's state machine, written once: what each state holds
+// (StateRules) and every way a job moves between states (Transitions).
+// The PostgreSQL backend builds the rules its statements share from this
+// table (pgqueue's holdingSQL, readySQL and deadline sweep), a test checks
+// that every statement that moves a job names a row of it, and
+// docs/states.md is rendered from it (StatesMarkdown), so that code, docs
+// and tests cannot disagree about what a state holds.
+
+// Hold says when a state keeps the concurrency slot of a limit (a
+// sequence's turn is its one slot) that its job was granted.
+type Hold uint8
+
+// The ways a state can keep a slot.
+const (
+	// HoldNever: a job in the state holds no slot; its slot, if it names
+	// one, is free.
+	HoldNever Hold = iota
+	// HoldAlways: the job holds its slot whatever its limit's options.
+	HoldAlways
+	// HoldIfRetrying: the job holds its slot when its limit holds slots
+	// through retries (a FailureHold limit, a sequence), so that no job
+	// of its partition overtakes it while it waits to run again.
+	HoldIfRetrying
+	// HoldIfDiscarded: the job holds its slot when its limit holds slots
+	// through discards (a sequence that halts on a discard).
+	HoldIfDiscarded
+)
+
+// String names h as docs/states.md does.
+func (h Hold) String() string {
+	switch h {
+	case HoldAlways:
+		return "yes"
+	case HoldIfRetrying:
+		return "if the limit holds through retries"
+	case HoldIfDiscarded:
+		return "if the limit holds through discards"
+	}
+	return "no"
+}
+
+// StateRule says what a job in State holds and which sweeps look at it.
+type StateRule struct {
+	State State
+	// Slot: whether the state keeps the concurrency slot the job was
+	// granted (Hold).
+	Slot Hold
+	// RateSlot: the job holds a rate slot granted to it and not yet used
+	// by a start (granted, not yet claimed). A rate slot counts the
+	// job's start and is free a period after that start, whatever the
+	// state then.
+	RateSlot bool
+	// Lease: the job runs under a lease and a fence; only its fence's
+	// holder may end it, and a rescue ends it once the lease runs out.
+	Lease bool
+	// Claimable: a claim may take the job (its scheduled time come).
+	Claimable bool
+	// Deadline: the deadline sweep discards the job once its deadline has
+	// passed: every state in which it waits to start.
+	Deadline bool
+	// DependentsWait: a workflow task in this state waits for its
+	// dependencies; each releases it once, when it ends in a state that
+	// releases dependents (ReleasesDependents).
+	DependentsWait bool
+	// ReleasesDependents says what entering the state does to the job's
+	// pending dependents: "release" (one dependency fewer), "cancel" (the
+	// dependent is cancelled unless it runs anyway, which counts it as a
+	// release), or "" (nothing).
+	ReleasesDependents string
+}
+
+// StateRules returns the rule of every state, in States' order.
+func StateRules() []StateRule {
+	return []StateRule{
+		{State: StateAvailable, Slot: HoldAlways, RateSlot: true, Claimable: true, Deadline: true},
+		{State: StateScheduled, Slot: HoldIfRetrying, Deadline: true},
+		{State: StateRunning, Slot: HoldAlways, Lease: true},
+		{State: StateRetryable, Slot: HoldIfRetrying, Deadline: true},
+		{State: StateCompleted, ReleasesDependents: "release"},
+		{State: StateDiscarded, Slot: HoldIfDiscarded, ReleasesDependents: "cancel"},
+		{State: StateCancelled, ReleasesDependents: "cancel"},
+		{State: StateLimited, Deadline: true},
+		{State: StatePending, Deadline: true, DependentsWait: true},
+	}
+}
+
+// RuleOf returns s's rule (the zero rule, holding nothing, for a state
+// that is not one of States).
+func RuleOf(s State) StateRule {
+	for _, r := range StateRules() {
+		if r.State == s {
+			return r
+		}
+	}
+	return StateRule{State: s}
+}
+
+// Transition is one row of the state machine: an event that moves a job
+// from one of From to one of To, and what the move keeps and frees. Sites
+// names the statements that carry it out; each of them names the row
+// (its Name) in a comment "transition: Name", which a test checks.
+type Transition struct {
+	Name  string
+	Event string
+	From  []State
+	To    []State
+	// Effect says what the move does to the slots, the rate, the
+	// sequence's turn, the dependents and the attempt.
+	Effect string
+}
+
+// Ready is where a job goes when it may run again at once (a put-back,
+// a due retry or snooze, a rescue that gives the attempt back, a retry
+// from the CLI): available if no limit governs it, else limited, its
+// slot given up, so that it starts again only through a grant, which
+// takes a concurrency slot below the current limit and a rate slot, and
+// keeps a sequence's order. A restart that kept its slot instead would
+// take no rate slot and ignore a lowered limit.
+var Ready = []State{StateAvailable, StateLimited}
+
+// Transitions returns every row of the state machine.
+func Transitions() []Transition {
+	waiting := []State{StateAvailable, StateScheduled, StateRetryable, StateLimited, StatePending}
+	return []Transition{
+		{Name: "insert", Event: "an insert (one, many, a workflow's tasks, a cron fire)",
+			From: nil, To: []State{StateAvailable, StateScheduled, StateLimited, StatePending, StateCancelled},
+			Effect: "scheduled if its time is to come, pending while a workflow task has dependencies left (cancelled if one already failed), limited if a limit governs it, else available; no slot"},
+		{Name: "debounce", Event: "an insert that debounces a waiting duplicate",
+			From: []State{StateAvailable, StateScheduled, StateLimited}, To: []State{StateAvailable, StateScheduled, StateLimited},
+			Effect: "takes the new time; keeps its slot (held as the new state says)"},
+		{Name: "adopt", Event: "SetLimit on a queue with available jobs, or a due job of a queue that now has a limit",
+			From: []State{StateAvailable}, To: []State{StateLimited},
+			Effect: "comes under the limit, without a slot"},
+		{Name: "grant", Event: "a slot frees (an outcome's hand-over, the grant after it, an insert's grant, the workers' grant pass)",
+			From: []State{StateLimited}, To: []State{StateAvailable, StateRunning},
+			Effect: "takes a free concurrency slot below the current limit, less the holders above a lowered one, and a rate slot; a sequence's oldest job or none; running when the hand-over claims it for the outcome's worker; a deleted limit's jobs go available without a slot"},
+		{Name: "claim", Event: "a worker's claim",
+			From: []State{StateAvailable}, To: []State{StateRunning},
+			Effect: "new fence, lease, attempt + 1; keeps its slot; a job past its deadline is discarded unrun instead"},
+		{Name: "release-claim", Event: "a workflow task's last dependency completes in a batch that claims its dependents",
+			From: []State{StatePending}, To: []State{StateRunning},
+			Effect: "as claim, for a task no limit governs"},
+		{Name: "heartbeat", Event: "the worker extends the lease",
+			From: []State{StateRunning}, To: []State{StateRunning},
+			Effect: "lease extended under the fence; zero rows: the worker lost the job"},
+		{Name: "complete", Event: "the handler returns nil",
+			From: []State{StateRunning}, To: []State{StateCompleted},
+			Effect: "frees the slot; releases each dependent once"},
+		{Name: "retry", Event: "the handler fails with attempts left",
+			From: []State{StateRunning}, To: []State{StateRetryable, StateDiscarded},
+			Effect: "keeps the slot if the limit holds through retries; discarded when out of attempts or the retry would start past the deadline"},
+		{Name: "discard", Event: "the handler cancels the job or runs out of attempts",
+			From: []State{StateRunning}, To: []State{StateDiscarded},
+			Effect: "keeps the slot if the limit holds through discards (a sequence halts), else frees it; cancels dependents (run-anyway ones count it as released)"},
+		{Name: "snooze", Event: "JobSnooze, an unknown kind's put-back, a transactional handler's outage put-back, a stopping worker's put-back",
+			From: []State{StateRunning}, To: []State{StateScheduled, StateAvailable, StateLimited, StateDiscarded},
+			Effect: "gives the attempt back; with a delay scheduled, keeping the slot if the limit holds through retries; without one Ready; discarded if it would start past the deadline"},
+		{Name: "cancel", Event: "Cancel of a running job (by its worker under its fence, or an admin cancel)",
+			From: []State{StateRunning}, To: []State{StateCancelled},
+			Effect: "frees the slot; cancels dependents (run-anyway ones count it as released)"},
+		{Name: "rescue", Event: "a lease ran out (the worker crashed, froze or was cut off)",
+			From: []State{StateRunning}, To: []State{StateRetryable, StateDiscarded, StateAvailable, StateLimited},
+			Effect: "the attempt spent: retryable as a retry (keeping the slot if held through retries) or discarded; claimed before the server restarted: the attempt given back, Ready"},
+		{Name: "promote", Event: "the promoter finds the job's time come",
+			From: []State{StateScheduled, StateRetryable}, To: Ready,
+			Effect: "Ready: a job under a limit gives its slot up and waits for a grant (a new rate slot, the current limit, its sequence's order)"},
+		{Name: "deadline", Event: "the promoter's sweep finds the deadline passed before the job started",
+			From: waiting, To: []State{StateDiscarded},
+			Effect: "discarded with the reason; a waiting job holds no slot a start needs; a task's dependents are cancelled or run anyway"},
+		{Name: "release", Event: "a workflow task's dependency ends",
+			From: []State{StatePending}, To: []State{StatePending, StateAvailable, StateScheduled, StateLimited, StateCancelled},
+			Effect: "one dependency fewer per dependency, once; at zero Ready (or scheduled); cancelled if the dependency failed and it does not run anyway"},
+		{Name: "cancel-waiting", Event: "Cancel of a waiting job (admin, a workflow's cancel)",
+			From: waiting, To: []State{StateCancelled},
+			Effect: "frees the slot it held; cancels dependents"},
+		{Name: "retry-final", Event: "Retry of a discarded or cancelled job, RetryForce of a completed one (admin)",
+			From: []State{StateDiscarded, StateCancelled, StateCompleted}, To: Ready,
+			Effect: "Ready, with an attempt more allowed; its slot given up; its dependents are not released again"},
+		{Name: "prune", Event: "retention passes",
+			From: []State{StateCompleted, StateDiscarded, StateCancelled}, To: nil,
+			Effect: "the row is deleted (or moved to the finished partitions)"},
+	}
+}
