@@ -157,7 +157,9 @@ ON CONFLICT (name) DO UPDATE SET queue = EXCLUDED.queue, kind = EXCLUDED.kind, p
 // for a slot from then on (adoptAvailable), scheduled or retrying ones
 // when their time comes (promoteSQL), and a workflow's pending tasks when
 // their dependencies release them (releaseSQL). Jobs already running are not
-// counted: they finish, and the limit counts the jobs it grants. A changed
+// counted: they finish, and the limit counts the jobs it grants. A
+// lowered limit takes back the slots at or above it from the jobs granted
+// them that have not started (revokeSQL): they wait again. A changed
 // Concurrency, Rate or OnFailure applies at once to the jobs it governs
 // already (every grant reads it). Changing a limit's Queue, Kind or
 // PartitionBy leaves the jobs it governed under the partition they were
@@ -178,6 +180,11 @@ func (c *Client) SetLimit(ctx context.Context, l Limit) error {
 	if err != nil {
 		return fmt.Errorf("pgqueue: set limit %q: stored, but bringing the jobs already available under it failed (set it again to retry): %w", l.Name, err)
 	}
+	revoked, err := c.revokeAbove(ctx, l.Name)
+	if err != nil {
+		return fmt.Errorf("pgqueue: set limit %q: stored, but taking back the slots above it from jobs not started failed (set it again to retry): %w", l.Name, err)
+	}
+	adopted = append(adopted, revoked...)
 	for len(adopted) > 0 {
 		n := min(len(adopted), grantBatch)
 		if _, err := c.grant(ctx, adopted[:n]); err != nil {
@@ -326,12 +333,57 @@ const adoptBatch = 1000
 // adoptAvailable runs adoptSQL for limit name until a batch finds fewer
 // than adoptBatch jobs, and returns the partitions it put jobs in.
 func (c *Client) adoptAvailable(ctx context.Context, name string) ([]partition, error) {
+	return c.limitAvailable(ctx, name, adoptSQL)
+}
+
+// revokeSQL makes up to $2 available jobs of limit $1 that hold a slot at
+// or above its current value (a concurrency slot, or a rate slot granted
+// within the period) wait again, limited, their slots given up: jobs a
+// grant made available under the limit before it was lowered, which have
+// not started. Without it they started after SetLimit returned, above the
+// new limit. Rows another statement holds (a claim taking them) are
+// skipped: those jobs start as they would have, as the running jobs above
+// a lowered limit finish. It reads the queue's available jobs through the
+// claim's index.
+//
+// transition: lower
+const revokeSQL = `
+WITH m AS MATERIALIZED (
+    SELECT name, queue, concurrency, rate, period_us FROM jobfence_limits WHERE name = $1
+), c AS MATERIALIZED (
+    SELECT j.id FROM jobfence_jobs j JOIN m ON j.queue = m.queue
+    WHERE j.state = 'available' AND j.limit_name = m.name
+      AND (j.limit_slot >= m.concurrency OR EXISTS (
+          SELECT FROM jobfence_limit_slots s
+          WHERE s.name = m.name AND s.part = j.limit_part AND s.kind = 1 AND s.job_id = j.id AND s.slot >= m.rate
+            AND s.granted_at >= now() - m.period_us * interval '1 microsecond'))
+    LIMIT $2
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE jobfence_jobs j
+SET state = 'limited', limit_slot = NULL
+FROM c
+WHERE j.id = c.id AND j.state = 'available'
+RETURNING j.limit_part`
+
+// revokeAbove makes the available jobs of limit name that hold a slot at
+// or above its current value wait again (revokeSQL), and returns their
+// partitions.
+func (c *Client) revokeAbove(ctx context.Context, name string) ([]partition, error) {
+	return c.limitAvailable(ctx, name, revokeSQL)
+}
+
+// limitAvailable runs sql, adoptSQL or revokeSQL, for limit name in
+// batches of adoptBatch, each a transaction of its own with the grants'
+// lock_timeout, until a batch is not full, and returns the partitions of
+// the jobs it made limited.
+func (c *Client) limitAvailable(ctx context.Context, name, sql string) ([]partition, error) {
 	seen := map[string]bool{}
 	var ps []partition
 	for {
 		var b pgx.Batch
 		b.Queue(grantSettingsSQL, grantWait.Milliseconds())
-		b.Queue(adoptSQL, name, adoptBatch)
+		b.Queue(sql, name, adoptBatch)
 		br := c.pool.SendBatch(ctx, &b)
 		n := 0
 		_, err := br.Exec()

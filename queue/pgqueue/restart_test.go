@@ -180,3 +180,32 @@ func TestPromotedRetriesKeepALoweredLimit(t *testing.T) {
 		t.Fatalf("after the first completed, claimed %v, want the other retry", got)
 	}
 }
+
+// TestLoweredLimitTakesBackUnstartedSlots: jobs granted slots before a
+// limit was lowered, not started yet, wait again if their slot is at or
+// above the new value (a concurrency slot, or a rate slot): they started
+// after SetLimit returned, above the new limit.
+func TestLoweredLimitTakesBackUnstartedSlots(t *testing.T) {
+	c, _ := newClient(t)
+	for _, l := range []pgqueue.Limit{
+		{Name: "conc", Queue: "conc", Concurrency: 2},
+		{Name: "rate", Queue: "rate", Rate: 2, Period: time.Hour},
+	} {
+		setLimit(t, c, l)
+		ids := enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: l.Queue}, 2)
+		for _, id := range ids {
+			if st := stateOf(t, c, id); st != queue.StateAvailable {
+				t.Fatalf("%s: job %d is %s before the limit is lowered, want available", l.Name, id, st)
+			}
+		}
+		if l.Concurrency > 0 {
+			l.Concurrency = 1
+		} else {
+			l.Rate = 1
+		}
+		setLimit(t, c, l)
+		if got := claimIDs(t, c, l.Queue); len(got) != 1 {
+			t.Fatalf("%s: claimed %d jobs after the limit was lowered to 1", l.Name, len(got))
+		}
+	}
+}
