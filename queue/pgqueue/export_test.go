@@ -100,3 +100,7 @@ func WakeSenders(c *Client) int64 { return c.wakes.running.Load() }
 // PromoteSQL is promoteSQL, for the test that no statement which makes
 // jobs ready notifies inside its transaction.
 var PromoteSQL = promoteSQL
+
+// LateTasksSQL is lateTasksSQL, for the test that the deadline sweep
+// reads its index (PromoteSQL too).
+var LateTasksSQL = lateTasksSQL

@@ -71,7 +71,10 @@ func readySQL(limitName string) string {
 
 // deadlineStatesSQL lists the states whose jobs the deadline sweep
 // discards once their deadline has passed (queue.StateRule.Deadline), as
-// the partial index jobfence_jobs_deadline's predicate does.
+// the predicate of the partial index the sweep reads,
+// jobfence_jobs_deadline_waiting (migration 00023), does: a statement's
+// list must imply it for the planner to use the index
+// (TestDeadlineSweepReadsItsIndex).
 func deadlineStatesSQL() string {
 	var s []string
 	for _, r := range queue.StateRules() {

@@ -20,21 +20,27 @@ import (
 // every other notifying commit.
 //
 // The same statement discards up to $1 jobs not started by their deadline
-// (EnqueueParams.Deadline): waiting or available, its deadline passed. It
-// reads them through jobfence_jobs_deadline (migration 00010), which holds
-// only such jobs that have a deadline, so with none it costs an index
-// probe. A promoter runs every worker.Config.PromoteInterval (1 s by
-// default) on every worker, so such a job is discarded about that long
-// after its deadline while any worker runs, whatever its queue (a paused
-// one, or one no worker takes, included), 1,000 a worker a call at most.
-// That sweep is only what the job's state shows: no job starts after its
-// deadline anyway, as a worker that claims one discards it unrun (its
-// claim, by the database's clock, is past the deadline), and a retry or
-// snooze past the deadline discards its job (finishSQL, rescueSQL). A due
-// job whose deadline has passed is left to the discard, never promoted.
-// A workflow task with dependents is left to lateTasksSQL, whose
-// transaction also cancels or releases its dependents: the last row
-// says whether there are such tasks.
+// (EnqueueParams.Deadline): its deadline passed while it waited, whatever
+// it waited for (deadlineStatesSQL): its time (scheduled, retryable), a claim
+// (available), a limit's slot (limited) or its workflow dependencies
+// (pending). A limited or pending job holds no limit slot, rate slot or
+// sequence turn, so its discard frees none; the grants pass over it in
+// the meantime (oldestWaitingSQL). It reads them through
+// jobfence_jobs_deadline_waiting (migration 00023), which holds only such
+// jobs that have a deadline, so with none it costs an index probe. A
+// promoter runs every worker.Config.PromoteInterval (1 s by default) on
+// every worker, so such a job is discarded about that long after its
+// deadline while any worker runs, whatever its queue (a paused one, or
+// one no worker takes, included), 1,000 a worker a call at most. That
+// sweep is only what the job's state shows: no job starts after its
+// deadline anyway, as a worker that claims one (a claim's, a hand-over's
+// or a release's) discards it unrun (its claim, by the database's clock,
+// is past the deadline), no grant hands it a slot, and a retry or snooze
+// past the deadline discards its job (finishSQL, rescueSQL). A due job
+// whose deadline has passed is left to the discard, never promoted. A
+// workflow task with dependents is left to lateTasksSQL, whose
+// transaction also cancels or releases its dependents: the last row says
+// whether there are such tasks.
 //
 // A due job is Ready (readySQL, the state machine's row "promote"):
 // available, or limited where a limit governs it, its slot given up even
@@ -74,7 +80,7 @@ WITH due AS (
     RETURNING j.queue, j.state
 ), late AS (
     SELECT id FROM jobfence_jobs
-    WHERE deadline < now() AND deadline IS NOT NULL AND state IN ('available', 'scheduled', 'retryable')
+    WHERE deadline < now() AND deadline IS NOT NULL AND state IN ` + deadlineStatesSQL() + `
       AND dependents IS NULL
     ORDER BY deadline
     LIMIT $1
@@ -92,7 +98,7 @@ GROUP BY queue
 UNION ALL
 SELECT NULL, 0, true WHERE EXISTS (
     SELECT FROM jobfence_jobs
-    WHERE deadline < now() AND deadline IS NOT NULL AND state IN ('available', 'scheduled', 'retryable')
+    WHERE deadline < now() AND deadline IS NOT NULL AND state IN ` + deadlineStatesSQL() + `
       AND dependents IS NOT NULL)`
 
 // lateSet discards a job not started by its deadline.
@@ -108,10 +114,10 @@ const lateSet = `state = 'discarded', finalized_at = now(),
 // so that a promoter pays the transaction only then.
 //
 // transition: deadline
-const lateTasksSQL = `
+var lateTasksSQL = `
 WITH late AS (
     SELECT id FROM jobfence_jobs
-    WHERE deadline < now() AND deadline IS NOT NULL AND state IN ('available', 'scheduled', 'retryable')
+    WHERE deadline < now() AND deadline IS NOT NULL AND state IN ` + deadlineStatesSQL() + `
       AND dependents IS NOT NULL
     ORDER BY deadline
     LIMIT $1
