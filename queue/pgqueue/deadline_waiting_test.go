@@ -106,6 +106,68 @@ func TestDeadlineDiscardsALimitedJob(t *testing.T) {
 	requireDiscardedUnrun(t, c, late)
 }
 
+// TestDeadlineGrantsPassOverALateJob: a limited job whose deadline has
+// passed gets no slot, by any path that hands one: a completion's grant
+// (the concurrency grant, and the general one for a limit with a rate),
+// a completion's hand-over that claims the next job for its worker, and
+// a sequence's, which takes its oldest job only. The slot goes to the job
+// behind it, which a FailureHalt limit would otherwise halt behind the
+// late job's discard; the late job waits, unrun, for the promoter.
+func TestDeadlineGrantsPassOverALateJob(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	type route struct {
+		name  string
+		limit pgqueue.Limit
+		// handOver: the holder's completion claims the next job.
+		handOver bool
+	}
+	routes := []route{
+		{name: "dl-grant", limit: pgqueue.Limit{Concurrency: 1}},
+		{name: "dl-rate", limit: pgqueue.Limit{Concurrency: 1, Rate: 100, Period: time.Minute}},
+		{name: "dl-handover", limit: pgqueue.Limit{Concurrency: 1}, handOver: true},
+		{name: "dl-sequence", limit: pgqueue.Limit{Sequence: true}},
+		{name: "dl-sequence-handover", limit: pgqueue.Limit{Sequence: true}, handOver: true},
+	}
+	type waiting struct {
+		holder     *queue.Job
+		late, next int64
+	}
+	ws := make([]waiting, len(routes))
+	for i, r := range routes {
+		l := r.limit
+		l.Name, l.Queue, l.PartitionBy, l.OnFailure = r.name, r.name, []string{"p"}, pgqueue.FailureHalt
+		ws[i].holder, ws[i].late, ws[i].next = limitedBehind(t, c, l)
+	}
+	time.Sleep(waitingDeadline + 50*time.Millisecond)
+	for i, r := range routes {
+		t.Run(r.name, func(t *testing.T) {
+			w := ws[i]
+			var got []*queue.Job
+			if r.handOver {
+				got = finishClaim(t, c, "w", time.Minute, []*queue.Job{w.holder}, map[int64]bool{w.holder.ID: true})
+			} else {
+				if err := c.Complete(ctx, w.holder.Lease()); err != nil {
+					t.Fatal(err)
+				}
+				got = claim(t, c, r.name, 10, time.Minute)
+			}
+			if len(got) != 1 || got[0].ID != w.next {
+				t.Fatalf("the holder's slot went to jobs %v, want job %d, not the late job %d", jobIDs(got), w.next, w.late)
+			}
+			if st := stateOf(t, c, w.late); st != queue.StateLimited {
+				t.Fatalf("the late job is %s, want limited until the promoter discards it", st)
+			}
+		})
+	}
+	if _, err := c.Promote(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws {
+		requireDiscardedUnrun(t, c, w.late)
+	}
+}
+
 // TestDeadlineDiscardsAPendingTask: a workflow task whose deadline passes
 // while it waits for its dependencies is discarded by the promoter with
 // the reason, its dependents cancelled or, marked RunAnyway, run; a task

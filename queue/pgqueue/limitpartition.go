@@ -117,9 +117,17 @@ func waitingInSQL(alias, name, part string) string {
 // gives, so the primary key in ID order, past every other job of the
 // table (change 2), is never a way to it; with plain equalities,
 // TestHandOverReadsOnlyWhatItHands fails.
+//
+// A job whose deadline has passed is passed over: it must not start, and
+// a slot handed to it would be lost until its discard, or for good under
+// FailureHalt, where a discarded holder keeps its slot. The promoter's
+// sweep discards it (promoteSQL). The statement's own time is the one a
+// hand-over's claim records (attempted_at), past which a worker discards
+// the job unrun, so a hand-over never claims such a job.
 func oldestWaitingSQL(cols, cond, name, part, limit, lock string) string {
 	return `SELECT ` + cols + ` FROM jobfence_jobs
             WHERE ` + cond + ` AND state = 'limited' AND limit_name = ANY (ARRAY[` + name + `]) AND limit_part = ` + part + `
+              AND NOT coalesce(deadline <= statement_timestamp(), false)
             ORDER BY limit_name, limit_part, id
             LIMIT ` + limit + ` ` + lock
 }
