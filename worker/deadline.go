@@ -17,11 +17,12 @@ import (
 //     database's clock for pgqueue), it is discarded unrun with that
 //     reason (discardPastDeadline): the check costs a claim nothing, and no job
 //     starts past its deadline whichever worker claims it. pgqueue's
-//     promoter also discards the waiting and available jobs whose
-//     deadline has passed, every PromoteInterval, so that a job no claim
-//     reaches (a paused queue, a queue no worker takes, a backlog) shows
-//     discarded about that long after its deadline rather than when a
-//     claim finally finds it.
+//     promoter also discards the jobs not started whose deadline has
+//     passed (waiting for their time, a claim, a limit's slot or their
+//     workflow dependencies), every PromoteInterval, so that a job no
+//     claim reaches (a paused queue, a queue no worker takes, a backlog)
+//     shows discarded about that long after its deadline rather than when
+//     a claim finally finds it.
 //   - Running, its handler's context ends at the deadline, or at its
 //     timeout if that comes first, with a cause that errors.Is
 //     queue.ErrDeadline.
