@@ -138,7 +138,7 @@ func Transitions() []Transition {
 			Effect: "a job granted a slot at or above the new value that has not started gives it up and waits for a grant again; running jobs above it finish"},
 		{Name: "grant", Event: "a slot frees (an outcome's hand-over, the grant after it, an insert's grant, the workers' grant pass)",
 			From: []State{StateLimited}, To: []State{StateAvailable, StateRunning},
-			Effect: "takes a free concurrency slot below the current limit, less the holders above a lowered one, and a rate slot; a sequence's oldest job or none; running when the hand-over claims it for the outcome's worker; a deleted limit's jobs go available without a slot"},
+			Effect: "takes a free concurrency slot below the current limit, less the holders above a lowered one, and a rate slot; a sequence's oldest job or none; running when the hand-over claims it for the outcome's worker; a deleted limit's jobs go available without a slot; a job past its deadline is passed over, left to the deadline sweep"},
 		{Name: "claim", Event: "a worker's claim",
 			From: []State{StateAvailable}, To: []State{StateRunning},
 			Effect: "new fence, lease, attempt + 1; keeps its slot; a job past its deadline is discarded unrun instead"},
