@@ -277,7 +277,7 @@ WITH r AS MATERIALIZED (
     ORDER BY j.id
     FOR UPDATE OF j
 ), e AS MATERIALIZED (
-    SELECT r.id, d.id AS dep, r.id = ANY(d.dependents) AS listed,
+    SELECT r.id, d.id AS dep, coalesce(r.id = ANY(d.dependents), false) AS listed,
            d.state IN ('discarded', 'cancelled', 'pending')
            OR (d.state NOT IN ('completed', 'discarded', 'cancelled') AND t.run_anyway IS TRUE)
            OR (d.state <> 'completed' AND t.run_anyway IS NOT TRUE) AS counts

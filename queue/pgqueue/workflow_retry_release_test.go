@@ -68,3 +68,75 @@ func TestTaskEndingTwiceReleasesItsDependentsOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryWorkflowCountsEachDependencyOnce: RetryWorkflow counts the
+// dependencies of the tasks it resets anew, and each one it counts
+// releases its dependent once at its end. "a" was forced to run again
+// (RetryForce) after its completion had released sum: sum, reset, counts
+// it again, and its end releases sum. "late" was appended on "p", which
+// was discarded before the promoter took late's edge: late, reset, counts
+// p through its edge, and p's completion releases it once. "late2" was
+// appended on "c", which completed before the promoter took late2's edge:
+// late2, counted anew, does not count c, and the edge releases nothing.
+func TestRetryWorkflowCountsEachDependencyOnce(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	const q = "retry-workflow"
+	res, err := c.InsertWorkflow(ctx, queue.WorkflowParams{Name: "again", Tasks: []queue.WorkflowTask{
+		task("a", q), task("b", q), task("sum", q, "a", "b"), task("p", q), task("c", q),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.InsertWorkflow(ctx, queue.WorkflowParams{ID: res.ID, Tasks: []queue.WorkflowTask{task("late", q, "p", "b"), task("late2", q, "c", "b")}}); err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*queue.Job{}
+	for _, j := range claim(t, c, q, 10, time.Minute) {
+		byName[j.TaskName] = j
+	}
+	if len(byName) != 4 {
+		t.Fatalf("claimed %v, want a, b, c and p", byName)
+	}
+	finish(t, c, queue.Finish{Lease: byName["a"].Lease(), Outcome: queue.OutcomeComplete, Workflow: true},
+		queue.Finish{Lease: byName["c"].Lease(), Outcome: queue.OutcomeComplete, Workflow: true})
+	if err := c.RetryForce(ctx, byName["a"].ID); err != nil {
+		t.Fatal(err)
+	}
+	a := claimOne(t, c, q)
+	discard := func(j *queue.Job) {
+		finish(t, c, queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeDiscard, Workflow: true, Error: &queue.AttemptError{Attempt: 1, Error: "no"}})
+	}
+	discard(byName["b"])
+	discard(byName["p"])
+	// b's discard cancelled sum; late and late2, appended on p, c and b,
+	// wait for the promoter's sweep, and are pending still.
+	if n, err := c.RetryWorkflow(ctx, res.ID); err != nil || n != 3 {
+		t.Fatalf("RetryWorkflow = %d, %v; want b, p and sum reset", n, err)
+	}
+	want := map[string]queue.State{"a": "running", "b": "available", "p": "available", "c": "completed", "sum": "pending", "late": "pending",
+		"late2": "pending"}
+	if got := states(t, c, res.ID); !equalStates(got, want) {
+		t.Fatalf("states after RetryWorkflow = %v, want %v", got, want)
+	}
+	complete := func(j *queue.Job, then queue.State) {
+		t.Helper()
+		finish(t, c, queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeComplete, Workflow: true})
+		if _, err := c.Promote(ctx, 100); err != nil {
+			t.Fatal(err)
+		}
+		if got := states(t, c, res.ID); got["sum"] != then || got["late"] != then || got["late2"] != then {
+			t.Fatalf("states after %s completed = %v; want sum, late and late2 %s", j.TaskName, got, then)
+		}
+	}
+	complete(a, queue.StatePending)
+	byName = map[string]*queue.Job{}
+	for _, j := range claim(t, c, q, 10, time.Minute) {
+		byName[j.TaskName] = j
+	}
+	if len(byName) != 2 || byName["b"] == nil || byName["p"] == nil {
+		t.Fatalf("claimed %v, want b and p", byName)
+	}
+	complete(byName["p"], queue.StatePending)
+	complete(byName["b"], queue.StateAvailable)
+}
