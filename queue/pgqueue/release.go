@@ -224,9 +224,11 @@ var ErrWorkflowGrowing = errors.New("jobfence: tasks kept being appended to a wo
 // locks what the release would change, again and again until a pass finds
 // nothing new.
 //
-// The reason is a task appended meanwhile (workflow.Append) to a task
-// that the release cancels: the append locks the tasks its new ones
-// depend on (existingTasksSQL), and a statement's snapshot is taken when
+// The reason is a task appended meanwhile to a task that the release
+// cancels by an instance of the release before migration 00023 (this
+// release's appends write edges, which the promoter's sweep follows: see
+// addEdgesSQL). Such an append locks the tasks its new ones depend on
+// and writes their dependents, and a statement's snapshot is taken when
 // it starts, so a release that waited for those locks computed its
 // cascade from dependents lists that lacked the new tasks, which stayed
 // pending for good. Every row a pass locks is held from then on, so an
