@@ -46,6 +46,7 @@ var relations = []string{
 	"jobfence_jobs.run_trace",
 	"jobfence_jobs.delete_on_complete", "jobfence_jobs_finished", "jobfence_finished_bounds",
 	"jobfence_releases", "jobfence_workflow_tasks",
+	"jobfence_task_edges", "jobfence_jobs.dependents_released",
 }
 
 // Querier is what Check needs of a connection: a *pgxpool.Pool, a *pgx.Conn

@@ -234,9 +234,16 @@ func uniqueViolation(err error, constraint string) bool {
 // given back: the workers' next grant pass (GrantWaiting) hands it one,
 // oldest job first, so a retried job of a sequence goes before the
 // later ones.
+//
+// A workflow task that had ended released its dependents then, every one
+// its list holds now: dependents_released records how many, and its next
+// end releases only those appended after (releaseClosure's off), so a
+// fan-in does not count it twice.
 var retrySet = `state = ` + readySQL("limit_name") + `, limit_slot = NULL,
     scheduled_at = now(), finalized_at = NULL,
-    max_attempts = greatest(max_attempts, attempt + 1)`
+    max_attempts = greatest(max_attempts, attempt + 1),
+    dependents_released = CASE WHEN state IN ('completed', 'discarded', 'cancelled') THEN cardinality(dependents)
+                               ELSE dependents_released END`
 
 // retrySQL makes job $1 ready now unless it is running, or completed and $2
 // (force) is false, and wakes its queue's workers (channel $3) in the same
@@ -270,7 +277,7 @@ WITH m AS (
     SELECT 'available', NULL, NULL, output, run_trace, id, queue, kind, args, priority, now(), attempt, greatest(max_attempts, attempt + 1),
         fence, unique_key, errors, attempted_by, created_at, attempted_at, metadata, trace_context, idempotency_key, deadline,
         timeout_us, unique_hash, unique_states, limit_name, limit_part, NULL, workflow_id, task_name, depends_on, dependents,
-        deps_left, run_anyway, delete_on_complete
+        deps_left, run_anyway, delete_on_complete, cardinality(dependents)
     FROM m
     RETURNING queue
 )

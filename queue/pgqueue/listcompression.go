@@ -38,21 +38,11 @@ const restoreCompressionSQL = `SELECT set_config('default_toast_compression', $1
 
 // hasLongList says whether one of the lists a workflow's insert writes
 // is long: a new task's dependencies (deps) or dependents (dependents),
-// by position, or the dependents it gives an existing task (onExisting,
-// by ID), counting those the task had already: an append of a few to a
-// long list writes the whole list again.
-func hasLongList(deps, dependents [][]int64, onExisting map[int64][]int64, existing map[string]existingTask) bool {
+// by position. It writes no existing task's list: an append's edges go
+// to jobfence_task_edges (addEdgesSQL).
+func hasLongList(deps, dependents [][]int64) bool {
 	for k := range deps {
 		if len(deps[k]) >= longListIDs || len(dependents[k]) >= longListIDs {
-			return true
-		}
-	}
-	had := make(map[int64]int, len(existing))
-	for _, e := range existing {
-		had[e.id] = e.dependents
-	}
-	for id, d := range onExisting {
-		if had[id]+len(d) >= longListIDs {
 			return true
 		}
 	}

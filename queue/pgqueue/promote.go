@@ -133,8 +133,9 @@ RETURNING j.id`
 // retryable jobs whose time has come (by the database's clock) available
 // to claims, wakes the workers of their queues, and returns how many it
 // made available per queue. It also discards up to limit jobs not started
-// by their deadline (see promoteSQL), which it does not count. Any number
-// of instances may run it at once.
+// by their deadline (see promoteSQL), which it does not count, and takes
+// up to limit edges of appended workflow tasks whose dependencies have
+// ended (releaseAppended). Any number of instances may run it at once.
 func (c *Client) Promote(ctx context.Context, limit int) (map[string]int, error) {
 	if limit <= 0 {
 		return nil, nil
@@ -171,6 +172,11 @@ func (c *Client) Promote(ctx context.Context, limit int) (map[string]int, error)
 		if err := c.discardLateTasks(ctx, limit); err != nil {
 			return out, err
 		}
+	}
+	// The edges of appended tasks whose dependencies have ended: the
+	// bound of their release is this promoter's interval.
+	if err := c.releaseAppended(ctx, limit); err != nil {
+		return out, err
 	}
 	return out, nil
 }

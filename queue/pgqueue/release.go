@@ -18,6 +18,11 @@ import (
 // again: only the outcome that was accepted under the task's fence
 // releases, once.
 //
+// A task that ended before and runs again (Retry, RetryForce) has
+// released the first dependents_released entries of its list then: its
+// new end releases only the entries after them (off), so that a
+// dependent counts each dependency's end once.
+//
 // For each task it ended:
 //   - completed: every pending dependent among the first $2 of its list
 //     (the rest are recorded as ranges of $2, released after the commit:
@@ -79,7 +84,7 @@ SELECT NULL, task_id, NULL FROM (SELECT DISTINCT task_id FROM rs) r`
 const releaseRangesRecorded = `, rs AS (
     INSERT INTO jobfence_releases (task_id, first, last)
     SELECT d.id, g.first, least(g.first + $2 - 1, cardinality(d.dependents))
-    FROM done d CROSS JOIN LATERAL generate_series($2 + 1, cardinality(d.dependents), $2) AS g(first)
+    FROM done d CROSS JOIN LATERAL generate_series(d.off + $2 + 1, cardinality(d.dependents), $2) AS g(first)
     WHERE d.state = 'completed'
     ON CONFLICT DO NOTHING
     RETURNING task_id
@@ -145,8 +150,8 @@ func releaseUpdate(claim int) string {
 // (cause, cause_state)).
 const releaseClosure = `
 WITH RECURSIVE done AS MATERIALIZED (
-    SELECT id, state, task_name, dependents FROM (
-        SELECT j.id, j.state, j.task_name, j.dependents, j.xmin AS x
+    SELECT id, state, task_name, dependents, off FROM (
+        SELECT j.id, j.state, j.task_name, j.dependents, coalesce(j.dependents_released, 0) AS off, j.xmin AS x
         FROM unnest((SELECT $1::bigint[])) AS f(id)
         JOIN jobfence_jobs j ON j.id = f.id
         OFFSET 0
@@ -155,7 +160,7 @@ WITH RECURSIVE done AS MATERIALIZED (
       AND j.state IN ('completed', 'discarded', 'cancelled')
 ), cx(id, cause, cause_state) AS (
     SELECT t.id, d.task_name, d.state
-    FROM done d CROSS JOIN LATERAL unnest(d.dependents) AS u(id)
+    FROM done d CROSS JOIN LATERAL unnest(d.dependents[d.off + 1:]) AS u(id)
     CROSS JOIN LATERAL (
         SELECT t.id FROM jobfence_jobs t
         WHERE t.id = u.id AND t.state = 'pending' AND t.run_anyway IS NOT TRUE OFFSET 0) t
@@ -171,7 +176,7 @@ WITH RECURSIVE done AS MATERIALIZED (
     SELECT DISTINCT ON (id) id, cause, cause_state FROM cx ORDER BY id, cause
 ), edges AS (
     SELECT u.id FROM done d
-    CROSS JOIN LATERAL unnest(CASE WHEN d.state = 'completed' THEN d.dependents[1:$2] ELSE d.dependents END) AS u(id)
+    CROSS JOIN LATERAL unnest(CASE WHEN d.state = 'completed' THEN d.dependents[d.off + 1:d.off + $2] ELSE d.dependents[d.off + 1:] END) AS u(id)
   UNION ALL
     SELECT u.id FROM cset c
     CROSS JOIN LATERAL (SELECT p.dependents FROM jobfence_jobs p WHERE p.id = c.id OFFSET 0) p
@@ -221,9 +226,11 @@ var ErrWorkflowGrowing = errors.New("jobfence: tasks kept being appended to a wo
 // locks what the release would change, again and again until a pass finds
 // nothing new.
 //
-// The reason is a task appended meanwhile (workflow.Append) to a task
-// that the release cancels: the append locks the tasks its new ones
-// depend on (existingTasksSQL), and a statement's snapshot is taken when
+// The reason is a task appended meanwhile to a task that the release
+// cancels by an instance of the release before migration 00024 (this
+// release's appends write edges, which the promoter's sweep follows: see
+// addEdgesSQL). Such an append locks the tasks its new ones depend on
+// and writes their dependents, and a statement's snapshot is taken when
 // it starts, so a release that waited for those locks computed its
 // cascade from dependents lists that lacked the new tasks, which stayed
 // pending for good. Every row a pass locks is held from then on, so an

@@ -28,21 +28,19 @@ const existingNamesSQL = `SELECT task_name FROM jobfence_workflow_tasks WHERE wo
 // for a task pruned.
 const workflowTaskRowsSQL = `jobfence_workflow_tasks s JOIN jobfence_jobs j ON j.id = s.job_id WHERE s.workflow_id = $1`
 
-// existingTasksSQL locks the existing tasks that new tasks depend on, in
-// ID order (as every finish locks), so that a dependency's completion and
-// this insert take turns: the completion either came first, and this
-// insert reads the dependency as completed, or waits for this insert's
-// commit and then finds the new dependents in the dependency's row (see
-// releaseSQL, a statement of its own for this reason). The wait is bounded
-// by the holders' own bounds: a finish is one statement, a transactional
-// handler's completion is bounded by its lease (txbound). A task pruned
-// since is not found.
+// existingTasksSQL reads the existing tasks that new tasks depend on, as
+// this transaction's snapshot has them, and locks none: a caller's
+// transaction (InsertWorkflowTx) that held a task's row until its commit
+// would hold up the statements of the fleet that write it (the
+// heartbeat, the completion, a rescue of the worker running it), with no
+// bound. A task that ends after this read, before or after this insert's
+// commit, releases the new tasks through their edges
+// (addEdgesSQL, releaseAppendedSQL), once. A task pruned since is not
+// found.
 const existingTasksSQL = `
-SELECT j.id, s.task_name, j.state, coalesce(cardinality(j.dependents), 0)
+SELECT j.id, s.task_name, j.state
 FROM jobfence_workflow_tasks s JOIN jobfence_jobs j ON j.id = s.job_id
-WHERE s.workflow_id = $1 AND s.task_name = ANY($2::text[])
-ORDER BY j.id
-FOR NO KEY UPDATE OF j`
+WHERE s.workflow_id = $1 AND s.task_name = ANY($2::text[])`
 
 // taskNamesConstraint is the key that an insert racing another's same
 // name violates.
@@ -72,13 +70,11 @@ func copyTaskNames(ctx context.Context, tx pgx.Tx, id pgtype.UUID, names []strin
 type existingTask struct {
 	id    int64
 	state queue.State
-	// dependents is the length of its dependents list before the append.
-	dependents int
 }
 
-// lockExistingTasks locks and reads the named tasks of workflow id (see
+// readExistingTasks reads the named tasks of workflow id (see
 // existingTasksSQL).
-func lockExistingTasks(ctx context.Context, tx pgx.Tx, id pgtype.UUID, names []string) (map[string]existingTask, error) {
+func readExistingTasks(ctx context.Context, tx pgx.Tx, id pgtype.UUID, names []string) (map[string]existingTask, error) {
 	out := map[string]existingTask{}
 	if len(names) == 0 {
 		return out, nil
@@ -91,7 +87,7 @@ func lockExistingTasks(ctx context.Context, tx pgx.Tx, id pgtype.UUID, names []s
 	for rows.Next() {
 		var e existingTask
 		var name, state string
-		if err := rows.Scan(&e.id, &name, &state, &e.dependents); err != nil {
+		if err := rows.Scan(&e.id, &name, &state); err != nil {
 			return nil, err
 		}
 		e.state = queue.State(state)

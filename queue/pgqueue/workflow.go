@@ -23,11 +23,19 @@ const workflowRowSQL = `INSERT INTO jobfence_workflows (id, name) VALUES ($1, $2
 // blocks no other append and no write to the tasks.
 const workflowExistsSQL = `SELECT EXISTS (SELECT FROM jobfence_workflows WHERE id = $1 FOR KEY SHARE)`
 
-// addDependentsSQL appends new dependents to existing tasks.
-const addDependentsSQL = `
-UPDATE jobfence_jobs j SET dependents = coalesce(j.dependents, '{}') || a.ids::bigint[]
-FROM unnest($1::bigint[], $2::text[]) AS a(id, ids)
-WHERE j.id = a.id`
+// addEdgesSQL records the dependencies of new tasks on existing ones in
+// jobfence_task_edges, never in the existing task's row: a caller's
+// transaction (InsertWorkflowTx) that wrote that row would hold it until
+// its commit, and every statement of the fleet that writes it (the
+// heartbeat of the worker running the task, its completion, a rescue)
+// would wait for that commit, unbounded. An edge is counted when the
+// new task counted the dependency in its deps_left (it had not ended in
+// this transaction's snapshot); the promoter's sweep (releaseAppendedSQL)
+// releases a counted edge once its dependency has ended, whenever that
+// is, and lists every edge's dependent in its dependency's dependents.
+const addEdgesSQL = `
+INSERT INTO jobfence_task_edges (dependency, dependent, counted)
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::boolean[])`
 
 // taskIDsSQL draws the IDs of new tasks from the jobs' identity sequence,
 // so that each task is inserted with its dependencies and dependents
@@ -104,8 +112,10 @@ func (c *Client) InsertWorkflow(ctx context.Context, p queue.WorkflowParams) (qu
 
 // InsertWorkflowTx is InsertWorkflow inside the caller's transaction: the
 // workflow exists, and its ready tasks wake their workers, only if tx
-// commits. Adding tasks to a running workflow locks the existing tasks
-// they depend on until tx ends: keep tx short.
+// commits. Adding tasks to a running workflow locks none of the existing
+// tasks they depend on: tx may stay open as long as the caller needs,
+// and a dependency that ends meanwhile releases the new tasks within a
+// promoter's interval of the later of its end and tx's commit.
 func (c *Client) InsertWorkflowTx(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams) (queue.WorkflowResult, error) {
 	var res queue.WorkflowResult
 	err := c.observeWorkflow(ctx, p, func(ctx context.Context, meta map[string]string) (int64, error) {
@@ -202,7 +212,7 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		for d := range deps {
 			outside = append(outside, d)
 		}
-		if existing, err = lockExistingTasks(ctx, tx, id, outside); err != nil {
+		if existing, err = readExistingTasks(ctx, tx, id, outside); err != nil {
 			return fail(err)
 		}
 	}
@@ -274,7 +284,9 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 	taskDeps := make([][]int64, n)
 	depsBack := make([]int64, 0, listed)
 	dependentsOf := make([][]int64, n)
-	onExisting := map[int64][]int64{}
+	// The edges from existing tasks to new ones (addEdgesSQL).
+	var edgeFrom, edgeTo []int64
+	var edgeCounted []bool
 	// depAt holds, for each dependency listed (tasks in order, each's list
 	// in its order), the position of the new task it names, or -1 for an
 	// existing task: looked up once, for the counts and the lists.
@@ -305,6 +317,7 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 			if dk < 0 {
 				e := existing[dn]
 				taskDeps[k2] = append(taskDeps[k2], e.id)
+				counted := false
 				switch {
 				case e.state == queue.StateCompleted:
 				case e.state.Final() && t.RunAnyway:
@@ -314,8 +327,9 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 					}
 				default:
 					left[k2]++
+					counted = true
 				}
-				onExisting[e.id] = append(onExisting[e.id], tid[k2])
+				edgeFrom, edgeTo, edgeCounted = append(edgeFrom, e.id), append(edgeTo, tid[k2]), append(edgeCounted, counted)
 				continue
 			}
 			taskDeps[k2] = append(taskDeps[k2], tid[dk])
@@ -373,7 +387,7 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		return fail(err)
 	}
 	restore := func(context.Context) error { return nil }
-	if hasLongList(taskDeps, dependentsOf, onExisting, existing) {
+	if hasLongList(taskDeps, dependentsOf) {
 		if restore, err = compressListsWithLZ4(ctx, tx); err != nil {
 			return fail(err)
 		}
@@ -405,13 +419,8 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		}
 	}
 	// Dependents on the existing tasks.
-	var onOld []int64
-	var onOldIDs []string
-	for dep, ts := range onExisting {
-		onOld, onOldIDs = append(onOld, dep), append(onOldIDs, int64Array(ts))
-	}
-	if len(onOld) > 0 {
-		if _, err := tx.Exec(ctx, addDependentsSQL, onOld, onOldIDs); err != nil {
+	if len(edgeFrom) > 0 {
+		if _, err := tx.Exec(ctx, addEdgesSQL, edgeFrom, edgeTo, edgeCounted); err != nil {
 			return fail(err)
 		}
 	}

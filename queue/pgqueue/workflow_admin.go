@@ -267,6 +267,12 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
 // anyway counted a failed dependency as ended, and that dependency now
 // runs again). One statement, its rows locked in ID order.
 //
+// A dependency counted here must release its dependent at its end: one
+// whose dependents list holds the task does (retryWorkflowReleasesSQL
+// then lets it release its whole list again); for one that does not (the
+// task was appended: see addEdgesSQL), the task's edge to it is written
+// again (ed), counted or not as counted here.
+//
 // transition: retry-final, release
 const retryWorkflowSQL = `
 WITH r AS MATERIALIZED (
@@ -274,14 +280,20 @@ WITH r AS MATERIALIZED (
       AND j.state IN ('discarded', 'cancelled', 'pending')
     ORDER BY j.id
     FOR UPDATE OF j
-), n AS MATERIALIZED (
-    SELECT r.id, r.state AS was, (
-        SELECT count(*) FROM unnest(t.depends_on) AS u(id) JOIN jobfence_jobs d ON d.id = u.id
-        WHERE d.state IN ('discarded', 'cancelled', 'pending')
+), e AS MATERIALIZED (
+    SELECT r.id, d.id AS dep, coalesce(r.id = ANY(d.dependents), false) AS listed,
+           d.state IN ('discarded', 'cancelled', 'pending')
            OR (d.state NOT IN ('completed', 'discarded', 'cancelled') AND t.run_anyway IS TRUE)
-           OR (d.state <> 'completed' AND t.run_anyway IS NOT TRUE)
-    )::int AS left
+           OR (d.state <> 'completed' AND t.run_anyway IS NOT TRUE) AS counts
     FROM r JOIN jobfence_jobs t ON t.id = r.id
+    CROSS JOIN LATERAL unnest(t.depends_on) AS u(id) JOIN jobfence_jobs d ON d.id = u.id
+), n AS MATERIALIZED (
+    SELECT r.id, r.state AS was, (SELECT count(*) FROM e WHERE e.id = r.id AND e.counts)::int AS left
+    FROM r
+), ed AS (
+    INSERT INTO jobfence_task_edges (dependency, dependent, counted)
+    SELECT dep, id, counts FROM e WHERE NOT listed
+    ON CONFLICT (dependency, dependent) DO UPDATE SET counted = EXCLUDED.counted
 ), u AS (
     UPDATE jobfence_jobs j
     SET state = CASE WHEN n.left > 0 THEN 'pending' WHEN j.limit_name IS NOT NULL THEN 'limited' ELSE 'available' END,
@@ -297,6 +309,17 @@ WITH r AS MATERIALIZED (
 SELECT count(*) FILTER (WHERE was <> 'pending'),
        coalesce(array_agg(DISTINCT queue) FILTER (WHERE state = 'available'), '{}')
 FROM u`
+
+// retryWorkflowReleasesSQL lets every task of workflow $1 that has not
+// ended (after retryWorkflowSQL) release its whole dependents list at its
+// end, whatever an earlier end released (dependents_released, see
+// retrySet): retryWorkflowSQL has counted it anew in each pending
+// dependent's deps_left.
+const retryWorkflowReleasesSQL = `
+UPDATE jobfence_jobs j SET dependents_released = NULL
+FROM jobfence_workflow_tasks s
+WHERE s.workflow_id = $1 AND j.id = s.job_id
+  AND j.dependents_released IS NOT NULL AND j.state NOT IN ` + finalStatesSQL
 
 // RetryWorkflow resumes workflow id: its discarded and cancelled tasks run
 // again, each once the tasks it depends on have completed. It returns how
@@ -320,6 +343,9 @@ func (c *Client) RetryWorkflow(ctx context.Context, id string) (int, error) {
 		return 0, fmt.Errorf("pgqueue: retry workflow %s: %w", id, err)
 	}
 	if err := tx.QueryRow(ctx, retryWorkflowSQL, id).Scan(&n, &queues); err != nil {
+		return 0, fmt.Errorf("pgqueue: retry workflow %s: %w", id, err)
+	}
+	if _, err := tx.Exec(ctx, retryWorkflowReleasesSQL, id); err != nil {
 		return 0, fmt.Errorf("pgqueue: retry workflow %s: %w", id, err)
 	}
 	if err := tx.Commit(ctx); err != nil {

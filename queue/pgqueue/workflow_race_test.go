@@ -17,10 +17,11 @@ import (
 
 // TestAppendDuringCascadeIsCancelled: tasks appended to a workflow
 // (workflow.Append) while a cancel cascades through the task they depend
-// on are cancelled too, not left pending. The append's transaction holds
-// the task it depends on while the cascade waits for it, then commits:
-// the cascade, whose statement began before that commit, must still
-// reach the new tasks.
+// on are cancelled too, not left pending. The append's transaction, left
+// open, holds nothing the cancel waits for (it writes no existing task's
+// row): the cancel ends first, and once the append commits, the
+// promoter's sweep finds the new task's dependency cancelled and cancels
+// it, and its dependent with it.
 func TestAppendDuringCascadeIsCancelled(t *testing.T) {
 	for _, via := range []string{"cancel", "cancel workflow"} {
 		t.Run(via, func(t *testing.T) {
@@ -32,22 +33,18 @@ func TestAppendDuringCascadeIsCancelled(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tx, pid := appendOpen(t, c, db, res.ID, task("t", "race", "p"), task("u", "race", "t"))
-			done := make(chan error, 1)
-			go func() {
+			tx, _ := appendOpen(t, c, db, res.ID, task("t", "race", "p"), task("u", "race", "t"))
+			bounded(t, "the "+via, func(ctx context.Context) error {
 				if via == "cancel" {
-					done <- c.Cancel(ctx, res.Tasks["d"])
-					return
+					return c.Cancel(ctx, res.Tasks["d"])
 				}
 				_, err := c.CancelWorkflow(ctx, res.ID)
-				done <- err
-			}()
-			// The cancel waits for the row the append holds.
-			waitBlockedBy(t, db, pid, done, "the cancel")
+				return err
+			})
 			if err := tx.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := <-done; err != nil {
+			if _, err := c.Promote(ctx, 100); err != nil {
 				t.Fatal(err)
 			}
 			got := states(t, c, res.ID)
@@ -63,7 +60,8 @@ func TestAppendDuringCascadeIsCancelled(t *testing.T) {
 // TestAppendRacingCascade: an append and a cancel that cascades through
 // the task the appended ones depend on, started together from two
 // goroutines, many times over: whichever goes first, the append
-// succeeds and its tasks end cancelled, never pending.
+// succeeds and its tasks end cancelled, never pending (at the latest
+// after a pass of the promoter).
 func TestAppendRacingCascade(t *testing.T) {
 	c, _ := newClient(t)
 	ctx := context.Background()
@@ -98,6 +96,9 @@ func TestAppendRacingCascade(t *testing.T) {
 		wg.Wait()
 		if cancelErr != nil || appendErr != nil {
 			t.Fatalf("round %d: cancel: %v; append: %v", i, cancelErr, appendErr)
+		}
+		if _, err := c.Promote(ctx, 100); err != nil {
+			t.Fatal(err)
 		}
 		got := states(t, c, res.ID)
 		for _, n := range []string{"p", "t", "u"} {

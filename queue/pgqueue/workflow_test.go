@@ -299,7 +299,8 @@ func TestWorkflowFailurePolicy(t *testing.T) {
 
 // TestWorkflowTasksAddedWhileItRuns: tasks added to a running workflow
 // may depend on its tasks whatever their state: a completed one counts as
-// done, a running one releases them when it completes.
+// done, a running one releases them once it has completed, at the
+// promoter's next pass.
 func TestWorkflowTasksAddedWhileItRuns(t *testing.T) {
 	c, _ := newClient(t)
 	ctx := context.Background()
@@ -325,6 +326,9 @@ func TestWorkflowTasksAddedWhileItRuns(t *testing.T) {
 		t.Fatalf("states = %v, want %v", got, want)
 	}
 	finish(t, c, queue.Finish{Lease: b.Lease(), Outcome: queue.OutcomeComplete, Workflow: true})
+	if _, err := c.Promote(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
 	if got := states(t, c, res.ID); got["after-b"] != "available" || got["after-both"] != "pending" {
 		t.Fatalf("states after b = %v", got)
 	}

@@ -1,0 +1,142 @@
+package pgqueue_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jobfence/jobfence/queue"
+)
+
+// TestTaskEndingTwiceReleasesItsDependentsOnce (issue 49, case 5): a
+// workflow task that ends a second time, after a Retry of its discard or
+// a RetryForce of its completion, does not take one off its dependents'
+// counts again. The fan-in "sum" (on a and b) stays pending while b
+// runs, and becomes available once b completes. Before the fix a's
+// second end released sum again, which then ran while b was running.
+func TestTaskEndingTwiceReleasesItsDependentsOnce(t *testing.T) {
+	for _, path := range []string{"Retry of a discarded task with a RunAnyway dependent", "RetryForce of a completed task"} {
+		t.Run(path, func(t *testing.T) {
+			c, _ := newClient(t)
+			ctx := context.Background()
+			const q = "twice"
+			sum := task("sum", q, "a", "b")
+			first := queue.OutcomeComplete
+			if path != "RetryForce of a completed task" {
+				sum.RunAnyway = true
+				first = queue.OutcomeDiscard
+			}
+			res, err := c.InsertWorkflow(ctx, queue.WorkflowParams{Name: "twice", Tasks: []queue.WorkflowTask{task("a", q), task("b", q), sum}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			jobs := claim(t, c, q, 10, time.Minute)
+			if len(jobs) != 2 {
+				t.Fatalf("claimed %d tasks, want a and b", len(jobs))
+			}
+			a, b := jobs[0], jobs[1]
+			if a.TaskName != "a" {
+				a, b = b, a
+			}
+			finish(t, c, queue.Finish{Lease: a.Lease(), Outcome: first, Workflow: true, Error: &queue.AttemptError{Attempt: 1, Error: "first end"}})
+			if got := states(t, c, res.ID)["sum"]; got != queue.StatePending {
+				t.Fatalf("sum is %s after a's first end, while b runs; want pending", got)
+			}
+			if first == queue.OutcomeComplete {
+				err = c.RetryForce(ctx, a.ID)
+			} else {
+				err = c.Retry(ctx, a.ID)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			again := claimOne(t, c, q)
+			if again.TaskName != "a" {
+				t.Fatalf("claimed %q, want a run again", again.TaskName)
+			}
+			finish(t, c, queue.Finish{Lease: again.Lease(), Outcome: queue.OutcomeComplete, Workflow: true})
+			if _, err := c.Promote(ctx, 100); err != nil {
+				t.Fatal(err)
+			}
+			if got := states(t, c, res.ID)["sum"]; got != queue.StatePending {
+				t.Fatalf("sum is %s after a ended a second time, while b runs; want pending", got)
+			}
+			finish(t, c, queue.Finish{Lease: b.Lease(), Outcome: queue.OutcomeComplete, Workflow: true})
+			if got := claimOne(t, c, q); got.TaskName != "sum" {
+				t.Fatalf("claimed %q once a and b ended, want sum", got.TaskName)
+			}
+		})
+	}
+}
+
+// TestRetryWorkflowCountsEachDependencyOnce: RetryWorkflow counts the
+// dependencies of the tasks it resets anew, and each one it counts
+// releases its dependent once at its end. "a" was forced to run again
+// (RetryForce) after its completion had released sum: sum, reset, counts
+// it again, and its end releases sum. "late" was appended on "p", which
+// was discarded before the promoter took late's edge: late, reset, counts
+// p through its edge, and p's completion releases it once. "late2" was
+// appended on "c", which completed before the promoter took late2's edge:
+// late2, counted anew, does not count c, and the edge releases nothing.
+func TestRetryWorkflowCountsEachDependencyOnce(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	const q = "retry-workflow"
+	res, err := c.InsertWorkflow(ctx, queue.WorkflowParams{Name: "again", Tasks: []queue.WorkflowTask{
+		task("a", q), task("b", q), task("sum", q, "a", "b"), task("p", q), task("c", q),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.InsertWorkflow(ctx, queue.WorkflowParams{ID: res.ID, Tasks: []queue.WorkflowTask{task("late", q, "p", "b"), task("late2", q, "c", "b")}}); err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*queue.Job{}
+	for _, j := range claim(t, c, q, 10, time.Minute) {
+		byName[j.TaskName] = j
+	}
+	if len(byName) != 4 {
+		t.Fatalf("claimed %v, want a, b, c and p", byName)
+	}
+	finish(t, c, queue.Finish{Lease: byName["a"].Lease(), Outcome: queue.OutcomeComplete, Workflow: true},
+		queue.Finish{Lease: byName["c"].Lease(), Outcome: queue.OutcomeComplete, Workflow: true})
+	if err := c.RetryForce(ctx, byName["a"].ID); err != nil {
+		t.Fatal(err)
+	}
+	a := claimOne(t, c, q)
+	discard := func(j *queue.Job) {
+		finish(t, c, queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeDiscard, Workflow: true, Error: &queue.AttemptError{Attempt: 1, Error: "no"}})
+	}
+	discard(byName["b"])
+	discard(byName["p"])
+	// b's discard cancelled sum; late and late2, appended on p, c and b,
+	// wait for the promoter's sweep, and are pending still.
+	if n, err := c.RetryWorkflow(ctx, res.ID); err != nil || n != 3 {
+		t.Fatalf("RetryWorkflow = %d, %v; want b, p and sum reset", n, err)
+	}
+	want := map[string]queue.State{"a": "running", "b": "available", "p": "available", "c": "completed", "sum": "pending", "late": "pending",
+		"late2": "pending"}
+	if got := states(t, c, res.ID); !equalStates(got, want) {
+		t.Fatalf("states after RetryWorkflow = %v, want %v", got, want)
+	}
+	complete := func(j *queue.Job, then queue.State) {
+		t.Helper()
+		finish(t, c, queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeComplete, Workflow: true})
+		if _, err := c.Promote(ctx, 100); err != nil {
+			t.Fatal(err)
+		}
+		if got := states(t, c, res.ID); got["sum"] != then || got["late"] != then || got["late2"] != then {
+			t.Fatalf("states after %s completed = %v; want sum, late and late2 %s", j.TaskName, got, then)
+		}
+	}
+	complete(a, queue.StatePending)
+	byName = map[string]*queue.Job{}
+	for _, j := range claim(t, c, q, 10, time.Minute) {
+		byName[j.TaskName] = j
+	}
+	if len(byName) != 2 || byName["b"] == nil || byName["p"] == nil {
+		t.Fatalf("claimed %v, want b and p", byName)
+	}
+	complete(byName["p"], queue.StatePending)
+	complete(byName["b"], queue.StateAvailable)
+}
