@@ -107,6 +107,12 @@ func (c *Client) releaseAppended(ctx context.Context, limit int) error {
 	var ready map[string]int
 	err := c.boundedTx(ctx, func(tx pgx.Tx) error {
 		ready = nil
+		// The sweep adds the appended tasks to their dependencies'
+		// dependents lists, which it stores anew: a fan-out's root's is
+		// long (see listcompression.go). The setting is this transaction's.
+		if _, err := compressListsWithLZ4(ctx, tx); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, releaseAppendedSQL, limit)
 		if err != nil {
 			return err
