@@ -112,11 +112,7 @@ WITH f AS (
         limit_slot = CASE WHEN l.state = 'limited' THEN NULL ELSE j.limit_slot END,
         attempt = CASE WHEN l.outcome = 4 THEN j.attempt - 1 ELSE j.attempt END,
         errors = CASE WHEN l.err IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(l.err) END
-            || CASE WHEN l.late THEN jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error',
-                   'jobfence: job deadline passed: its next attempt would start at '
-                   || (to_jsonb(now() + l.delay * interval '1 microsecond') #>> '{}')
-                   || ', after its deadline ' || (to_jsonb(j.deadline) #>> '{}') || '; discarded'))
-               ELSE '[]'::jsonb END,
+            || CASE WHEN l.late THEN ` + lateAgainErrorSQL("l.delay") + ` ELSE '[]'::jsonb END,
         finalized_at = CASE WHEN l.state IN ('completed', 'discarded', 'cancelled') THEN now() END,
         lease_expires_at = NULL,
         output = CASE WHEN l.state = 'completed' THEN l.output ELSE j.output END,
@@ -125,11 +121,6 @@ WITH f AS (
     WHERE j.id = l.id AND NOT l.leaves AND j.state = 'running'
     RETURNING j.id, j.fence, j.limit_name, j.limit_part
 )` + finishedReturnSQL
-
-// finishLate says, in finishSQL, that an outcome would make its job ready
-// again after its deadline.
-const finishLate = `coalesce((f.outcome = 4 OR f.outcome = 2 AND j.attempt < j.max_attempts)
-        AND j.deadline < now() + f.delay * interval '1 microsecond', false)`
 
 // Finish implements queue.Backend in one statement: completeSQL when every
 // outcome is a completion (the hot path), finishSQL otherwise. A job absent

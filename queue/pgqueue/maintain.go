@@ -59,12 +59,12 @@ LIMIT $1`
 // A job that would be ready again only after its deadline (late) is
 // discarded instead, with that reason after the lease's, as finishSQL
 // does.
+//
 // transition: rescue
 var rescueSQL = `
 WITH r AS (
     SELECT j.id, r.delay, r.give_back, r.put_backs,
-        coalesce((r.give_back OR j.attempt < j.max_attempts)
-            AND j.deadline < now() + r.delay * interval '1 microsecond', false) AS late
+        ` + lateAgainSQL("r.give_back OR j.attempt < j.max_attempts", "r.delay") + ` AS late
     FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::bigint[]), (SELECT $4::boolean[]),
                 (SELECT $5::int[])) AS r(id, fence, delay, give_back, put_backs)
     JOIN jobfence_jobs j ON j.id = r.id AND j.fence = r.fence
@@ -87,11 +87,7 @@ SET state = CASE WHEN r.late OR NOT r.give_back AND j.attempt >= j.max_attempts 
         || CASE WHEN r.give_back THEN jsonb_build_object('put_back', true, 'put_backs', r.put_backs)
                 WHEN r.put_backs > 0 THEN jsonb_build_object('put_backs', r.put_backs)
                 ELSE '{}'::jsonb END)
-        || CASE WHEN r.late THEN jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error',
-               'jobfence: job deadline passed: its next attempt would start at '
-               || (to_jsonb(now() + r.delay * interval '1 microsecond') #>> '{}')
-               || ', after its deadline ' || (to_jsonb(j.deadline) #>> '{}') || '; discarded'))
-           ELSE '[]'::jsonb END,
+        || CASE WHEN r.late THEN ` + lateAgainErrorSQL("r.delay") + ` ELSE '[]'::jsonb END,
     finalized_at = CASE WHEN r.late OR NOT r.give_back AND j.attempt >= j.max_attempts THEN now() END,
     lease_expires_at = NULL
 FROM r

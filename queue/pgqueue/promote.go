@@ -101,11 +101,6 @@ SELECT NULL, 0, true WHERE EXISTS (
     WHERE deadline < now() AND deadline IS NOT NULL AND state IN ` + deadlineStatesSQL() + `
       AND dependents IS NOT NULL)`
 
-// lateSet discards a job not started by its deadline.
-const lateSet = `state = 'discarded', finalized_at = now(),
-        errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error',
-            'jobfence: job deadline passed: not started by ' || (to_jsonb(j.deadline) #>> '{}') || '; discarded'))`
-
 // lateTasksSQL discards, as promoteSQL discards other jobs, up to $1
 // workflow tasks with dependents not started by their deadline. releaseSQL
 // follows it in the same transaction, so that their dependents are
