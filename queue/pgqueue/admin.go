@@ -255,7 +255,7 @@ var retrySQL = `
 WITH r AS (
     UPDATE jobfence_jobs
     SET ` + retrySet + `
-    WHERE id = $1 AND state <> 'running' AND ($2 OR state <> 'completed')
+    WHERE id = $1 AND state NOT IN ('running', 'pending') AND ($2 OR state <> 'completed')
     RETURNING queue
 )
 SELECT pg_notify($3, queue) FROM r`
@@ -287,7 +287,9 @@ SELECT pg_notify($2, queue) FROM r`
 // more attempt if it had none left: the way back for a discarded or
 // cancelled job. It refuses a completed job with an error wrapping
 // ErrJobCompleted, because a mistaken retry must not repeat what the job
-// did; see RetryForce.
+// did (see RetryForce), and a workflow task still waiting for its
+// dependencies with one wrapping ErrJobPending, because it would run
+// before them.
 func (c *Client) Retry(ctx context.Context, id int64) error {
 	return c.retry(ctx, id, false)
 }
@@ -311,6 +313,9 @@ func (c *Client) retry(ctx context.Context, id int64, force bool) error {
 		if j.State == queue.StateCompleted {
 			return fmt.Errorf("pgqueue: retry job %d: %w", id, ErrJobCompleted)
 		}
+		if j.State == queue.StatePending {
+			return fmt.Errorf("pgqueue: retry job %d: %w", id, ErrJobPending)
+		}
 		return fmt.Errorf("pgqueue: retry job %d: it is %s", id, j.State)
 	}
 	if uniqueHeld(err) {
@@ -321,6 +326,12 @@ func (c *Client) retry(ctx context.Context, id int64, force bool) error {
 	}
 	return nil
 }
+
+// ErrJobPending reports a Retry of a workflow task still waiting for its
+// dependencies: made ready, it would run before them. It runs once they
+// release it; RetryWorkflow retries a workflow's failed tasks and counts
+// its pending ones' dependencies again.
+var ErrJobPending = errors.New("jobfence: the job is a workflow task waiting for its dependencies; it runs once they release it")
 
 // ErrJobRunning reports a Delete of a running job: its worker still holds
 // it, and deleting the row would leave that worker's outcome nowhere to go.

@@ -41,8 +41,9 @@ const uniqueFree = `(j.unique_hash IS NULL OR NOT EXISTS (
     WHERE d.unique_hash = j.unique_hash AND jobfence_state_in_bitmask(d.unique_states, d.state) AND d.id <> j.id))`
 
 // RetryMatching retries, as Retry does, every job that p selects and that
-// Retry would retry: running and completed jobs are skipped, and asking
-// for either state is an error wrapping ErrBulkState; so are jobs whose
+// Retry would retry: running and completed jobs and pending workflow
+// tasks are skipped, and asking for one of those states is an error
+// wrapping ErrBulkState; so are jobs whose
 // unique key another job holds. Two finished duplicates (of UniqueOpts)
 // in one batch fail it with an error wrapping ErrUniqueHeld: retry them
 // one by one. Idle workers of the
@@ -55,9 +56,11 @@ func (c *Client) RetryMatching(ctx context.Context, p BulkParams) (int64, error)
 		return 0, fmt.Errorf("pgqueue: retry matching: %w: running jobs are held by their workers; cancel them first", ErrBulkState)
 	case queue.StateCompleted:
 		return 0, fmt.Errorf("pgqueue: retry matching: %w: completed jobs ran successfully, and retrying them would repeat their effects; retry them one by one with RetryForce", ErrBulkState)
+	case queue.StatePending:
+		return 0, fmt.Errorf("pgqueue: retry matching: %w: pending workflow tasks wait for their dependencies and run once they release them; RetryWorkflow retries a workflow", ErrBulkState)
 	}
 	return c.bulk(ctx, "retry", p, "jobfence_jobs", `UPDATE jobfence_jobs j SET `+retrySet+` FROM batch WHERE j.id = batch.id`,
-		`j.state NOT IN ('running', 'completed') AND `+uniqueFree, true)
+		`j.state NOT IN ('running', 'completed', 'pending') AND `+uniqueFree, true)
 }
 
 // DeleteMatching deletes every job that p selects that is not running

@@ -2,10 +2,13 @@ package pgqueue_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
 )
 
 // TestTaskEndingTwiceReleasesItsDependentsOnce (issue 49, case 5): a
@@ -139,4 +142,40 @@ func TestRetryWorkflowCountsEachDependencyOnce(t *testing.T) {
 	}
 	complete(byName["p"], queue.StatePending)
 	complete(byName["b"], queue.StateAvailable)
+}
+
+// TestRetryRefusesAPendingTask: Retry of a workflow task still waiting for
+// its dependencies is refused (ErrJobPending) and changes nothing; made
+// ready, it ran before its dependency (found by the model test). A bulk
+// retry skips pending tasks, and asking it for them is an error.
+func TestRetryRefusesAPendingTask(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	res, err := c.InsertWorkflow(ctx, queue.WorkflowParams{Name: "pending retry", Tasks: []queue.WorkflowTask{task("a", "rp"), task("b", "rp", "a")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := res.Tasks["b"]
+	err = c.Retry(ctx, b)
+	if !errors.Is(err, pgqueue.ErrJobPending) {
+		t.Fatalf("Retry of a pending task = %v, want ErrJobPending", err)
+	}
+	if want := "waiting for its dependencies"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("Retry's error %q does not say the task is %s", err, want)
+	}
+	if _, err := c.RetryMatching(ctx, pgqueue.BulkParams{Queue: "rp", State: queue.StatePending}); !errors.Is(err, pgqueue.ErrBulkState) {
+		t.Fatalf("RetryMatching of pending tasks = %v, want ErrBulkState", err)
+	}
+	if n, err := c.RetryMatching(ctx, pgqueue.BulkParams{Queue: "rp"}); err != nil {
+		t.Fatal(err)
+	} else if n != 1 {
+		t.Fatalf("RetryMatching retried %d jobs, want only the available task a", n)
+	}
+	if st := stateOf(t, c, b); st != queue.StatePending {
+		t.Fatalf("the task is %s after the retries, want pending", st)
+	}
+	got := claimOne(t, c, "rp")
+	if got.ID != res.Tasks["a"] {
+		t.Fatalf("claimed %d, want the dependency a %d", got.ID, res.Tasks["a"])
+	}
 }
