@@ -133,7 +133,11 @@ func (r *runner) checkDeps(j *queue.Job, info *jobInfo) {
 		if w.state == "completed" || info.runAnyway && (w.state == "discarded" || w.state == "cancelled") {
 			continue
 		}
-		r.fail("workflow", "task %s (job %d, run anyway %v) started while its dependency %d is %s", info.task, j.ID, info.runAnyway, d, w.state)
+		rule := "workflow"
+		if info.retriedPending {
+			rule = "workflow retry of a pending task"
+		}
+		r.fail(rule, "task %s (job %d, run anyway %v) started while its dependency %d is %s", info.task, j.ID, info.runAnyway, d, w.state)
 		return
 	}
 }

@@ -66,6 +66,9 @@ type jobInfo struct {
 	// revived marks a job that Retry or RetryForce brought back after it
 	// ended: it lost its place in its sequence's insert order.
 	revived bool
+	// retriedPending marks a task that Retry or RetryForce reached while
+	// it was pending, waiting for its dependencies.
+	retriedPending bool
 	// lastAttempt is the attempt its last claim returned, or -1 where
 	// the next one cannot be told (after a rescue, which may give the
 	// attempt back, or an operator's retry).

@@ -332,6 +332,15 @@ func (r *runner) admin3(op Op) {
 	if j == nil {
 		return
 	}
+	if op.Kind != OpCancel && len(j.deps) > 0 {
+		// A retry of a task still waiting for its dependencies is told
+		// apart: it is a path of its own into the task's start.
+		if w, ok := r.readRow(j.id); !ok {
+			return
+		} else if w.state == "pending" {
+			j.retriedPending = true
+		}
+	}
 	ctx, cancel := r.opCtx()
 	defer cancel()
 	var err error
