@@ -61,8 +61,14 @@ func (r *runner) checkLimit(j *queue.Job, l *limitState, st start) {
 		if !r.called("count running", err, nil) {
 			return
 		}
-		if running > conc {
-			r.fail("concurrency", "job %d started in %s/%s with %d running (this one included), limit %d", j.ID, spec.Name, j.LimitPartition, running, conc)
+		if running > conc && l.granted[j.ID] {
+			delete(l.granted, j.ID) // granted before the limit was lowered
+		} else if running > conc {
+			rule := "concurrency"
+			if l.lowered {
+				rule = "lowered limit"
+			}
+			r.fail(rule, "job %d started in %s/%s with %d running (this one included), limit %d", j.ID, spec.Name, j.LimitPartition, running, conc)
 			return
 		}
 		if hold && running+held > conc {

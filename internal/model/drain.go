@@ -23,10 +23,17 @@ func (r *runner) drain() {
 	s := r.s
 	r.draining = true
 	r.appendEnd(false)
-	for q := range s.paused {
-		ctx, cancel := r.opCtx()
-		r.called("ResumeQueue", r.c.ResumeQueue(ctx, q, "model"), nil)
-		cancel()
+	// Every queue is resumed, a few tries each: the first calls after a
+	// terminated backend fail on its dead connections.
+	for _, q := range queueNames() {
+		for try := 0; try < 5; try++ {
+			ctx, cancel := r.opCtx()
+			err := r.c.ResumeQueue(ctx, q, "model")
+			cancel()
+			if r.called("ResumeQueue", err, nil) || r.v != nil {
+				break
+			}
+		}
 	}
 	clear(s.paused)
 	for o := range s.owners {
