@@ -184,6 +184,17 @@ UNION ALL
 SELECT state, fence, attempt, scheduled_at, jsonb_array_length(errors), true FROM jobfence_jobs_finished WHERE id = $1
 LIMIT 1`
 
+// granted reports whether before -> after is a grant and nothing else: a
+// refused outcome's statement hands the partition's free slots out all
+// the same, which may make this very job, waiting again, available.
+func granted(before, after row) bool {
+	if before.state != "limited" || after.state != "available" {
+		return false
+	}
+	before.state, before.sched = after.state, after.sched
+	return before == after
+}
+
 // readRow reads job id's row; ok is false where it could not.
 func (r *runner) readRow(id int64) (row, bool) {
 	var w row
@@ -229,7 +240,7 @@ func (r *runner) finish(o int, j *queue.Job, out queue.Outcome, delay time.Durat
 		r.s.stats.StaleRefused++
 		if current {
 			r.fail("fence", "job %d: %s under the current fence %d was refused as stale (row %+v)", j.ID, out, j.Fence, before)
-		} else if before != after {
+		} else if before != after && !granted(before, after) {
 			r.fail("stale write", "job %d: refused %s under stale fence %d changed the row: %+v -> %+v", j.ID, out, j.Fence, before, after)
 		}
 		return
