@@ -136,16 +136,32 @@ func (r *runner) checkDeps(j *queue.Job, info *jobInfo) {
 		if !ok {
 			return
 		}
-		if w.state == "completed" || info.runAnyway && (w.state == "discarded" || w.state == "cancelled") {
+		if releases(info, w.state) {
 			continue
 		}
 		rule := "workflow"
-		if info.retriedPending {
-			rule = "workflow retry of a pending task"
+		if info.retriedEarly {
+			rule = "workflow retry before dependencies"
 		}
 		r.fail(rule, "task %s (job %d, run anyway %v) started while its dependency %d is %s", info.task, j.ID, info.runAnyway, d, w.state)
 		return
 	}
+}
+
+// releases reports whether a dependency in state st releases task t.
+func releases(t *jobInfo, st string) bool {
+	return st == "completed" || t.runAnyway && (st == "discarded" || st == "cancelled")
+}
+
+// released reports whether every dependency of t has released it (true
+// for a job with none, and where a row could not be read).
+func (r *runner) released(t *jobInfo) bool {
+	for _, d := range t.deps {
+		if w, ok := r.readRow(d); ok && !releases(t, w.state) {
+			return false
+		}
+	}
+	return true
 }
 
 // listPart lists a partition's unfinished jobs, for a violation's detail.

@@ -66,9 +66,9 @@ type jobInfo struct {
 	// revived marks a job that Retry or RetryForce brought back after it
 	// ended: it lost its place in its sequence's insert order.
 	revived bool
-	// retriedPending marks a task that Retry or RetryForce reached while
-	// it was pending, waiting for its dependencies.
-	retriedPending bool
+	// retriedEarly marks a task that Retry or RetryForce reached before
+	// its dependencies released it.
+	retriedEarly bool
 	// lastAttempt is the attempt its last claim returned, or -1 where
 	// the next one cannot be told (after a rescue, which may give the
 	// attempt back, or an operator's retry).
@@ -117,6 +117,8 @@ type wfInfo struct {
 // Stats counts what a run drove, for the closing log line.
 type Stats struct {
 	Ops, Faults, Starts, Inserts, StaleRefused, Tolerated, Drained, Skipped int
+	// SkippedBy counts the skipped violations by rule.
+	SkippedBy map[string]int
 }
 
 // Add adds o's counts to s.
@@ -129,6 +131,12 @@ func (s *Stats) Add(o Stats) {
 	s.Tolerated += o.Tolerated
 	s.Drained += o.Drained
 	s.Skipped += o.Skipped
+	for k, n := range o.SkippedBy {
+		if s.SkippedBy == nil {
+			s.SkippedBy = map[string]int{}
+		}
+		s.SkippedBy[k] += n
+	}
 }
 
 // state is the reference model: plain data the runner keeps beside the
@@ -169,12 +177,22 @@ func (s *state) add(j *jobInfo) {
 	s.stats.Inserts++
 }
 
-// pickJob returns the model's job number pick (modulo), or nil.
-func (s *state) pickJob(pick int) *jobInfo {
-	if len(s.order) == 0 {
+// pickJob returns the model's job number pick (modulo), or nil; with
+// tasks, among the workflow tasks only.
+func (s *state) pickJob(pick int, tasks bool) *jobInfo {
+	ids := s.order
+	if tasks {
+		ids = nil
+		for _, id := range s.order {
+			if s.jobs[id].workflow != "" {
+				ids = append(ids, id)
+			}
+		}
+	}
+	if len(ids) == 0 {
 		return nil
 	}
-	return s.jobs[s.order[pick%len(s.order)]]
+	return s.jobs[ids[pick%len(ids)]]
 }
 
 // liveClaims are the claims of owners that are neither frozen nor killed,

@@ -25,9 +25,9 @@ const (
 	OpDiscard     Kind = "discard"     // a live claim is discarded
 	OpSnooze      Kind = "snooze"      // a live claim snoozes Ms
 	OpPutBack     Kind = "putback"     // a live claim is put back (unknown kind), after Ms
-	OpCancel      Kind = "cancel"      // Client.Cancel of job Pick
-	OpRetry       Kind = "retry"       // Client.Retry of job Pick
-	OpRetryForce  Kind = "retryforce"  // Client.RetryForce of job Pick
+	OpCancel      Kind = "cancel"      // Client.Cancel of job Pick (Flag: of workflow task Pick)
+	OpRetry       Kind = "retry"       // Client.Retry of job Pick (Flag: of workflow task Pick)
+	OpRetryForce  Kind = "retryforce"  // Client.RetryForce of job Pick (Flag: of workflow task Pick)
 	OpPromote     Kind = "promote"     // Client.Promote (and its deadline sweep)
 	OpGrant       Kind = "grant"       // Client.GrantWaiting
 	OpRescue      Kind = "rescue"      // Client.Rescue of expired leases
@@ -112,9 +112,9 @@ var weighted = []struct {
 	k Kind
 	w int
 }{
-	{OpInsert, 22}, {OpWorkflow, 3}, {OpAppendOpen, 1}, {OpAppendEnd, 2},
+	{OpInsert, 22}, {OpWorkflow, 4}, {OpAppendOpen, 1}, {OpAppendEnd, 2},
 	{OpClaim, 16}, {OpComplete, 10}, {OpFail, 6}, {OpDiscard, 1}, {OpSnooze, 3}, {OpPutBack, 2},
-	{OpCancel, 1}, {OpRetry, 2}, {OpRetryForce, 1},
+	{OpCancel, 1}, {OpRetry, 3}, {OpRetryForce, 2},
 	{OpPromote, 6}, {OpGrant, 3}, {OpRescue, 3}, {OpHeartbeat, 2}, {OpSleep, 5},
 	{OpSetLimit, 1}, {OpDeleteLimit, 1}, {OpPause, 1}, {OpResume, 1},
 	{OpExpire, 2}, {OpFreeze, 1}, {OpThaw, 1}, {OpKill, 1}, {OpTerminate, 1},
@@ -177,6 +177,8 @@ func draw(r *rand.Rand, k Kind) Op {
 		}
 	case OpSleep:
 		o.Ms = 20 + r.IntN(400)
+	case OpCancel, OpRetry, OpRetryForce:
+		o.Flag = r.IntN(5) < 3
 	case OpSetLimit:
 		o.N = r.IntN(3)
 	case OpPause, OpResume:

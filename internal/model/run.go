@@ -140,6 +140,10 @@ func Run(ctx context.Context, env Env, ops []Op) (Result, error) {
 func (r *runner) fail(rule, format string, args ...any) {
 	if r.skip[rule] {
 		r.s.stats.Skipped++
+		if r.s.stats.SkippedBy == nil {
+			r.s.stats.SkippedBy = map[string]int{}
+		}
+		r.s.stats.SkippedBy[rule]++
 		return
 	}
 	if r.v == nil {
@@ -328,18 +332,15 @@ func (r *runner) heartbeat() {
 
 // admin3 is an operator's Cancel, Retry or RetryForce of a job.
 func (r *runner) admin3(op Op) {
-	j := r.s.pickJob(op.Pick)
+	j := r.s.pickJob(op.Pick, op.Flag)
 	if j == nil {
 		return
 	}
-	if op.Kind != OpCancel && len(j.deps) > 0 {
-		// A retry of a task still waiting for its dependencies is told
-		// apart: it is a path of its own into the task's start.
-		if w, ok := r.readRow(j.id); !ok {
-			return
-		} else if w.state == "pending" {
-			j.retriedPending = true
-		}
+	if op.Kind != OpCancel && !r.released(j) {
+		// A retry of a task whose dependencies have not released it
+		// (pending, or cancelled with a dependency) is told apart: it is
+		// a path of its own into the task's start.
+		j.retriedEarly = true
 	}
 	ctx, cancel := r.opCtx()
 	defer cancel()
