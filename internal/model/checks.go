@@ -139,6 +139,9 @@ func (r *runner) checkDeps(j *queue.Job, info *jobInfo) {
 		if releases(info, w.state) {
 			continue
 		}
+		if dep := r.s.jobs[d]; dep != nil && dep.endedAs != "" && releases(info, dep.endedAs) {
+			continue // released by its earlier end, then retried
+		}
 		rule := "workflow"
 		if info.retriedEarly {
 			rule = "workflow retry before dependencies"

@@ -66,6 +66,10 @@ type jobInfo struct {
 	// revived marks a job that Retry or RetryForce brought back after it
 	// ended: it lost its place in its sequence's insert order.
 	revived bool
+	// endedAs is the final state a retry brought the job back from: its
+	// dependents were released by that end, and its revival does not
+	// take the release back.
+	endedAs string
 	// retriedEarly marks a task that Retry or RetryForce reached before
 	// its dependencies released it.
 	retriedEarly bool
@@ -74,6 +78,11 @@ type jobInfo struct {
 	// attempt back, or an operator's retry).
 	lastAttempt int
 	starts      int
+}
+
+// final reports whether st is a final state.
+func final(st string) bool {
+	return st == "completed" || st == "discarded" || st == "cancelled"
 }
 
 // owner is a simulated worker: the claims it holds, and its fault.

@@ -333,6 +333,9 @@ func (r *runner) heartbeat() {
 // admin3 is an operator's Cancel, Retry or RetryForce of a job.
 func (r *runner) admin3(op Op) {
 	j := r.s.pickJob(op.Pick, op.Flag)
+	if op.Flag && op.Kind != OpCancel {
+		j = r.endedTask(op.Pick)
+	}
 	if j == nil {
 		return
 	}
@@ -341,6 +344,10 @@ func (r *runner) admin3(op Op) {
 		// (pending, or cancelled with a dependency) is told apart: it is
 		// a path of its own into the task's start.
 		j.retriedEarly = true
+	}
+	prior, ok := r.readRow(j.id)
+	if !ok {
+		return
 	}
 	ctx, cancel := r.opCtx()
 	defer cancel()
@@ -355,7 +362,37 @@ func (r *runner) admin3(op Op) {
 	}
 	if r.called(string(op.Kind), err, func(err error) bool { return !errors.Is(err, context.DeadlineExceeded) }) && op.Kind != OpCancel {
 		j.revived, j.lastAttempt = true, -1
+		if final(prior.state) {
+			j.endedAs = prior.state
+		}
 	}
+}
+
+// endedTask picks, among the workflow tasks that have ended, number pick
+// (modulo): a retry of one ends it a second time, the path on which a
+// task could release its dependents twice.
+func (r *runner) endedTask(pick int) *jobInfo {
+	var ids []int64
+	for _, id := range r.s.order {
+		if r.s.jobs[id].workflow != "" {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	ctx, cancel := r.opCtx()
+	defer cancel()
+	rows, err := r.admin.Query(ctx, `SELECT id FROM jobfence_jobs WHERE id = ANY($1) AND state IN ('completed', 'discarded', 'cancelled')
+        UNION ALL SELECT id FROM jobfence_jobs_finished WHERE id = ANY($1) ORDER BY id`, ids)
+	if !r.called("read ended tasks", err, nil) {
+		return nil
+	}
+	ended, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if !r.called("read ended tasks", err, nil) || len(ended) == 0 {
+		return nil
+	}
+	return r.s.jobs[ended[pick%len(ended)]]
 }
 
 // limitChange sets a limit's concurrency or deletes a limit.
