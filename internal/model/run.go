@@ -23,6 +23,11 @@ import (
 // caller holds): that is a violation, not a slow machine.
 const opTimeout = 5 * time.Second
 
+// limitSettle is how long SetLimit waits for the transactions open when
+// it stored a limit (an append left open among them): bounded by design,
+// and well within opTimeout.
+const limitSettle = time.Second
+
 // Violation is a broken invariant: the step and operation at which it was
 // seen, the rule, and what was seen.
 type Violation struct {
@@ -100,7 +105,7 @@ func Run(ctx context.Context, env Env, ops []Op) (Result, error) {
 	// The client's logs (a paused queue, a wake a fault broke) are the
 	// operations' own doing; a violation says what matters.
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	r := &runner{ctx: ctx, c: pgqueue.New(pool, pgqueue.Config{Logger: quiet}), pool: pool, admin: env.Admin, app: app, s: newState(), skip: env.Skip}
+	r := &runner{ctx: ctx, c: pgqueue.New(pool, pgqueue.Config{Logger: quiet, LimitSettle: limitSettle}), pool: pool, admin: env.Admin, app: app, s: newState(), skip: env.Skip}
 	defer r.c.Close()
 	defer func() {
 		if r.tx != nil {
