@@ -24,7 +24,7 @@ var (
 	durationFlag = flag.Duration("duration", 0, "run seeds until this much time has passed (0: the short run of -seeds seeds)")
 	seedsFlag    = flag.Int("seeds", 3, "seeds of the short run")
 	replayFlag   = flag.String("replay", "", "replay the operation file FILE (as a failure printed it) instead of generating")
-	shrinkFlag   = flag.Duration("shrink", 3*time.Minute, "how long a failure's shrinking may take")
+	shrinkFlag   = flag.Duration("shrink", 0, "how long a failure's shrinking may take (0: a minute in the short run, 5 in a long one)")
 	skipFlag     = flag.String("skip", "", "comma-separated rules whose violations are counted, not failed: known defects set aside")
 )
 
@@ -106,6 +106,17 @@ func TestModel(t *testing.T) {
 	}
 }
 
+// shrinkFor is -shrink, or its default for the run.
+func shrinkFor() time.Duration {
+	switch {
+	case *shrinkFlag > 0:
+		return *shrinkFlag
+	case *durationFlag > 0:
+		return 5 * time.Minute
+	}
+	return time.Minute
+}
+
 // report shrinks a failing list and fails the test with the seed, the
 // shortest list found and the command that replays it.
 func report(t *testing.T, seed uint64, ops []model.Op, v *model.Violation) {
@@ -115,7 +126,7 @@ func report(t *testing.T, seed uint64, ops []model.Op, v *model.Violation) {
 	short, runs := model.Shrink(cut, func(c []model.Op) bool {
 		res := runFresh(t, c)
 		return res.Violation != nil && res.Violation.Rule == v.Rule
-	}, 200, time.Now().Add(*shrinkFlag))
+	}, 200, time.Now().Add(shrinkFor()))
 	last := runFresh(t, short)
 	file := filepath.Join(os.TempDir(), fmt.Sprintf("jobfence-model-%d.ops", seed))
 	if err := os.WriteFile(file, []byte(model.FormatOps(short)), 0o644); err != nil {
@@ -123,4 +134,30 @@ func report(t *testing.T, seed uint64, ops []model.Op, v *model.Violation) {
 	}
 	t.Fatalf("seed %d: %s violated; shrunk in %d replays from %d to %d operations:\n%s\nlast replay: %v\nreplay: go test ./internal/model -run TestModel -args -replay=%s\nor the whole run: go test ./internal/model -run TestModel -args -seed=%d -seeds=1 -ops=%d",
 		seed, v.Rule, runs, len(ops), len(short), model.FormatOps(short), last.Violation, file, seed, len(ops))
+}
+
+// TestModelCases replays the operation lists under testdata: each is a
+// shrunk failure the model test found (or one written the same way for a
+// known defect), kept so that it runs in every go test, as a fuzz
+// target's corpus does. Each file's comment names the rule it broke.
+func TestModelCases(t *testing.T) {
+	testwatch.Bound(t, 10*time.Minute)
+	files, err := filepath.Glob(filepath.Join("testdata", "*.ops"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no testdata/*.ops")
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".ops"), func(t *testing.T) {
+			ops, err := model.ReadOps(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res := runFresh(t, ops); res.Violation != nil {
+				t.Fatalf("%v\nreplay: go test ./internal/model -run TestModel -args -replay=%s", res.Violation, f)
+			}
+		})
+	}
 }

@@ -116,7 +116,7 @@ var weighted = []struct {
 	{OpClaim, 16}, {OpComplete, 10}, {OpFail, 6}, {OpDiscard, 1}, {OpSnooze, 3}, {OpPutBack, 2},
 	{OpCancel, 1}, {OpRetry, 3}, {OpRetryForce, 2},
 	{OpPromote, 6}, {OpGrant, 3}, {OpRescue, 3}, {OpHeartbeat, 2}, {OpSleep, 5},
-	{OpSetLimit, 1}, {OpDeleteLimit, 1}, {OpPause, 1}, {OpResume, 1},
+	{OpSetLimit, 2}, {OpDeleteLimit, 1}, {OpPause, 1}, {OpResume, 1},
 	{OpExpire, 2}, {OpFreeze, 1}, {OpThaw, 1}, {OpKill, 1}, {OpTerminate, 1},
 }
 
@@ -150,7 +150,10 @@ func draw(r *rand.Rand, k Kind) Op {
 	switch k {
 	case OpInsert:
 		o.Queue = r.IntN(len(world) - 1) // not the workflows' queue
-		o.Part = r.IntN(partitions)
+		// Half the jobs share partition 0, so that they meet in it.
+		if o.Part = r.IntN(2 * partitions); o.Part >= partitions {
+			o.Part = 0
+		}
 		if r.IntN(5) == 0 {
 			o.Ms = 50 + r.IntN(600)
 		}
