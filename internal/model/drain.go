@@ -21,7 +21,6 @@ const drainBound = 40 * time.Second
 // its maximum.
 func (r *runner) drain() {
 	s := r.s
-	r.draining = true
 	r.appendEnd(false)
 	// Every queue is resumed, a few tries each: the first calls after a
 	// terminated backend fail on its dead connections.

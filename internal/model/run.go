@@ -71,11 +71,10 @@ type runner struct {
 	op    Op
 	v     *Violation
 	// tx is the caller's open transaction of an append, and app its task.
-	tx       pgx.Tx
-	txJob    *jobInfo
-	txWf     *wfInfo
-	draining bool
-	skip     map[string]bool
+	tx    pgx.Tx
+	txJob *jobInfo
+	txWf  *wfInfo
+	skip  map[string]bool
 }
 
 var apps atomic.Int64
@@ -176,13 +175,25 @@ func (r *runner) called(what string, err error, tolerate func(error) bool) bool 
 		r.fail("bounded wait", "%s waited %v: %v", what, opTimeout, err)
 		return false
 	}
-	var pgErr *pgconn.PgError
-	if tolerate != nil && tolerate(err) || errors.As(err, &pgErr) && pgErr.Code == "57P01" || !errors.As(err, &pgErr) && !errors.Is(err, queue.ErrStaleFence) {
+	if tolerate != nil && tolerate(err) || connLost(err) {
 		r.s.stats.Tolerated++
 		return false
 	}
 	r.fail("error", "%s: %v", what, err)
 	return false
+}
+
+// connLost reports whether err may be a session's end rather than the
+// server's answer: its backend terminated (57P01), or an error that is no
+// server error at all (a connection closed under the call; pgqueue's own
+// refusals, such as a workflow that stopped growing, look the same and
+// are tolerated with them). A stale fence is judged by the caller.
+func connLost(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "57P01"
+	}
+	return !errors.Is(err, queue.ErrStaleFence)
 }
 
 func anyErr(error) bool { return true }
@@ -365,7 +376,7 @@ func (r *runner) admin3(op Op) {
 	case OpRetryForce:
 		err = r.c.RetryForce(ctx, j.id)
 	}
-	if r.called(string(op.Kind), err, func(err error) bool { return !errors.Is(err, context.DeadlineExceeded) }) && op.Kind != OpCancel {
+	if r.called(string(op.Kind), err, anyErr) && op.Kind != OpCancel {
 		j.revived, j.lastAttempt = true, -1
 		if final(prior.state) {
 			j.endedAs = prior.state
