@@ -117,7 +117,7 @@ var weighted = []struct {
 	{OpCancel, 1}, {OpRetry, 3}, {OpRetryForce, 2},
 	{OpPromote, 6}, {OpGrant, 3}, {OpRescue, 3}, {OpHeartbeat, 2}, {OpSleep, 5},
 	{OpSetLimit, 2}, {OpDeleteLimit, 1}, {OpPause, 1}, {OpResume, 1},
-	{OpExpire, 2}, {OpFreeze, 1}, {OpThaw, 1}, {OpKill, 1}, {OpTerminate, 1},
+	{OpExpire, 3}, {OpFreeze, 1}, {OpThaw, 2}, {OpKill, 1}, {OpTerminate, 1},
 }
 
 // Generate draws n operations from seed: the same seed gives the same list.
