@@ -61,8 +61,10 @@ func (r *runner) checkLimit(j *queue.Job, l *limitState, st start) {
 		if !r.called("count running", err, nil) {
 			return
 		}
-		if running > conc && l.granted[j.ID] {
-			delete(l.granted, j.ID) // granted before the limit was lowered
+		if l.granted[j.ID] {
+			// Granted before the limit was lowered: it may start once
+			// above the new value.
+			delete(l.granted, j.ID)
 		} else if running > conc {
 			rule := "concurrency"
 			if l.lowered {
@@ -70,8 +72,7 @@ func (r *runner) checkLimit(j *queue.Job, l *limitState, st start) {
 			}
 			r.fail(rule, "job %d started in %s/%s with %d running (this one included), limit %d", j.ID, spec.Name, j.LimitPartition, running, conc)
 			return
-		}
-		if hold && running+held > conc {
+		} else if hold && running+held > conc {
 			r.fail("held slot", "job %d started in %s/%s with %d running and %d waiting to run again that hold their slots (%s), limit %d",
 				j.ID, spec.Name, j.LimitPartition, running, held, r.listPart(spec.Name, j.LimitPartition), conc)
 			return

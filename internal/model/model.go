@@ -126,8 +126,10 @@ type wfInfo struct {
 // Stats counts what a run drove, for the closing log line.
 type Stats struct {
 	Ops, Faults, Starts, Inserts, StaleRefused, Tolerated, Drained, Skipped int
-	// SkippedBy counts the skipped violations by rule.
-	SkippedBy map[string]int
+	// SkippedBy counts the skipped violations by rule, and SkippedFirst
+	// is the first of each rule.
+	SkippedBy    map[string]int
+	SkippedFirst map[string]string
 }
 
 // Add adds o's counts to s.
@@ -145,6 +147,14 @@ func (s *Stats) Add(o Stats) {
 			s.SkippedBy = map[string]int{}
 		}
 		s.SkippedBy[k] += n
+	}
+	for k, v := range o.SkippedFirst {
+		if s.SkippedFirst == nil {
+			s.SkippedFirst = map[string]string{}
+		}
+		if _, ok := s.SkippedFirst[k]; !ok {
+			s.SkippedFirst[k] = v
+		}
 	}
 }
 

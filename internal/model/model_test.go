@@ -103,6 +103,9 @@ func TestModel(t *testing.T) {
 		total.Ops, total.Faults, total.Ops / *opsFlag, total.Starts, total.Inserts, total.StaleRefused, total.Tolerated, total.Drained, total.Skipped, time.Since(began).Round(time.Second))
 	if total.Skipped > 0 {
 		t.Logf("skipped violations by rule: %v", total.SkippedBy)
+		for rule, first := range total.SkippedFirst {
+			t.Logf("first %s: %s", rule, first)
+		}
 	}
 }
 

@@ -148,6 +148,12 @@ func (r *runner) fail(rule, format string, args ...any) {
 			r.s.stats.SkippedBy = map[string]int{}
 		}
 		r.s.stats.SkippedBy[rule]++
+		if r.s.stats.SkippedFirst == nil {
+			r.s.stats.SkippedFirst = map[string]string{}
+		}
+		if _, ok := r.s.stats.SkippedFirst[rule]; !ok {
+			r.s.stats.SkippedFirst[rule] = (&Violation{Step: r.step, Op: r.op, Rule: rule, Detail: fmt.Sprintf(format, args...)}).Error()
+		}
 		return
 	}
 	if r.v == nil {
