@@ -26,7 +26,12 @@ func (r *runner) insert(op Op) {
 			p.Deadline = p.ScheduledAt
 		}
 	}
-	if op.Unique > 0 {
+	switch {
+	case op.Unique > 0 && op.Flag && q.name != "seq":
+		// A debounce, per queue and partition: a duplicate of a job
+		// that has not started moves that job to this insert's time.
+		p.Unique = &queue.UniqueOpts{ByQueue: true, ByFields: []string{"p"}, Debounce: true}
+	case op.Unique > 0:
 		p.UniqueKey = fmt.Sprintf("u%d", op.Unique)
 	}
 	if q.name == "seq" {
@@ -36,6 +41,12 @@ func (r *runner) insert(op Op) {
 	defer cancel()
 	res, err := r.c.Enqueue(ctx, p)
 	if !r.called("Enqueue", err, nil) {
+		return
+	}
+	if p.Unique != nil && !res.Inserted {
+		if res.Debounced {
+			r.s.stats.Debounced++
+		}
 		return
 	}
 	if p.UniqueKey != "" {

@@ -125,7 +125,7 @@ type wfInfo struct {
 
 // Stats counts what a run drove, for the closing log line.
 type Stats struct {
-	Ops, Faults, Starts, Inserts, StaleRefused, Tolerated, Drained, Skipped int
+	Ops, Faults, Starts, Inserts, Debounced, StaleRefused, Tolerated, Drained, Skipped int
 	// SkippedBy counts the skipped violations by rule, and SkippedFirst
 	// is the first of each rule.
 	SkippedBy    map[string]int
@@ -138,6 +138,7 @@ func (s *Stats) Add(o Stats) {
 	s.Faults += o.Faults
 	s.Starts += o.Starts
 	s.Inserts += o.Inserts
+	s.Debounced += o.Debounced
 	s.StaleRefused += o.StaleRefused
 	s.Tolerated += o.Tolerated
 	s.Drained += o.Drained

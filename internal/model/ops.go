@@ -15,7 +15,7 @@ type Kind string
 // when it runs (Op.Pick modulo their number), so that an operation list
 // stays meaningful when the shrinker removes operations before it.
 const (
-	OpInsert      Kind = "insert"      // Queue, Part, Ms (schedule), Deadline, Unique, N (max attempts)
+	OpInsert      Kind = "insert"      // Queue, Part, Ms (schedule), Deadline, Unique (Flag: a debounce), N (max attempts)
 	OpWorkflow    Kind = "workflow"    // fan-out/fan-in A -> B, C -> D; Flag: D runs anyway; Deadline: D's
 	OpAppendOpen  Kind = "appendopen"  // open a caller tx and append a task to workflow Pick in it
 	OpAppendEnd   Kind = "appendend"   // commit (Flag: roll back) the open append
@@ -162,6 +162,7 @@ func draw(r *rand.Rand, k Kind) Op {
 		}
 		if r.IntN(6) == 0 {
 			o.Unique = 1 + r.IntN(5)
+			o.Flag = r.IntN(2) == 0
 		}
 		o.N = 1 + r.IntN(4)
 	case OpWorkflow:
