@@ -38,7 +38,7 @@ func (r *runner) drain() {
 	for o := range s.owners {
 		s.owners[o].frozen = false
 		for _, j := range append([]*queue.Job(nil), s.owners[o].claims...) {
-			r.finish(o, j, queue.OutcomeComplete, 0, false)
+			r.finish(o, j, queue.OutcomeComplete, 0, inTx)
 		}
 	}
 	s.abandoned = nil
@@ -61,7 +61,7 @@ func (r *runner) drain() {
 			for r.v == nil {
 				jobs := r.claim(0, q.name, 20)
 				for _, j := range jobs {
-					r.finish(0, j, queue.OutcomeComplete, 0, false)
+					r.finish(0, j, queue.OutcomeComplete, 0, batch)
 				}
 				claimed += len(jobs)
 				s.stats.Drained += len(jobs)

@@ -2,6 +2,7 @@ package model
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -170,7 +171,7 @@ func (r *runner) claim(o int, q string, n int) []*queue.Job {
 			// Claimed at or past its deadline: the worker discards it
 			// unrun (worker/deadline.go); not a start.
 			r.s.owners[o].claims = append(r.s.owners[o].claims, j)
-			r.finish(o, j, queue.OutcomeDiscard, 0, false)
+			r.finish(o, j, queue.OutcomeDiscard, 0, batch)
 			continue
 		}
 		r.started(j)
@@ -219,7 +220,18 @@ func (r *runner) readRow(id int64) (row, bool) {
 // does, and checks the fence: a write under a claim that is no longer
 // current must be refused and change nothing; one under the current
 // claim must land.
-func (r *runner) finish(o int, j *queue.Job, out queue.Outcome, delay time.Duration, putBack bool) {
+// how a finish is reported: in Finish's batch, as a put-back (an unknown
+// kind's), or in a transaction of the caller's with FinishTx, as a
+// transactional handler's completion commits.
+type how int
+
+const (
+	batch how = iota
+	putBack
+	inTx
+)
+
+func (r *runner) finish(o int, j *queue.Job, out queue.Outcome, delay time.Duration, via how) {
 	r.s.drop(o, j)
 	before, ok := r.readRow(j.ID)
 	if !ok {
@@ -228,14 +240,23 @@ func (r *runner) finish(o int, j *queue.Job, out queue.Outcome, delay time.Durat
 	f := queue.Finish{Lease: j.Lease(), Outcome: out, Delay: delay, Workflow: j.WorkflowID != "",
 		Limit: j.Limit, LimitPartition: j.LimitPartition, Queue: j.Queue, Dependents: j.Dependents}
 	if out != queue.OutcomeComplete {
-		f.Error = &queue.AttemptError{Attempt: j.Attempt, At: time.Now(), Error: "model: " + out.String(), PutBack: putBack}
-		if putBack {
+		f.Error = &queue.AttemptError{Attempt: j.Attempt, At: time.Now(), Error: "model: " + out.String(), PutBack: via == putBack}
+		if via == putBack {
 			f.Error.Error = "jobfence: unknown job kind (model put-back)"
 		}
 	}
-	ctx, cancel := r.opCtx()
-	stale, err := r.c.Finish(ctx, []queue.Finish{f})
-	cancel()
+	var stale []queue.Lease
+	var err error
+	if via == inTx {
+		err = r.finishTx(f)
+		if errors.Is(err, queue.ErrStaleFence) {
+			stale, err = []queue.Lease{f.Lease}, nil
+		}
+	} else {
+		ctx, cancel := r.opCtx()
+		stale, err = r.c.Finish(ctx, []queue.Finish{f})
+		cancel()
+	}
 	if !r.called(fmt.Sprintf("Finish %s of job %d fence %d", out, j.ID, j.Fence), err, nil) {
 		// The outcome may or may not have landed: its lease runs out
 		// unless it did, and an expiry and a rescue move it on.
@@ -263,4 +284,21 @@ func (r *runner) finish(o int, j *queue.Job, out queue.Outcome, delay time.Durat
 	if info := r.s.jobs[j.ID]; info != nil && out == queue.OutcomeSnooze && info.lastAttempt > 0 {
 		info.lastAttempt-- // a snooze gives the attempt back
 	}
+}
+
+// finishTx reports f with FinishTx in a transaction of its own and
+// commits it; a stale fence comes back as queue.ErrStaleFence, the
+// transaction rolled back.
+func (r *runner) finishTx(f queue.Finish) error {
+	ctx, cancel := r.opCtx()
+	defer cancel()
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if err := r.c.FinishTx(ctx, tx, f); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }

@@ -20,10 +20,10 @@ const (
 	OpAppendOpen  Kind = "appendopen"  // open a caller tx and append a task to workflow Pick in it
 	OpAppendEnd   Kind = "appendend"   // commit (Flag: roll back) the open append
 	OpClaim       Kind = "claim"       // owner Owner claims up to N of Queue
-	OpComplete    Kind = "complete"    // a live claim completes
-	OpFail        Kind = "fail"        // a live claim fails: retried after Ms
+	OpComplete    Kind = "complete"    // a live claim completes (Flag: with FinishTx in a transaction)
+	OpFail        Kind = "fail"        // a live claim fails: retried after Ms (Flag: with FinishTx)
 	OpDiscard     Kind = "discard"     // a live claim is discarded
-	OpSnooze      Kind = "snooze"      // a live claim snoozes Ms
+	OpSnooze      Kind = "snooze"      // a live claim snoozes Ms (Flag: with FinishTx)
 	OpPutBack     Kind = "putback"     // a live claim is put back (unknown kind), after Ms
 	OpCancel      Kind = "cancel"      // Client.Cancel of job Pick (Flag: of workflow task Pick)
 	OpRetry       Kind = "retry"       // Client.Retry of job Pick (Flag: of workflow task Pick)
@@ -175,10 +175,13 @@ func draw(r *rand.Rand, k Kind) Op {
 	case OpClaim:
 		o.Queue = r.IntN(len(world))
 		o.N = 1 + r.IntN(3)
+	case OpComplete:
+		o.Flag = r.IntN(3) == 0
 	case OpFail, OpSnooze, OpPutBack:
 		if r.IntN(3) > 0 {
 			o.Ms = r.IntN(300)
 		}
+		o.Flag = k != OpPutBack && r.IntN(3) == 0
 	case OpSleep:
 		o.Ms = 20 + r.IntN(400)
 	case OpCancel, OpRetry, OpRetryForce:

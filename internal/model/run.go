@@ -226,7 +226,13 @@ func (r *runner) exec(op Op) {
 		i := op.Pick % len(claims)
 		out := map[Kind]queue.Outcome{OpComplete: queue.OutcomeComplete, OpFail: queue.OutcomeRetry, OpDiscard: queue.OutcomeDiscard,
 			OpSnooze: queue.OutcomeSnooze, OpPutBack: queue.OutcomeSnooze}[op.Kind]
-		r.finish(by[i], claims[i], out, time.Duration(op.Ms)*time.Millisecond, op.Kind == OpPutBack)
+		via := batch
+		if op.Kind == OpPutBack {
+			via = putBack
+		} else if op.Flag {
+			via = inTx
+		}
+		r.finish(by[i], claims[i], out, time.Duration(op.Ms)*time.Millisecond, via)
 	case OpCancel, OpRetry, OpRetryForce:
 		r.admin3(op)
 	case OpPromote:
@@ -273,7 +279,7 @@ func (r *runner) exec(op Op) {
 		// A thawed worker writes the outcomes its handlers reached while
 		// it was stopped: the claims it lost must refuse them.
 		for _, j := range append([]*queue.Job(nil), o.claims...) {
-			r.finish(op.Owner%owners, j, queue.OutcomeComplete, 0, false)
+			r.finish(op.Owner%owners, j, queue.OutcomeComplete, 0, inTx)
 			if r.v != nil {
 				return
 			}
