@@ -73,7 +73,7 @@ func TestModel(t *testing.T) {
 			t.Fatal(err)
 		}
 		res := runFresh(t, ops)
-		t.Logf("replayed %d operations (%d faults)", res.Stats.Ops, res.Stats.Faults)
+		t.Logf("replayed %d operations (%d faults, %d starts, %d stale writes refused)", res.Stats.Ops, res.Stats.Faults, res.Stats.Starts, res.Stats.StaleRefused)
 		if res.Violation != nil {
 			t.Fatalf("violation: %v", res.Violation)
 		}
