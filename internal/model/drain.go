@@ -42,6 +42,11 @@ func (r *runner) drain() {
 		}
 	}
 	s.abandoned = nil
+	// The drain runs every lease out: a rescue may give an attempt back,
+	// so the next attempt of a job is not told.
+	for _, j := range s.jobs {
+		j.lastAttempt = -1
+	}
 	end := time.Now().Add(drainBound)
 	for r.v == nil && time.Now().Before(end) {
 		ctx, cancel := r.opCtx()
