@@ -14,5 +14,15 @@
 // meet other lifecycle paths (put-backs, snoozes, retries, rescues,
 // limit changes, appends), which hand-written tests cover pair by pair.
 //
+// A violation names its rule: concurrency, lowered limit (a start above a
+// lowered limit that had not granted the job before), held slot (a start
+// beside a job of a FailureHold limit or a sequence that waits to run
+// again and keeps its slot), rate, sequence, workflow, workflow retry
+// before dependencies, deadline (a job still waiting past its deadline
+// after the promoter's sweep), stale write, fence (a current claim's
+// write refused), unique, attempts, bounded wait (a call that waited
+// opTimeout on another session), drain (a job that never ended once the
+// faults stopped), and error (a server error).
+//
 // See docs/testing.md for how to run it and replay a failure.
 package model
