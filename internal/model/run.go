@@ -307,4 +307,3 @@ func (r *runner) allClaims() []*queue.Job {
 	}
 	return append(all, r.s.abandoned...)
 }
-
