@@ -93,6 +93,9 @@ func TestModel(t *testing.T) {
 		s := seed + uint64(i)
 		ops := model.Generate(s, *opsFlag)
 		res := runFresh(t, ops)
+		for rule, first := range res.Stats.SkippedFirst {
+			res.Stats.SkippedFirst[rule] = fmt.Sprintf("seed %d %s", s, first)
+		}
 		total.Add(res.Stats)
 		if res.Violation != nil {
 			report(t, s, ops, res.Violation)
