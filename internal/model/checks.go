@@ -61,11 +61,7 @@ func (r *runner) checkLimit(j *queue.Job, l *limitState, st start) {
 		if !r.called("count running", err, nil) {
 			return
 		}
-		if l.granted[j.ID] {
-			// Granted before the limit was lowered: it may start once
-			// above the new value.
-			delete(l.granted, j.ID)
-		} else if running > conc {
+		if running > conc {
 			rule := "concurrency"
 			if l.lowered {
 				rule = "lowered limit"

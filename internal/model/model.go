@@ -97,12 +97,9 @@ type limitState struct {
 	deleted bool
 	// lowered marks a limit whose concurrency was lowered: jobs started
 	// under the old value may run on above the new one, so only starts
-	// are checked against it, not the running count at every step.
+	// are checked against it (SetLimit takes back the slots above it
+	// that jobs had not started with), not the running count.
 	lowered bool
-	// granted are the jobs that held a slot, available, when the limit
-	// was lowered: a change applies at the next grant, so each may start
-	// once above the new value; nothing else may.
-	granted map[int64]bool
 }
 
 // start is one start of a job as a claim returned it: the database's

@@ -149,20 +149,6 @@ func (r *runner) limitChange(op Op) {
 	}
 	if spec.Concurrency < l.spec.Concurrency {
 		l.lowered = true
-		if l.granted == nil {
-			l.granted = map[int64]bool{}
-		}
-		rows, err := r.admin.Query(ctx, `SELECT id FROM jobfence_jobs WHERE limit_name = $1 AND state = 'available'`, spec.Name)
-		if !r.called("read granted", err, nil) {
-			return
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id int64
-			if rows.Scan(&id) == nil {
-				l.granted[id] = true
-			}
-		}
 	}
 	l.spec = spec
 }
