@@ -19,13 +19,15 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 var (
-	seedFlag     = flag.Uint64("seed", 0, "first seed of the model test (0: drawn from the time, and printed)")
-	opsFlag      = flag.Int("ops", 250, "operations per seed")
-	durationFlag = flag.Duration("duration", 0, "run seeds until this much time has passed (0: the short run of -seeds seeds)")
-	seedsFlag    = flag.Int("seeds", 3, "seeds of the short run")
-	replayFlag   = flag.String("replay", "", "replay the operation file FILE (as a failure printed it) instead of generating")
-	shrinkFlag   = flag.Duration("shrink", 0, "how long a failure's shrinking may take (0: a minute in the short run, 5 in a long one)")
-	skipFlag     = flag.String("skip", "", "comma-separated rules whose violations are counted, not failed: known defects set aside")
+	seedFlag         = flag.Uint64("seed", 0, "first seed of the model test (0: drawn from the time, and printed)")
+	opsFlag          = flag.Int("ops", 250, "operations per seed")
+	durationFlag     = flag.Duration("duration", 0, "run seeds until this much time has passed (0: the short run of -seeds seeds)")
+	seedsFlag        = flag.Int("seeds", 3, "seeds of the short run")
+	replayFlag       = flag.String("replay", "", "replay the operation file FILE (as a failure printed it) instead of generating")
+	shrinkFlag       = flag.Duration("shrink", 0, "how long a failure's shrinking may take (0: a minute in the short run, 5 in a long one)")
+	triesFlag        = flag.Int("tries", 1, "replays of each cut while shrinking: a cut fails if any fails (more for a failure that depends on timing)")
+	shrinkReplayFlag = flag.Bool("shrinkreplay", false, "shrink a failing -replay list further")
+	skipFlag         = flag.String("skip", "", "comma-separated rules whose violations are counted, not failed: known defects set aside")
 )
 
 // skip is -skip as a set.
@@ -74,6 +76,9 @@ func TestModel(t *testing.T) {
 		}
 		res := runFresh(t, ops)
 		t.Logf("replayed %d operations (%d faults, %d starts, %d stale writes refused)", res.Stats.Ops, res.Stats.Faults, res.Stats.Starts, res.Stats.StaleRefused)
+		if res.Violation != nil && *shrinkReplayFlag {
+			report(t, 0, ops, res.Violation)
+		}
 		if res.Violation != nil {
 			t.Fatalf("violation: %v", res.Violation)
 		}
@@ -130,8 +135,12 @@ func report(t *testing.T, seed uint64, ops []model.Op, v *model.Violation) {
 	t.Logf("seed %d: violation at step %d: %v", seed, v.Step, v)
 	cut := ops[:min(v.Step+1, len(ops))]
 	short, runs := model.Shrink(cut, func(c []model.Op) bool {
-		res := runFresh(t, c)
-		return res.Violation != nil && res.Violation.Rule == v.Rule
+		for range max(1, *triesFlag) {
+			if res := runFresh(t, c); res.Violation != nil && res.Violation.Rule == v.Rule {
+				return true
+			}
+		}
+		return false
 	}, 200, time.Now().Add(shrinkFor()))
 	last := runFresh(t, short)
 	file := filepath.Join(os.TempDir(), fmt.Sprintf("jobfence-model-%d.ops", seed))
