@@ -97,12 +97,16 @@ func (r *runner) checkLimit(j *queue.Job, l *limitState, st start) {
 }
 
 // checkSequence: every job inserted into the sequence before j has ended,
-// unless an operator's retry brought it back (it lost its place).
+// unless an operator's retry brought it back (it lost its place) or its
+// deadline passed before j started.
 func (r *runner) checkSequence(j *queue.Job, spec pgqueue.Limit) {
 	ctx, cancel := r.opCtx()
 	defer cancel()
+	// A job waiting past its deadline will never start (the grant passes
+	// over it, the sweep discards it): it has left the order.
 	rows, err := r.admin.Query(ctx, `SELECT id, state FROM jobfence_jobs WHERE limit_name = $1 AND limit_part = $2 AND id < $3
-        AND state NOT IN ('completed', 'discarded', 'cancelled') ORDER BY id`, spec.Name, j.LimitPartition, j.ID)
+        AND state NOT IN ('completed', 'discarded', 'cancelled')
+        AND NOT (state <> 'running' AND deadline IS NOT NULL AND deadline <= $4) ORDER BY id`, spec.Name, j.LimitPartition, j.ID, j.AttemptedAt)
 	if !r.called("read sequence", err, nil) {
 		return
 	}
