@@ -15,7 +15,7 @@ FUZZ_TARGETS = \
 	./idempotency:FuzzFingerprint \
 	./telemetry:FuzzParseTraceparent
 
-.PHONY: test setup vet fuzz demo bench build
+.PHONY: test setup vet fuzz demo bench build model
 
 build:
 	$(GO) build ./...
@@ -34,6 +34,17 @@ vet:
 # with "context deadline exceeded" while the tests all passed.
 test: setup vet
 	@$(GO) test $(TESTFLAGS) -json ./... 2>&1 | $(GO) run ./internal/testsummary
+
+# The model test's long run (internal/model): seeds of random operations
+# and faults for DURATION, from SEED (0: drawn from the time and printed).
+# make test runs its short version. A violation prints the seed, the
+# shrunk operation list and the command that replays it.
+DURATION ?= 10m
+SEED ?= 0
+MODELFLAGS ?=
+
+model:
+	$(GO) test -race -count=1 -timeout 0 -v ./internal/model -run TestModel -args -duration=$(DURATION) -seed=$(SEED) $(MODELFLAGS)
 
 # Go fuzzes one target per invocation. A failure leaves its input under the
 # package's testdata/fuzz, where it becomes a seed that go test always runs.
