@@ -256,6 +256,7 @@ WITH r AS (
     UPDATE jobfence_jobs
     SET ` + retrySet + `
     WHERE id = $1 AND state NOT IN ('running', 'pending') AND ($2 OR state <> 'completed')
+      AND coalesce(deps_left, 0) = 0
     RETURNING queue
 )
 SELECT pg_notify($3, queue) FROM r`
@@ -287,9 +288,9 @@ SELECT pg_notify($2, queue) FROM r`
 // more attempt if it had none left: the way back for a discarded or
 // cancelled job. It refuses a completed job with an error wrapping
 // ErrJobCompleted, because a mistaken retry must not repeat what the job
-// did (see RetryForce), and a workflow task still waiting for its
-// dependencies with one wrapping ErrJobPending, because it would run
-// before them.
+// did (see RetryForce), and a workflow task that its dependencies have
+// not released (pending, or cancelled before they did) with one wrapping
+// ErrDependenciesPending, because it would run before them.
 func (c *Client) Retry(ctx context.Context, id int64) error {
 	return c.retry(ctx, id, false)
 }
@@ -313,8 +314,8 @@ func (c *Client) retry(ctx context.Context, id int64, force bool) error {
 		if j.State == queue.StateCompleted {
 			return fmt.Errorf("pgqueue: retry job %d: %w", id, ErrJobCompleted)
 		}
-		if j.State == queue.StatePending {
-			return fmt.Errorf("pgqueue: retry job %d: %w", id, ErrJobPending)
+		if j.State == queue.StatePending || j.State != queue.StateRunning && c.dependenciesLeft(ctx, id) {
+			return fmt.Errorf("pgqueue: retry job %d: %w", id, ErrDependenciesPending)
 		}
 		return fmt.Errorf("pgqueue: retry job %d: it is %s", id, j.State)
 	}
@@ -327,11 +328,21 @@ func (c *Client) retry(ctx context.Context, id int64, force bool) error {
 	return nil
 }
 
-// ErrJobPending reports a Retry of a workflow task still waiting for its
-// dependencies: made ready, it would run before them. It runs once they
-// release it; RetryWorkflow retries a workflow's failed tasks and counts
-// its pending ones' dependencies again.
-var ErrJobPending = errors.New("jobfence: the job is a workflow task waiting for its dependencies; it runs once they release it")
+// dependenciesLeft says whether job id is a workflow task that some of its
+// dependencies have not released (deps_left > 0).
+func (c *Client) dependenciesLeft(ctx context.Context, id int64) bool {
+	var left bool
+	err := c.pool.QueryRow(ctx, `SELECT coalesce(deps_left, 0) > 0 FROM jobfence_jobs WHERE id = $1`, id).Scan(&left)
+	return err == nil && left
+}
+
+// ErrDependenciesPending reports a Retry of a workflow task that its
+// dependencies have not released: one still pending, or one cancelled or
+// discarded before they did (a cancel, a failed dependency). Made ready,
+// it would run before them. A pending task runs once they release it;
+// RetryWorkflow retries a workflow's failed tasks with their
+// dependencies, counting them again.
+var ErrDependenciesPending = errors.New("jobfence: the workflow task's dependencies have not released it; it would run before them (RetryWorkflow retries it with them)")
 
 // ErrJobRunning reports a Delete of a running job: its worker still holds
 // it, and deleting the row would leave that worker's outcome nowhere to go.

@@ -41,8 +41,8 @@ const uniqueFree = `(j.unique_hash IS NULL OR NOT EXISTS (
     WHERE d.unique_hash = j.unique_hash AND jobfence_state_in_bitmask(d.unique_states, d.state) AND d.id <> j.id))`
 
 // RetryMatching retries, as Retry does, every job that p selects and that
-// Retry would retry: running and completed jobs and pending workflow
-// tasks are skipped, and asking for one of those states is an error
+// Retry would retry: running and completed jobs and workflow tasks that
+// their dependencies have not released are skipped, and asking for one of those states is an error
 // wrapping ErrBulkState; so are jobs whose
 // unique key another job holds. Two finished duplicates (of UniqueOpts)
 // in one batch fail it with an error wrapping ErrUniqueHeld: retry them
@@ -60,7 +60,7 @@ func (c *Client) RetryMatching(ctx context.Context, p BulkParams) (int64, error)
 		return 0, fmt.Errorf("pgqueue: retry matching: %w: pending workflow tasks wait for their dependencies and run once they release them; RetryWorkflow retries a workflow", ErrBulkState)
 	}
 	return c.bulk(ctx, "retry", p, "jobfence_jobs", `UPDATE jobfence_jobs j SET `+retrySet+` FROM batch WHERE j.id = batch.id`,
-		`j.state NOT IN ('running', 'completed', 'pending') AND `+uniqueFree, true)
+		`j.state NOT IN ('running', 'completed', 'pending') AND coalesce(j.deps_left, 0) = 0 AND `+uniqueFree, true)
 }
 
 // DeleteMatching deletes every job that p selects that is not running

@@ -158,8 +158,9 @@ ON CONFLICT (name) DO UPDATE SET queue = EXCLUDED.queue, kind = EXCLUDED.kind, p
 // when their time comes (promoteSQL), and a workflow's pending tasks when
 // their dependencies release them (releaseSQL). Jobs already running are not
 // counted: they finish, and the limit counts the jobs it grants. A
-// lowered limit takes back the slots at or above it from the jobs granted
-// them that have not started (revokeSQL): they wait again. A changed
+// lowered limit takes back the slots of the jobs granted them that have
+// not started, in a partition over it (revokeSQL): they wait again. A
+// changed
 // Concurrency, Rate or OnFailure applies at once to the jobs it governs
 // already (every grant reads it). Changing a limit's Queue, Kind or
 // PartitionBy leaves the jobs it governed under the partition they were
@@ -336,24 +337,36 @@ func (c *Client) adoptAvailable(ctx context.Context, name string) ([]partition, 
 	return c.limitAvailable(ctx, name, adoptSQL)
 }
 
-// revokeSQL makes up to $2 available jobs of limit $1 that hold a slot at
-// or above its current value (a concurrency slot, or a rate slot granted
-// within the period) wait again, limited, their slots given up: jobs a
-// grant made available under the limit before it was lowered, which have
-// not started. Without it they started after SetLimit returned, above the
-// new limit. Rows another statement holds (a claim taking them) are
-// skipped: those jobs start as they would have, as the running jobs above
-// a lowered limit finish. It reads the queue's available jobs through the
-// claim's index.
+// revokeSQL makes up to $2 available jobs of limit $1 wait again,
+// limited, their slots given up, where the limit was lowered under what
+// was granted: every such job of a partition whose slot holders
+// (holdsSQL) outnumber its current Concurrency, and any that holds a
+// rate slot at or above its current Rate granted within the period. These
+// are jobs a grant made available before the limit was lowered, which
+// have not started; the grant hands them slots again under the current
+// limit, counting the holders above it. Without it they started after
+// SetLimit returned, above the new limit, whichever slot they held (a
+// job on slot 0 beside a running one on slot 1 of a limit lowered from 2
+// to 1 as much as one on slot 1). Rows another statement holds (a claim
+// taking them) are skipped: those jobs start as they would have, as the
+// running jobs above a lowered limit finish. It reads the queue's
+// available jobs through the claim's index.
 //
 // transition: lower
-const revokeSQL = `
+var revokeSQL = `
 WITH m AS MATERIALIZED (
     SELECT name, queue, concurrency, rate, period_us FROM jobfence_limits WHERE name = $1
+), over AS MATERIALIZED (
+    SELECT s.part FROM jobfence_limit_slots s
+    JOIN jobfence_limits l ON l.name = s.name
+    JOIN jobfence_jobs j ON j.id = s.job_id AND ` + holdsSQL + `
+    WHERE s.name = $1 AND s.kind = 0
+    GROUP BY s.part
+    HAVING count(*) > min(l.concurrency)
 ), c AS MATERIALIZED (
     SELECT j.id FROM jobfence_jobs j JOIN m ON j.queue = m.queue
     WHERE j.state = 'available' AND j.limit_name = m.name
-      AND (j.limit_slot >= m.concurrency OR EXISTS (
+      AND (j.limit_slot IS NOT NULL AND j.limit_part IN (SELECT part FROM over) OR EXISTS (
           SELECT FROM jobfence_limit_slots s
           WHERE s.name = m.name AND s.part = j.limit_part AND s.kind = 1 AND s.job_id = j.id AND s.slot >= m.rate
             AND s.granted_at >= now() - m.period_us * interval '1 microsecond'))

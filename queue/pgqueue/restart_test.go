@@ -209,3 +209,36 @@ func TestLoweredLimitTakesBackUnstartedSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestLoweredLimitCountsTheHoldersNotTheSlots: a limit of 2 lowered to 1
+// while a job runs on slot 1 and a job not yet started holds slot 0: the
+// unstarted one waits again, though its slot is below the new limit
+// (found by the model test: it started beside the running one).
+func TestLoweredLimitCountsTheHoldersNotTheSlots(t *testing.T) {
+	c, _ := newClient(t)
+	l := pgqueue.Limit{Name: "order", Queue: "order", Concurrency: 2}
+	setLimit(t, c, l)
+	ids := enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: "order"}, 2)
+	got := claimIDs(t, c, "order")
+	if len(got) != 2 {
+		t.Fatalf("claimed %v, want both jobs %v", got, ids)
+	}
+	third := enqueueN(t, c, queue.EnqueueParams{Kind: "k", Queue: "order"}, 1)[0]
+	first := got[0]
+	if got[1].ID < first.ID {
+		first = got[1]
+	}
+	complete(t, c, first)
+	promoteAndGrant(t, c)
+	if st := stateOf(t, c, third); st != queue.StateAvailable {
+		t.Fatalf("the third job is %s after the first completed, want available with its slot", st)
+	}
+	l.Concurrency = 1
+	setLimit(t, c, l)
+	if got := claimIDs(t, c, "order"); len(got) != 0 {
+		t.Fatalf("claimed %v beside the running job under a limit lowered to 1", got)
+	}
+	if st := stateOf(t, c, third); st != queue.StateLimited {
+		t.Fatalf("the third job is %s, want limited again", st)
+	}
+}

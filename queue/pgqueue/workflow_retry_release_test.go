@@ -144,10 +144,11 @@ func TestRetryWorkflowCountsEachDependencyOnce(t *testing.T) {
 	complete(byName["b"], queue.StateAvailable)
 }
 
-// TestRetryRefusesAPendingTask: Retry of a workflow task still waiting for
-// its dependencies is refused (ErrJobPending) and changes nothing; made
-// ready, it ran before its dependency (found by the model test). A bulk
-// retry skips pending tasks, and asking it for them is an error.
+// TestRetryRefusesAPendingTask: Retry of a workflow task that its
+// dependencies have not released (pending, or cancelled while pending) is
+// refused (ErrDependenciesPending) and changes nothing; made ready, it ran
+// before its dependency (both found by the model test). A bulk retry
+// skips such tasks, and asking it for pending ones is an error.
 func TestRetryRefusesAPendingTask(t *testing.T) {
 	c, _ := newClient(t)
 	ctx := context.Background()
@@ -157,11 +158,11 @@ func TestRetryRefusesAPendingTask(t *testing.T) {
 	}
 	b := res.Tasks["b"]
 	err = c.Retry(ctx, b)
-	if !errors.Is(err, pgqueue.ErrJobPending) {
-		t.Fatalf("Retry of a pending task = %v, want ErrJobPending", err)
+	if !errors.Is(err, pgqueue.ErrDependenciesPending) {
+		t.Fatalf("Retry of a pending task = %v, want ErrDependenciesPending", err)
 	}
-	if want := "waiting for its dependencies"; !strings.Contains(err.Error(), want) {
-		t.Fatalf("Retry's error %q does not say the task is %s", err, want)
+	if want := "dependencies have not released it"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("Retry's error %q does not say %s", err, want)
 	}
 	if _, err := c.RetryMatching(ctx, pgqueue.BulkParams{Queue: "rp", State: queue.StatePending}); !errors.Is(err, pgqueue.ErrBulkState) {
 		t.Fatalf("RetryMatching of pending tasks = %v, want ErrBulkState", err)
@@ -173,6 +174,17 @@ func TestRetryRefusesAPendingTask(t *testing.T) {
 	}
 	if st := stateOf(t, c, b); st != queue.StatePending {
 		t.Fatalf("the task is %s after the retries, want pending", st)
+	}
+	// Cancelled while its dependency runs, the task is no readier: a
+	// Retry of it alone is refused too (it ran before a).
+	if err := c.Cancel(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Retry(ctx, b); !errors.Is(err, pgqueue.ErrDependenciesPending) {
+		t.Fatalf("Retry of a task cancelled before its dependency released it = %v, want ErrDependenciesPending", err)
+	}
+	if n, err := c.RetryMatching(ctx, pgqueue.BulkParams{Queue: "rp", State: queue.StateCancelled}); err != nil || n != 0 {
+		t.Fatalf("RetryMatching of the cancelled task = %d, %v; want it skipped", n, err)
 	}
 	got := claimOne(t, c, "rp")
 	if got.ID != res.Tasks["a"] {
