@@ -322,6 +322,9 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 				case e.state == queue.StateCompleted:
 				case e.state.Final() && t.RunAnyway:
 				case e.state.Final():
+					// Counted as not released, so that a Retry of the
+					// task alone is refused (ErrDependenciesPending).
+					left[k2]++
 					if failed[k2] == "" {
 						failed[k2] = dn + `" was ` + string(e.state)
 					}
@@ -340,8 +343,11 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 			case failed[dk] == "":
 				left[k2]++
 			case t.RunAnyway:
-			case failed[k2] == "":
-				failed[k2] = dn + `" was cancelled`
+			default:
+				left[k2]++
+				if failed[k2] == "" {
+					failed[k2] = dn + `" was cancelled`
+				}
 			}
 		}
 	}

@@ -186,6 +186,20 @@ func TestRetryRefusesAPendingTask(t *testing.T) {
 	if n, err := c.RetryMatching(ctx, pgqueue.BulkParams{Queue: "rp", State: queue.StateCancelled}); err != nil || n != 0 {
 		t.Fatalf("RetryMatching of the cancelled task = %d, %v; want it skipped", n, err)
 	}
+	// A task appended after its dependency was cancelled is cancelled at
+	// insert, and a Retry of it alone is refused as well (found by the
+	// model test: it ran while its dependency stayed cancelled).
+	more, err := c.InsertWorkflow(ctx, queue.WorkflowParams{ID: res.ID, Tasks: []queue.WorkflowTask{task("late", "rp", "b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := more.Tasks["late"]
+	if st := stateOf(t, c, late); st != queue.StateCancelled {
+		t.Fatalf("a task appended to a cancelled dependency is %s, want cancelled", st)
+	}
+	if err := c.Retry(ctx, late); !errors.Is(err, pgqueue.ErrDependenciesPending) {
+		t.Fatalf("Retry of a task cancelled at insert for its failed dependency = %v, want ErrDependenciesPending", err)
+	}
 	got := claimOne(t, c, "rp")
 	if got.ID != res.Tasks["a"] {
 		t.Fatalf("claimed %d, want the dependency a %d", got.ID, res.Tasks["a"])
