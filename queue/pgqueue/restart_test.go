@@ -93,12 +93,19 @@ func TestPromotedRetryTakesARateSlot(t *testing.T) {
 	}
 	outcome(t, c, got[0], queue.OutcomeRetry, time.Millisecond)
 	time.Sleep(10 * time.Millisecond)
+	requireWaiting(t, c, "r", id, "the due retry")
+}
+
+// requireWaiting runs a maintenance tick and fails unless no job of q can
+// be claimed and job id (what) waits, limited, for a grant.
+func requireWaiting(t *testing.T, c *pgqueue.Client, q string, id int64, what string) {
+	t.Helper()
 	promoteAndGrant(t, c)
-	if got := claimIDs(t, c, "r"); len(got) != 0 {
-		t.Fatalf("the retry started again within the rate's period: claimed %v", got)
+	if got := claimIDs(t, c, q); len(got) != 0 {
+		t.Fatalf("%s started again within the rate's period: claimed %v", what, got)
 	}
 	if st := stateOf(t, c, id); st != queue.StateLimited {
-		t.Fatalf("the due retry is %s, want limited (waiting for a rate slot)", st)
+		t.Fatalf("%s is %s, want limited (waiting for a rate slot)", what, st)
 	}
 }
 
@@ -116,10 +123,7 @@ func TestPutBackTakesARateSlot(t *testing.T) {
 		t.Fatalf("claimed %v, want job %d", got, id)
 	}
 	outcome(t, c, got[0], queue.OutcomeSnooze, 0)
-	promoteAndGrant(t, c)
-	if got := claimIDs(t, c, "p"); len(got) != 0 {
-		t.Fatalf("a put-back job started again within the rate's period: claimed %v", got)
-	}
+	requireWaiting(t, c, "p", id, "a put-back job")
 
 	// The rescue's give-back: a job claimed before the server's start.
 	setLimit(t, c, pgqueue.Limit{Name: "g", Queue: "g", Rate: 1, Period: time.Hour})
@@ -134,13 +138,7 @@ func TestPutBackTakesARateSlot(t *testing.T) {
 	if n, err := c.Rescue(ctx, queue.RescueParams{Limit: 10}); err != nil || n != 1 {
 		t.Fatalf("Rescue = %d, %v; want the job given back", n, err)
 	}
-	promoteAndGrant(t, c)
-	if got := claimIDs(t, c, "g"); len(got) != 0 {
-		t.Fatalf("a job given back by the rescue started again within the rate's period: claimed %v", got)
-	}
-	if st := stateOf(t, c, id); st != queue.StateLimited {
-		t.Fatalf("the given-back job is %s, want limited", st)
-	}
+	requireWaiting(t, c, "g", id, "a job given back by the rescue")
 }
 
 // TestPromotedRetriesKeepALoweredLimit: two retries holding the slots of
