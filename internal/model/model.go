@@ -66,9 +66,9 @@ type jobInfo struct {
 	// revived marks a job that Retry or RetryForce brought back after it
 	// ended: it lost its place in its sequence's insert order.
 	revived bool
-	// endedAs is the final state a retry brought the job back from: its
-	// dependents were released by that end, and its revival does not
-	// take the release back.
+	// endedAs is the final state the first retry brought the job back
+	// from, its first end: its dependents were released by that end, and
+	// neither its revival nor a later end takes the release back.
 	endedAs string
 	// retriedEarly marks a task that Retry or RetryForce reached before
 	// its dependencies released it.

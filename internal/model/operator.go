@@ -91,7 +91,9 @@ func (r *runner) admin3(op Op) {
 	}
 	if r.called(string(op.Kind), err, anyErr) && op.Kind != OpCancel {
 		j.revived, j.lastAttempt = true, -1
-		if final(prior.state) {
+		// A task releases its dependents once, at its first end: what a
+		// later end after a retry is does not take that release back.
+		if final(prior.state) && j.endedAs == "" {
 			j.endedAs = prior.state
 		}
 	}
