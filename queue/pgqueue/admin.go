@@ -242,7 +242,7 @@ func uniqueViolation(err error, constraint string) bool {
 var retrySet = `state = ` + readySQL("limit_name") + `, limit_slot = NULL,
     scheduled_at = now(), finalized_at = NULL,
     max_attempts = greatest(max_attempts, attempt + 1),
-    dependents_released = CASE WHEN state IN ('completed', 'discarded', 'cancelled') THEN cardinality(dependents)
+    dependents_released = CASE WHEN state IN ` + finalStatesSQL + ` THEN cardinality(dependents)
                                ELSE dependents_released END`
 
 // retrySQL makes job $1 ready now unless it is running, or completed and $2

@@ -15,14 +15,11 @@ import (
 // (releaseAppended), within its interval of that end or of the append's
 // commit, whichever is later.
 
-// finalStatesSQL are the states a task ends in.
-const finalStatesSQL = `('completed', 'discarded', 'cancelled')`
-
 // appendedEndedSQL says whether some edge waits whose dependency has
 // ended or is gone: the promoter runs the sweep's transaction only then.
 // The edges are few (those of appends whose dependencies have not ended
 // yet), and the dependencies are probed once each.
-const appendedEndedSQL = `
+var appendedEndedSQL = `
 SELECT EXISTS (
     SELECT FROM (SELECT DISTINCT dependency FROM jobfence_task_edges) e
     LEFT JOIN jobfence_jobs p ON p.id = e.dependency

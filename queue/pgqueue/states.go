@@ -67,6 +67,18 @@ func deadlineStatesSQL() string {
 	return "(" + strings.Join(s, ", ") + ")"
 }
 
+// finalStatesSQL lists the final states (queue.State.Final), in which a
+// job has ended and a task has released or cancelled its dependents.
+var finalStatesSQL = func() string {
+	var s []string
+	for _, st := range queue.States() {
+		if st.Final() {
+			s = append(s, "'"+string(st)+"'")
+		}
+	}
+	return "(" + strings.Join(s, ", ") + ")"
+}()
+
 // sequenceSQL says that the limit row l (an alias) is a sequence's:
 // Concurrency 1, holding its slot through retries, so that its jobs run
 // one at a time in insert order (NULL where l has no concurrency cap).

@@ -315,7 +315,7 @@ FROM u`
 // end, whatever an earlier end released (dependents_released, see
 // retrySet): retryWorkflowSQL has counted it anew in each pending
 // dependent's deps_left.
-const retryWorkflowReleasesSQL = `
+var retryWorkflowReleasesSQL = `
 UPDATE jobfence_jobs j SET dependents_released = NULL
 FROM jobfence_workflow_tasks s
 WHERE s.workflow_id = $1 AND j.id = s.job_id
