@@ -111,7 +111,7 @@ func (r *runner) unfinished() []string {
 	ctx, cancel := r.opCtx()
 	defer cancel()
 	rows, err := r.admin.Query(ctx, `SELECT id, state, queue, coalesce(limit_name, ''), coalesce(limit_part, '') || CASE WHEN j.state = 'pending'
-            THEN ' deps_left ' || j.deps_left || ', dependencies ' || coalesce((SELECT string_agg(d.id || ' ' || d.state, ', ')
+            THEN ' deps_left ' || j.deps_left || ', dependencies ' || coalesce((SELECT string_agg(d.id || ' ' || d.state || ' (attempt ' || d.attempt || coalesce(', released ' || d.dependents_released, '') || coalesce(', ' || (d.errors -> -1 ->> 'error'), '') || ')', ', ')
                 FROM jobfence_jobs d WHERE d.id = ANY (j.depends_on)), '') || ', edges ' || coalesce((SELECT string_agg(e.dependency || ' counted ' || e.counted, ', ')
                 FROM jobfence_task_edges e WHERE e.dependent = j.id), 'none') ELSE '' END, scheduled_at - now()
         FROM jobfence_jobs j WHERE state NOT IN ('completed', 'discarded', 'cancelled') ORDER BY id LIMIT 20`)

@@ -179,10 +179,17 @@ SELECT pg_notify($2, id::text || ':' || fence::text) FROM c`
 // error naming its state; an unknown ID wraps queue.ErrJobNotFound.
 //
 // A workflow task's pending dependents are cancelled with it, in the same
-// transaction (see releaseSQL), a bounded one (see finishBatch).
+// transaction (see releaseSQL), a bounded one (see finishBatch). The job
+// is read first to tell a task from another job; a failed read fails the
+// cancel, which changes nothing then: taken for a plain job, a task was
+// cancelled without its release, and a dependent that runs anyway waited
+// for it for ever (the model test, seed 9119).
 func (c *Client) Cancel(ctx context.Context, id int64) error {
-	var err error
-	if j, gerr := c.Get(ctx, id); gerr == nil && j.WorkflowID != "" {
+	j, err := c.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("pgqueue: cancel job %d: %w", id, err)
+	}
+	if j.WorkflowID != "" {
 		err = c.boundedTx(ctx, func(tx pgx.Tx) error {
 			if err := tx.QueryRow(ctx, cancelSQL, id, cancelChannel).Scan(nil); err != nil {
 				return err

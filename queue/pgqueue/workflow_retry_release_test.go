@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
@@ -203,5 +204,42 @@ func TestRetryRefusesAPendingTask(t *testing.T) {
 	got := claimOne(t, c, "rp")
 	if got.ID != res.Tasks["a"] {
 		t.Fatalf("claimed %d, want the dependency a %d", got.ID, res.Tasks["a"])
+	}
+}
+
+// TestCancelOfATaskOnABrokenConnectionReleasesOrFails: a Cancel whose
+// read of the job fails (its connection's backend was terminated, as a
+// server restart or an operator's pg_terminate_backend does) either fails
+// and changes nothing, or cancels the task with its release. Before the
+// fix the failed read made Cancel take the task for a plain job: it was
+// cancelled on another connection without its release, and its RunAnyway
+// dependent waited for ever (the model test, seed 9119).
+func TestCancelOfATaskOnABrokenConnectionReleasesOrFails(t *testing.T) {
+	_, db := newClient(t)
+	ctx := context.Background()
+	pool := pgtest.AppPool(t, db, "cancelbroken", 1)
+	c := pgqueue.New(pool, pgqueue.Config{})
+	after := task("after", "broken", "a")
+	after.RunAnyway = true
+	res, err := c.InsertWorkflow(ctx, queue.WorkflowParams{Name: "broken", Tasks: []queue.WorkflowTask{task("a", "broken"), after}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'cancelbroken'`); err != nil {
+		t.Fatal(err)
+	}
+	var tries []string
+	for range 3 {
+		err := c.Cancel(ctx, res.Tasks["a"])
+		if err == nil {
+			break
+		}
+		tries = append(tries, err.Error())
+		if got := states(t, c, res.ID)["a"]; got == queue.StateCancelled {
+			t.Fatalf("a failed Cancel (%v) cancelled a", err)
+		}
+	}
+	if got := states(t, c, res.ID); got["a"] != queue.StateCancelled || got["after"] != queue.StateAvailable {
+		t.Fatalf("after Cancel of a (failed tries: %q): a %s, after %s; want cancelled and available (a RunAnyway dependent released)", tries, got["a"], got["after"])
 	}
 }
