@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +33,7 @@ var (
 	triesFlag        = flag.Int("tries", 1, "replays of each cut while shrinking: a cut fails if any fails (more for a failure that depends on timing)")
 	shrinkReplayFlag = flag.Bool("shrinkreplay", false, "shrink a failing -replay list further")
 	skipFlag         = flag.String("skip", "", "comma-separated rules whose violations are counted, not failed: known defects set aside")
+	parallelFlag     = flag.Int("parallel", 1, "seeds run at once, each on a schema of its own (a run waits on the server and its sleeps far more than it computes)")
 )
 
 // skip is -skip as a set.
@@ -48,17 +50,21 @@ func skip() map[string]bool {
 // runFresh runs ops on a fresh migrated schema.
 func runFresh(t *testing.T, ops []model.Op) model.Result {
 	t.Helper()
-	ctx := context.Background()
-	db, err := jobfencetest.OpenDB(ctx, os.Getenv("DATABASE_URL"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	res, err := model.Run(ctx, model.Env{URL: db.URL, Admin: db.Pool, Skip: skip()}, ops)
+	res, err := runIn(context.Background(), ops)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return res
+}
+
+// runIn is runFresh for any goroutine: it returns its error.
+func runIn(ctx context.Context, ops []model.Op) (model.Result, error) {
+	db, err := jobfencetest.OpenDB(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		return model.Result{}, err
+	}
+	defer db.Close()
+	return model.Run(ctx, model.Env{URL: db.URL, Admin: db.Pool, Skip: skip()}, ops)
 }
 
 // TestModel drives random operations and faults from seeds against real
@@ -98,23 +104,11 @@ func TestModel(t *testing.T) {
 		seed = uint64(time.Now().UnixNano() % 1e9)
 	}
 	t.Logf("first seed %d (replay: go test ./internal/model -run TestModel -args -seed=%d -ops=%d)", seed, seed, *opsFlag)
-	var total model.Stats
 	began := time.Now()
-	for i := 0; ; i++ {
-		if *durationFlag > 0 && time.Since(began) >= *durationFlag || *durationFlag == 0 && i >= *seedsFlag {
-			break
-		}
-		s := seed + uint64(i)
-		ops := model.Generate(s, *opsFlag)
-		res := runFresh(t, ops)
-		for rule, first := range res.Stats.SkippedFirst {
-			res.Stats.SkippedFirst[rule] = fmt.Sprintf("seed %d %s", s, first)
-		}
-		total.Add(res.Stats)
-		if res.Violation != nil {
-			report(t, s, ops, res.Violation)
-			return
-		}
+	total, failed := runSeeds(t, seed, began)
+	if failed != nil {
+		report(t, failed.seed, failed.ops, failed.v)
+		return
 	}
 	t.Logf("%d operations and %d faults from %d seeds (%d starts, %d inserts, %d debounced, %d stale writes refused, %d calls failed by faults, %d jobs drained, %d violations of skipped rules) in %v: no violation",
 		total.Ops, total.Faults, total.Ops / *opsFlag, total.Starts, total.Inserts, total.Debounced, total.StaleRefused, total.Tolerated, total.Drained, total.Skipped, time.Since(began).Round(time.Second))
@@ -124,6 +118,85 @@ func TestModel(t *testing.T) {
 			t.Logf("first %s: %s", rule, first)
 		}
 	}
+}
+
+// failedSeed is a seed whose run broke an invariant.
+type failedSeed struct {
+	seed uint64
+	ops  []model.Op
+	v    *model.Violation
+}
+
+// runSeeds runs seeds from first, -parallel at a time, until -duration
+// has passed since began (or, without it, -seeds of them), and returns
+// what they drove and the lowest seed that failed, if any: a failure
+// stops the seeds not begun yet. Each minute it logs how far it got, so
+// that a long run stopped early still says what it drove.
+func runSeeds(t *testing.T, first uint64, began time.Time) (model.Stats, *failedSeed) {
+	var (
+		mu     sync.Mutex
+		total  model.Stats
+		failed *failedSeed
+		next   = first
+		wg     sync.WaitGroup
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	take := func() (uint64, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		done := *durationFlag > 0 && time.Since(began) >= *durationFlag ||
+			*durationFlag == 0 && next >= first+uint64(*seedsFlag)
+		if failed != nil || done {
+			return 0, false
+		}
+		next++
+		return next - 1, true
+	}
+	go func() {
+		tick := time.NewTicker(time.Minute)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				mu.Lock()
+				t.Logf("%v: %d operations, %d faults, seeds %d-%d begun", time.Since(began).Round(time.Second), total.Ops, total.Faults, first, next-1)
+				mu.Unlock()
+			}
+		}
+	}()
+	for range max(1, *parallelFlag) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				s, ok := take()
+				if !ok {
+					return
+				}
+				ops := model.Generate(s, *opsFlag)
+				res, err := runIn(ctx, ops)
+				mu.Lock()
+				switch {
+				case err != nil && ctx.Err() == nil:
+					t.Errorf("seed %d: %v", s, err)
+				case err == nil:
+					for rule, first := range res.Stats.SkippedFirst {
+						res.Stats.SkippedFirst[rule] = fmt.Sprintf("seed %d %s", s, first)
+					}
+					total.Add(res.Stats)
+					if res.Violation != nil && (failed == nil || s < failed.seed) {
+						failed = &failedSeed{seed: s, ops: ops, v: res.Violation}
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return total, failed
 }
 
 // shrinkFor is -shrink, or its default for the run.
