@@ -137,11 +137,8 @@ func (r *runner) checkDeps(j *queue.Job, info *jobInfo) {
 		if !ok {
 			return
 		}
-		if releases(info, w.state) {
+		if r.depReleases(info, d, w.state) {
 			continue
-		}
-		if dep := r.s.jobs[d]; dep != nil && dep.endedAs != "" && releases(info, dep.endedAs) {
-			continue // released by its earlier end, then retried
 		}
 		rule := "workflow"
 		if info.retriedEarly {
@@ -157,11 +154,33 @@ func releases(t *jobInfo, st string) bool {
 	return st == "completed" || t.runAnyway && (st == "discarded" || st == "cancelled")
 }
 
+// depReleases reports whether dependency d, in state st now, has
+// released task t: it ended in a state that releases t, now or in an end
+// that a retry after t's insert brought it back from. An end before that
+// retry may have come before t's insert too: then t counted it at its
+// insert (an append to an ended task), the same end. Ends brought back
+// before t's insert are not t's: an append counts its dependency's next
+// end (before the fix of the model, a task appended to a cancelled and
+// retried dependency that then completed was reported, seed 10180).
+func (r *runner) depReleases(t *jobInfo, d int64, st string) bool {
+	if releases(t, st) {
+		return true
+	}
+	if dep := r.s.jobs[d]; dep != nil {
+		for _, e := range dep.ends {
+			if e.step >= t.born && releases(t, e.state) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // released reports whether every dependency of t has released it (true
 // for a job with none, and where a row could not be read).
 func (r *runner) released(t *jobInfo) bool {
 	for _, d := range t.deps {
-		if w, ok := r.readRow(d); ok && !releases(t, w.state) {
+		if w, ok := r.readRow(d); ok && !r.depReleases(t, d, w.state) {
 			return false
 		}
 	}

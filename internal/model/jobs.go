@@ -61,7 +61,7 @@ func (r *runner) insert(op Op) {
 		}
 		r.s.uniques[p.UniqueKey] = res.ID
 	}
-	j := &jobInfo{id: res.ID, queue: q.name, part: part, deadline: p.Deadline, unique: p.UniqueKey}
+	j := &jobInfo{id: res.ID, queue: q.name, part: part, deadline: p.Deadline, unique: p.UniqueKey, born: r.step}
 	if l := r.s.limits[q.name]; q.limit != nil && l != nil && !l.deleted {
 		j.limit = l.spec.Name
 	}
@@ -93,7 +93,7 @@ func (r *runner) workflow(op Op) {
 	}
 	wf := &wfInfo{id: res.ID, tasks: res.Tasks}
 	for _, t := range tasks {
-		j := &jobInfo{id: res.Tasks[t.Name], queue: "wf", workflow: res.ID, task: t.Name, deadline: t.Params.Deadline, runAnyway: t.RunAnyway}
+		j := &jobInfo{id: res.Tasks[t.Name], queue: "wf", workflow: res.ID, task: t.Name, deadline: t.Params.Deadline, runAnyway: t.RunAnyway, born: r.step}
 		for _, d := range t.DependsOn {
 			j.deps = append(j.deps, res.Tasks[d])
 		}
@@ -127,7 +127,7 @@ func (r *runner) appendOpen(op Op) {
 		return
 	}
 	r.tx, r.txWf = tx, wf
-	r.txJob = &jobInfo{id: res.Tasks[name], queue: "wf", workflow: wf.id, task: name, deps: []int64{wf.tasks[dep]}, runAnyway: op.Flag}
+	r.txJob = &jobInfo{id: res.Tasks[name], queue: "wf", workflow: wf.id, task: name, deps: []int64{wf.tasks[dep]}, runAnyway: op.Flag, born: r.step}
 }
 
 // appendEnd ends the open append: commits it, or rolls it back.

@@ -66,10 +66,15 @@ type jobInfo struct {
 	// revived marks a job that Retry or RetryForce brought back after it
 	// ended: it lost its place in its sequence's insert order.
 	revived bool
-	// endedAs is the final state the first retry brought the job back
-	// from, its first end: its dependents were released by that end, and
-	// neither its revival nor a later end takes the release back.
-	endedAs string
+	// ends are the final states Retry or RetryForce brought the job back
+	// from, each with the step of that retry: a dependent counts an end
+	// that came after it was inserted (depReleases), and neither the
+	// revival nor a later end takes that release back.
+	ends []end
+	// born is the step that inserted the job: for a task appended in a
+	// caller's transaction, the step of that insert, whose snapshot
+	// decides whether it counted a dependency's end at once.
+	born int
 	// retriedEarly marks a task that Retry or RetryForce reached before
 	// its dependencies released it.
 	retriedEarly bool
@@ -78,6 +83,13 @@ type jobInfo struct {
 	// attempt back, or an operator's retry).
 	lastAttempt int
 	starts      int
+}
+
+// end is a final state a job was brought back from, and the step that
+// brought it back.
+type end struct {
+	step  int
+	state string
 }
 
 // final reports whether st is a final state.

@@ -89,12 +89,23 @@ func (r *runner) admin3(op Op) {
 	case OpRetryForce:
 		err = r.c.RetryForce(ctx, j.id)
 	}
-	if r.called(string(op.Kind), err, anyErr) && op.Kind != OpCancel {
+	ok = r.called(string(op.Kind), err, anyErr)
+	if op.Kind == OpCancel || r.v != nil {
+		return
+	}
+	if !ok && final(prior.state) {
+		// A call that failed (its connection lost) may have committed:
+		// a final job that is no longer final was retried.
+		if now, read := r.readRow(j.id); read && !final(now.state) {
+			ok = true
+		}
+	}
+	if ok {
 		j.revived, j.lastAttempt = true, -1
-		// A task releases its dependents once, at its first end: what a
-		// later end after a retry is does not take that release back.
-		if final(prior.state) && j.endedAs == "" {
-			j.endedAs = prior.state
+		// The end it was brought back from released the dependents
+		// inserted before it (depReleases).
+		if final(prior.state) {
+			j.ends = append(j.ends, end{step: r.step, state: prior.state})
 		}
 	}
 }
