@@ -136,8 +136,9 @@ func literalKind(e ast.Expr) string {
 
 // varLines renders a var declaration: its type when written, else what
 // the value says of it (an errors.New or fmt.Errorf is an error, a
-// composite literal is of its type), else the value with any call's
-// arguments left out (an error's text is no API).
+// composite literal or a function literal is of its type, a basic literal
+// of its default type), else the value with any call's arguments left out
+// (an error's text is no API).
 func varLines(d *ast.GenDecl) []string {
 	var lines []string
 	for _, s := range d.Specs {
@@ -171,6 +172,11 @@ func varValue(v ast.Expr) string {
 		if x.Type != nil {
 			return " " + typeString(x.Type)
 		}
+	case *ast.FuncLit:
+		return " " + typeString(x.Type)
+	case *ast.BasicLit:
+		// An untyped literal gives the variable its default type.
+		return " " + map[token.Token]string{token.STRING: "string", token.INT: "int", token.FLOAT: "float64", token.CHAR: "rune", token.IMAG: "complex128"}[x.Kind]
 	case *ast.UnaryExpr:
 		if lit, ok := x.X.(*ast.CompositeLit); ok && x.Op == token.AND && lit.Type != nil {
 			return " *" + typeString(lit.Type)

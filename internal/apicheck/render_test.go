@@ -46,6 +46,8 @@ var fixtureAPI = []string{
 	"pkg example.com/m, var Default *Options",
 	"pkg example.com/m, var ErrGone error",
 	"pkg example.com/m, var ErrWrap = fmt2(...)",
+	"pkg example.com/m, var OnDone func(context.Context, int) error",
+	"pkg example.com/m, var Retries int",
 	"pkg example.com/m/sub, func Fetch(int64) (string, error)",
 }
 

@@ -34,6 +34,8 @@ var (
 	Colors   = []Color{Red, Green}
 	Default  = &Options{Size: 1}
 	Count    int64
+	Retries  = 3
+	OnDone   = func(ctx context.Context, n int) error { return nil }
 	internal = 3
 )
 
