@@ -45,6 +45,7 @@ func commands() map[string]command {
 		"demo":       {"demo [--only 4,5]: the nine scenarios on a simulated fleet, with a verdict table", runDemo},
 		"demo-child": {"(internal) a worker process that jobfence demo pauses or kills", runDemoChild},
 		"bench-proc": {"(internal) a worker process of jobfence bench --instances N", runBenchChild},
+		"version":    {"version: the release, module version and VCS revision of this binary (also --version)", runVersion},
 	}
 }
 
@@ -71,6 +72,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(stdout, cmds)
 		return 0
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = append([]string{"version"}, args[1:]...)
 	}
 	c, ok := cmds[args[0]]
 	if !ok {

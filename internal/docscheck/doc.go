@@ -1,5 +1,5 @@
-// Package docscheck holds the test of jobfence's documentation, README.md
-// and every Markdown file under docs/. See docs/testing.md.
+// Package docscheck holds the test of jobfence's documentation, README.md,
+// CHANGELOG.md and every Markdown file under docs/. See docs/testing.md.
 //
 // The test checks that every relative link and #anchor resolves (anchors
 // as GitHub makes them from headings: lowercase, spaces to '-',

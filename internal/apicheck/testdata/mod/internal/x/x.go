@@ -1,0 +1,5 @@
+// Package x is internal.
+package x
+
+// Internal is not API.
+func Internal() {}

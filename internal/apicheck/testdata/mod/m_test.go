@@ -1,0 +1,4 @@
+package m
+
+// TestHelper is in a test file.
+func TestHelper() {}

@@ -1,0 +1,4 @@
+package m
+
+// WindowsOnly is in a file for another platform.
+func WindowsOnly() {}
