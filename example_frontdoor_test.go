@@ -195,9 +195,9 @@ func ExamplePoolConfig() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// Then: pool, err := pgxpool.NewWithConfig(ctx, cfg), and
+	// jobfence.NewClient(pool, jobfence.Config{Queues: queues, ...}).
 	fmt.Println("MaxConns:", cfg.MaxConns)
-	// pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	// client, err := jobfence.NewClient(pool, jobfence.Config{Queues: queues, Handlers: reg})
 	// Output:
 	// MaxConns: 62
 }
