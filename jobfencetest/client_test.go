@@ -14,6 +14,9 @@ import (
 	"github.com/jobfence/jobfence/worker"
 )
 
+// *jobfence.Client is what NewWorker and WaitFinal take.
+var _ jobfencetest.Client = (*jobfence.Client)(nil)
+
 // newChargeClient returns a jobfence.Client with chargeHandler on queues
 // "default" and "refunds", and mw as its worker's middleware.
 func newChargeClient(t *testing.T, db *jobfencetest.DB, mw ...worker.Middleware) *jobfence.Client {
@@ -79,7 +82,8 @@ func TestNewWorkerRefusesInsertOnlyClient(t *testing.T) {
 	r.requireFailed(t, "insert-only", "no handlers", "Queues and Handlers")
 
 	var n recorder
-	jobfencetest.NewWorker(&n, nil)
+	var none *jobfence.Client
+	jobfencetest.NewWorker(&n, none)
 	n.requireFailed(t, "nil client")
 }
 

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jobfence/jobfence"
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -25,9 +24,9 @@ const waitFinalPoll = 20 * time.Millisecond
 // words of pgqueue.Client.WaitReason). A job that no longer exists (a
 // DeleteOnComplete job deleted as it completed, or never inserted) fails
 // t at once.
-func WaitFinal(ctx context.Context, t TestingT, client *jobfence.Client, ids ...int64) []*queue.Job {
+func WaitFinal(ctx context.Context, t TestingT, client Client, ids ...int64) []*queue.Job {
 	t.Helper()
-	if client == nil {
+	if isNil(client) {
 		t.Fatalf("jobfencetest: WaitFinal: nil client")
 		return nil
 	}
@@ -45,7 +44,7 @@ func WaitFinal(ctx context.Context, t TestingT, client *jobfence.Client, ids ...
 			if jobs[i] != nil && jobs[i].State.Final() {
 				continue
 			}
-			j, err := client.Get(ctx, id)
+			j, err := client.PGQueue().Get(ctx, id)
 			if err != nil {
 				if ctx.Err() != nil {
 					break
@@ -84,7 +83,7 @@ func notFinal(jobs []*queue.Job) int {
 // describeWaiting names each job of ids that jobs does not hold final,
 // with its state and why it waits. It reads on a context of its own:
 // WaitFinal's has ended.
-func describeWaiting(client *jobfence.Client, jobs []*queue.Job, ids []int64) string {
+func describeWaiting(client Client, jobs []*queue.Job, ids []int64) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var out []string
@@ -93,7 +92,7 @@ func describeWaiting(client *jobfence.Client, jobs []*queue.Job, ids []int64) st
 		if j != nil && j.State.Final() {
 			continue
 		}
-		if fresh, err := client.Get(ctx, id); err == nil {
+		if fresh, err := client.PGQueue().Get(ctx, id); err == nil {
 			j = fresh
 		}
 		if j == nil {

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"time"
 
-	"github.com/jobfence/jobfence"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -50,6 +50,21 @@ type Worker struct {
 	w      *worker.Worker
 }
 
+// Client is what NewWorker and WaitFinal use of your service's
+// *jobfence.Client, which implements it: pass the client. It is an
+// interface, not the type, because package jobfence's packages
+// (pgqueue, worker, scheduler) test themselves with this package, which
+// therefore cannot import package jobfence.
+type Client interface {
+	// PGQueue is jobfence.Client.PGQueue: the client's pgqueue.Client.
+	PGQueue() *pgqueue.Client
+	// Handlers is jobfence.Client.Handlers: Config.Handlers.
+	Handlers() *worker.Registry
+	// WorkerConfig is jobfence.Client.WorkerConfig: the configuration
+	// the client builds its worker from.
+	WorkerConfig() worker.Config
+}
+
 // NewWorker returns a Worker running the handlers of client
 // (Client.Handlers) on its pgqueue client, with WorkerConfig of the
 // client's worker configuration (Client.WorkerConfig: its middleware,
@@ -59,9 +74,9 @@ type Worker struct {
 // the jobs this Worker means to run. It fails t for an insert-only
 // client, which has no handlers to run, and when worker.New refuses the
 // configuration.
-func NewWorker(t TestingT, client *jobfence.Client) *Worker {
+func NewWorker(t TestingT, client Client) *Worker {
 	t.Helper()
-	if client == nil {
+	if isNil(client) {
 		t.Fatalf("jobfencetest: new worker: nil client")
 		return nil
 	}
@@ -77,6 +92,16 @@ func NewWorker(t TestingT, client *jobfence.Client) *Worker {
 		cfg.Queues[q] = 1
 	}
 	return NewPGWorker(t, client.PGQueue(), reg, cfg)
+}
+
+// isNil reports a nil client, also a nil *jobfence.Client in the
+// interface.
+func isNil(c Client) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // NewPGWorker is NewWorker for the layer below the jobfence.Client: it
