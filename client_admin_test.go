@@ -172,3 +172,23 @@ func TestClientQueues(t *testing.T) {
 	wantErr(t, "Pause of no queue", qs.Pause(ctx, "", "ops"), jobfence.ErrNoQueueName, "a queue name is required")
 	wantErr(t, "Resume of no queue", qs.Resume(ctx, "", "ops"), jobfence.ErrNoQueueName)
 }
+
+// TestClientSchedulesCheckAgainstRetention: an insert-only client checks a
+// schedule's catch-up window against its own Config (Worker.Retention),
+// as a running scheduler does, not against the package's default.
+func TestClientSchedulesCheckAgainstRetention(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	cfg := jobfence.Config{}
+	cfg.Worker.Retention = time.Hour
+	c := newClient(t, db.Pool, cfg)
+	_, err := c.Schedules().Put(ctx, "report", "@daily", tick{}, jobfence.ScheduleOptions{CatchUp: jobfence.CatchUpAll, CatchUpWindow: 2 * time.Hour})
+	var se *jobfence.ScheduleError
+	if !errors.As(err, &se) || !errors.Is(err, scheduler.ErrInvalidOptions) {
+		t.Fatalf("Put of a catch-up window past the client's 1h retention: %v, want a *ScheduleError wrapping ErrInvalidOptions", err)
+	}
+	if _, err := c.Schedules().Put(ctx, "report", "@daily", tick{}, jobfence.ScheduleOptions{CatchUp: jobfence.CatchUpAll, CatchUpWindow: 30 * time.Minute}); err != nil {
+		t.Fatalf("Put of a window within the retention: %v", err)
+	}
+}
