@@ -551,7 +551,7 @@ func TestInsertOnlyClient(t *testing.T) {
 	if err := c.Stop(ctx); !errors.Is(err, jobfence.ErrNotStarted) {
 		t.Errorf("Stop: %v, want ErrNotStarted", err)
 	}
-	qs, err := c.Queues(ctx)
+	qs, err := c.Queues().List(ctx)
 	if err != nil || !slices.ContainsFunc(qs, func(q pgqueue.QueueInfo) bool { return q.Name == "mail" }) {
 		t.Errorf("Queues: %+v, %v, want the mail queue", qs, err)
 	}

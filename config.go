@@ -27,7 +27,7 @@ type Config struct {
 	// while it runs, each fire one job for the whole fleet (see package
 	// scheduler). Every instance of a service should configure the same
 	// schedules. A client with queues runs its scheduler even without
-	// schedules, for those added while the fleet runs (scheduler.Put,
+	// schedules, for those added while the fleet runs (Client.Schedules().Put,
 	// `jobfence schedules add`); one with schedules runs it even without
 	// queues, and the fires' jobs are worked by other processes.
 	Schedules []Schedule

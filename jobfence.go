@@ -37,6 +37,9 @@ type Client struct {
 	reg   *Registry
 	wcfg  worker.Config // instrumented; a restart builds its worker from it
 	sched *scheduler.Scheduler
+	// admin is sched, or for a client without one an unstarted scheduler
+	// of the same configuration, for Schedules.
+	admin *scheduler.Scheduler
 	// works is set when the client has queues, and so a worker.
 	works bool
 
@@ -106,15 +109,15 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 
 	// A client that works queues runs a scheduler even without schedules
 	// of its own: it fires those added while the fleet runs
-	// (scheduler.Put, `jobfence schedules add`).
+	// (Schedules().Put, `jobfence schedules add`).
+	sCfg := cfg.Scheduler
+	if sCfg.Logger == nil {
+		sCfg.Logger = cfg.Logger
+	}
+	if sCfg.Retention <= 0 && cfg.Worker.Retention > 0 {
+		sCfg.Retention = cfg.Worker.Retention
+	}
 	if len(cfg.Queues) > 0 || len(cfg.Schedules) > 0 {
-		sCfg := cfg.Scheduler
-		if sCfg.Logger == nil {
-			sCfg.Logger = cfg.Logger
-		}
-		if sCfg.Retention <= 0 && cfg.Worker.Retention > 0 {
-			sCfg.Retention = cfg.Worker.Retention
-		}
 		if cfg.Telemetry != nil {
 			if err := cfg.Telemetry.InstrumentScheduler(&sCfg); err != nil {
 				return nil, fmt.Errorf("jobfence: new client: telemetry: %w", err)
@@ -131,12 +134,18 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		}
 		c.sched = s
 	}
+	c.admin = c.sched
+	if c.admin == nil {
+		// Never started: Schedules uses its run-time methods only, which
+		// need no loop.
+		c.admin = scheduler.New(c.pg, sCfg)
+	}
 	return c, nil
 }
 
-// PGQueue returns the client's pgqueue.Client, for what the Client does
-// not pass through: listing, retrying and deleting jobs, counts, bulk
-// actions, the registry of workers.
+// PGQueue returns the client's pgqueue.Client: the layer below, for what
+// the Client does not pass through (the registry of workers, a limit's
+// wait, EXPLAIN, maintenance). See docs/client.md.
 func (c *Client) PGQueue() *pgqueue.Client { return c.pg }
 
 // Worker returns the client's worker, for its Stats and RunOne; nil for an
@@ -149,11 +158,24 @@ func (c *Client) Worker() *worker.Worker {
 	return c.w
 }
 
-// Scheduler returns the client's scheduler, for the schedules changed while
-// the fleet runs (Put, Pause, Resume, Delete, Trigger); nil for an
-// insert-only client without schedules. Start and Stop it through the
-// Client.
+// Scheduler returns the client's scheduler, the layer below; nil for an
+// insert-only client without schedules. Schedules changes the schedules
+// on every client; Start and Stop the scheduler through the Client.
 func (c *Client) Scheduler() *scheduler.Scheduler { return c.sched }
+
+// Handlers returns Config.Handlers: the handlers the client's worker
+// runs, nil for an insert-only client. jobfencetest.NewWorker runs them.
+func (c *Client) Handlers() *Registry { return c.reg }
+
+// WorkerConfig returns the configuration the client builds its worker
+// from: Config.Worker with Config.Queues, Config.Logger and the
+// Telemetry's instrumentation; the zero worker.Config for an insert-only
+// client. jobfencetest.NewWorker builds its worker from it.
+func (c *Client) WorkerConfig() worker.Config {
+	cfg := c.wcfg
+	cfg.Queues = maps.Clone(c.wcfg.Queues)
+	return cfg
+}
 
 // Start starts the scheduler, which records the schedules and enqueues the
 // fires missed since the last one as each schedule's catch-up policy says,
@@ -407,23 +429,4 @@ func (c *Client) Get(ctx context.Context, id int64) (*queue.Job, error) {
 // pgqueue.Client.Cancel.
 func (c *Client) Cancel(ctx context.Context, id int64) error {
 	return c.pg.Cancel(ctx, id)
-}
-
-// Queues lists the queues with their bounded counts; see
-// pgqueue.Client.Queues.
-func (c *Client) Queues(ctx context.Context) ([]pgqueue.QueueInfo, error) {
-	return c.pg.Queues(ctx)
-}
-
-// PauseQueue stops every worker of the fleet from claiming jobs of queue q
-// within about a second; by says who paused it. See
-// pgqueue.Client.PauseQueue.
-func (c *Client) PauseQueue(ctx context.Context, q, by string) error {
-	return c.pg.PauseQueue(ctx, q, by)
-}
-
-// ResumeQueue lets the fleet's workers claim jobs of queue q again; by
-// says who resumed it. See pgqueue.Client.ResumeQueue.
-func (c *Client) ResumeQueue(ctx context.Context, q, by string) error {
-	return c.pg.ResumeQueue(ctx, q, by)
 }

@@ -30,7 +30,7 @@ func TestWorkTakesArgsDefaults(t *testing.T) {
 	client := pgqueue.New(db.Pool, pgqueue.Config{})
 	reg := worker.NewRegistry()
 	worker.Add(reg, func(ctx context.Context, job *worker.Job[refund]) error { return nil })
-	w := jobfencetest.NewWorker(t, client, reg, worker.Config{Queues: map[string]int{"refunds": 1}})
+	w := jobfencetest.NewPGWorker(t, client, reg, worker.Config{Queues: map[string]int{"refunds": 1}})
 	r := jobfencetest.Work(ctx, t, w, refund{ID: 1}, nil)
 	if r.Outcome != queue.OutcomeComplete || r.Job.Queue != "refunds" {
 		t.Fatalf("Work: %s in queue %q; want completed in refunds", r, r.Job.Queue)

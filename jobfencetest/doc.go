@@ -14,6 +14,11 @@
 //     transaction, fenced outcome) and returns what became of it, so a
 //     unit test exercises exactly the code a worker runs; Worker.RetryNow
 //     runs a failed attempt's retry at once.
+//   - NewWorker builds that Worker from your service's jobfence.Client
+//     (its handlers and worker configuration), unstarted; NewPGWorker
+//     from the layer below (a pgqueue.Client, a registry, a config).
+//   - WaitFinal waits for the jobs a started Client runs to end, and
+//     fails naming each job still waiting, and why.
 //   - WorkerConfig is a worker configuration with short polls and leases
 //     for tests that start a whole worker.
 //

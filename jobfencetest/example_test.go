@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/jobfence/jobfence"
 	"github.com/jobfence/jobfence/jobfencetest"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
@@ -61,9 +62,10 @@ func ExampleWork() {
 	defer db.Close()
 	t := printT{}
 
-	// The registry your service's worker uses.
-	reg := worker.NewRegistry()
-	worker.Add(reg, func(ctx context.Context, job *worker.Job[charge]) error {
+	// The client your service builds: its handlers, queues and worker
+	// configuration. The test does not start it.
+	reg := jobfence.NewRegistry()
+	jobfence.AddHandler(reg, func(ctx context.Context, job *jobfence.Job[charge]) error {
 		if job.Args.Cents > 10000 {
 			return worker.JobCancel(errDeclined)
 		}
@@ -72,7 +74,11 @@ func ExampleWork() {
 		}
 		return nil
 	})
-	w := jobfencetest.NewWorker(t, pgqueue.New(db.Pool, pgqueue.Config{}), reg, worker.Config{})
+	client, err := jobfence.NewClient(db.Pool, jobfence.Config{Queues: map[string]int{"default": 10}, Handlers: reg})
+	if err != nil {
+		log.Fatal(err)
+	}
+	w := jobfencetest.NewWorker(t, client)
 
 	r := jobfencetest.Work(ctx, t, w, charge{Cents: 500}, nil)
 	fmt.Println(r.Outcome, r.Job.State)

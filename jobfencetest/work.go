@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"time"
 
 	"github.com/jobfence/jobfence/queue"
@@ -49,12 +50,65 @@ type Worker struct {
 	w      *worker.Worker
 }
 
-// NewWorker returns a Worker running reg's handlers on client with
-// WorkerConfig(cfg) (Queues defaulting to one slot of the default queue):
-// the same handlers, middleware, timeouts and retry
-// policy your service's worker uses. It fails t when worker.New refuses
-// the configuration.
-func NewWorker(t TestingT, client *pgqueue.Client, reg *worker.Registry, cfg worker.Config) *Worker {
+// Client is what NewWorker and WaitFinal use of your service's
+// *jobfence.Client, which implements it: pass the client. It is an
+// interface, not the type, because package jobfence's packages
+// (pgqueue, worker, scheduler) test themselves with this package, which
+// therefore cannot import package jobfence.
+type Client interface {
+	// PGQueue is jobfence.Client.PGQueue: the client's pgqueue.Client.
+	PGQueue() *pgqueue.Client
+	// Handlers is jobfence.Client.Handlers: Config.Handlers.
+	Handlers() *worker.Registry
+	// WorkerConfig is jobfence.Client.WorkerConfig: the configuration
+	// the client builds its worker from.
+	WorkerConfig() worker.Config
+}
+
+// NewWorker returns a Worker running the handlers of client
+// (Client.Handlers) on its pgqueue client, with WorkerConfig of the
+// client's worker configuration (Client.WorkerConfig: its middleware,
+// hooks, timeouts, retry policy), each of the client's queues with one
+// slot: the same code your service's worker runs, one job at a time. Do
+// not Start client in the same test: a started client's worker claims
+// the jobs this Worker means to run. It fails t for an insert-only
+// client, which has no handlers to run, and when worker.New refuses the
+// configuration.
+func NewWorker(t TestingT, client Client) *Worker {
+	t.Helper()
+	if isNil(client) {
+		t.Fatalf("jobfencetest: new worker: nil client")
+		return nil
+	}
+	reg := client.Handlers()
+	if reg == nil || len(reg.Kinds()) == 0 {
+		t.Fatalf("jobfencetest: new worker: the client is insert-only: it has no handlers to run; give its Config Queues and Handlers")
+		return nil
+	}
+	cfg := client.WorkerConfig()
+	// One slot per queue: it runs one job at a time, and a larger
+	// concurrency would only make worker.New warn about the pool's size.
+	for q := range cfg.Queues {
+		cfg.Queues[q] = 1
+	}
+	return NewPGWorker(t, client.PGQueue(), reg, cfg)
+}
+
+// isNil reports a nil client, also a nil *jobfence.Client in the
+// interface.
+func isNil(c Client) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// NewPGWorker is NewWorker for the layer below the jobfence.Client: it
+// returns a Worker running reg's handlers on client with WorkerConfig(cfg)
+// (Queues defaulting to one slot of the default queue). It fails t when
+// worker.New refuses the configuration.
+func NewPGWorker(t TestingT, client *pgqueue.Client, reg *worker.Registry, cfg worker.Config) *Worker {
 	t.Helper()
 	if len(cfg.Queues) == 0 {
 		// It runs one job at a time; a larger concurrency would only make
@@ -247,6 +301,14 @@ const maxDrained = 10000
 // none is ready (jobs enqueued by the handlers included; retries and
 // snoozes wait for their time), and returns what became of each, in
 // order. It fails t after 10,000 jobs.
+//
+// Limited jobs (a Limit governs their queue or kind) run as the limit
+// grants them: before each job, Drain hands the free slots to the waiting
+// jobs, oldest first, as a started worker does, so under a Concurrency
+// limit they all run, one after the other, and a Sequence runs in insert
+// order. It does not wait for a slot: a job over a Rate within its Period,
+// or behind a Sequence's failed job that holds its slot, stays limited,
+// and Drain returns without it.
 func (w *Worker) Drain(ctx context.Context, t TestingT, q string) []*Result {
 	t.Helper()
 	var out []*Result

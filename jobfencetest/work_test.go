@@ -45,7 +45,7 @@ func newChargeWorker(t *testing.T, db *jobfencetest.DB, cfg worker.Config) (*job
 	client := pgqueue.New(db.Pool, pgqueue.Config{})
 	reg := worker.NewRegistry()
 	worker.Add(reg, chargeHandler)
-	return jobfencetest.NewWorker(t, client, reg, cfg), client
+	return jobfencetest.NewPGWorker(t, client, reg, cfg), client
 }
 
 func TestWorkReturnsEachOutcome(t *testing.T) {
@@ -155,7 +155,7 @@ func TestWorkRunsTransactionalHandlersInTheirTransaction(t *testing.T) {
 		}
 		return nil
 	})
-	w := jobfencetest.NewWorker(t, client, reg, worker.Config{})
+	w := jobfencetest.NewPGWorker(t, client, reg, worker.Config{})
 
 	r := jobfencetest.Work(ctx, t, w, ship{Order: 1}, nil)
 	if r.Outcome != queue.OutcomeComplete || r.Job.State != queue.StateCompleted {
@@ -230,7 +230,7 @@ func TestDrainRunsJobsTheHandlersEnqueue(t *testing.T) {
 		_, err := client.InsertTx(ctx, tx, fanOut{N: job.Args.N - 1}, nil)
 		return err
 	})
-	w := jobfencetest.NewWorker(t, client, reg, worker.Config{})
+	w := jobfencetest.NewPGWorker(t, client, reg, worker.Config{})
 	if _, err := client.Insert(ctx, fanOut{N: 3}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestRetryNowRunsTheRetryAtOnce(t *testing.T) {
 		}
 		return nil
 	})
-	w := jobfencetest.NewWorker(t, client, reg, worker.Config{})
+	w := jobfencetest.NewPGWorker(t, client, reg, worker.Config{})
 
 	first := jobfencetest.Work(ctx, t, w, flaky{}, nil)
 	if first.Outcome != queue.OutcomeRetry || first.Job.State != queue.StateRetryable || first.Delay <= 0 {

@@ -39,7 +39,7 @@ func TestRunWorkflow(t *testing.T) {
 		}
 		return worker.RecordOutput(ctx, job.Args.Item+" paid "+string(rune('0'+c["cents"]%10)))
 	})
-	w := jobfencetest.NewWorker(t, client, reg, worker.Config{})
+	w := jobfencetest.NewPGWorker(t, client, reg, worker.Config{})
 	order := func(mode string) *workflow.Workflow {
 		return workflow.New("order").
 			Add("charge", charge{Cents: 1999, Mode: mode}, &workflow.TaskOpts{Insert: &queue.InsertOpts{MaxAttempts: 1}}).
@@ -84,7 +84,7 @@ func TestRunWorkflowFanOut(t *testing.T) {
 	defer client.Close()
 	reg := worker.NewRegistry()
 	worker.Add(reg, func(ctx context.Context, job *worker.Job[leaf]) error { return nil })
-	w := jobfencetest.NewWorker(t, client, reg, worker.Config{})
+	w := jobfencetest.NewPGWorker(t, client, reg, worker.Config{})
 	wf := workflow.New("fan").Add("root", leaf{}, nil)
 	for i := range width {
 		wf.Add(fmt.Sprintf("leaf-%d", i), leaf{N: i}, &workflow.TaskOpts{DependsOn: []string{"root"}})

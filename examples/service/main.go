@@ -67,7 +67,14 @@ func run(ctx context.Context, serve bool) error {
 	if err := migrations.Up(ctx, env.DatabaseURL); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, env.DatabaseURL)
+	// A pool sized for the queues: a connection for each transactional
+	// handler that may run at once, and the worker's own.
+	queues := map[string]int{"default": 10}
+	poolCfg, err := jobfence.PoolConfig(env.DatabaseURL, queues)
+	if err != nil {
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return err
 	}
@@ -98,7 +105,7 @@ func run(ctx context.Context, serve bool) error {
 	// One client: inserts, the worker on its queues, the schedules, and
 	// (with Telemetry: telemetry.Options{}) metrics and traces for all three.
 	client, err := jobfence.NewClient(pool, jobfence.Config{
-		Queues:   map[string]int{"default": 10},
+		Queues:   queues,
 		Handlers: reg,
 		Schedules: []jobfence.Schedule{
 			// Every instance configures it; each fire is one job for the fleet.

@@ -23,7 +23,7 @@
 //     statements declare at their top level is used (`_ = v`), imports are
 //     added for the packages the fragment names (the table in
 //     knownPackages), and the names it uses but does not declare come from
-//     the givens: the standard ones in standardGivens (ctx, pool, jobs,
+//     the givens: the standard ones in standardGivens (ctx, pool, client, jobs,
 //     reg, tx, job of type *worker.Job[SendInvoice], ...), and those of an
 //     HTML comment right before the fence, `<!-- given: Go declarations
 //     -->`, which GitHub does not show.

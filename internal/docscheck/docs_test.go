@@ -344,6 +344,7 @@ var standardGivens = map[string]string{
 	"pool":        "var pool *pgxpool.Pool",
 	"bouncedPool": "var bouncedPool *pgxpool.Pool",
 	"jobs":        "var jobs *pgqueue.Client",
+	"client":      "var client *jobfence.Client",
 	"reg":         "var reg *worker.Registry",
 	"tx":          "var tx pgx.Tx",
 	"job":         "var job *worker.Job[SendInvoice]",
