@@ -90,7 +90,10 @@ const oldClaimIndex = `to_regclass('jobfence_jobs_claim') IS NOT NULL`
 //     counted from its first {limit} rows over all queues (by due time,
 //     and by finalized_at, newest first, in jobfence_jobs and in
 //     jobfence_jobs_finished, merged): exact when they are all of them,
-//     lower bounds otherwise. The due ones of the first set give their
+//     lower bounds otherwise (each of the two finished tables gives its
+//     newest {limit} first: merged whole, the planner sorted every
+//     completed job kept in jobfence_jobs, as workflow tasks and unique
+//     and limited jobs are). The due ones of the first set give their
 //     queues' oldest ready job, and the newest finished ones the
 //     completions of the last 5 minutes and hour.
 //   - limited: its index (jobfence_jobs_limited) is by limit, not queue;
@@ -158,9 +161,10 @@ WITH RECURSIVE avail(queue) AS (
     LEFT JOIN jobfence_jobs j ON j.id = t.job_id
 ), finished AS (
     SELECT queue, state, finalized_at FROM (
-        SELECT queue, state, finalized_at FROM jobfence_jobs WHERE state IN ('completed', 'cancelled')
+        (SELECT queue, state, finalized_at FROM jobfence_jobs WHERE state IN ('completed', 'cancelled')
+         ORDER BY finalized_at DESC LIMIT {limit})
         UNION ALL
-        SELECT queue, state, finalized_at FROM jobfence_jobs_finished
+        (SELECT queue, state, finalized_at FROM jobfence_jobs_finished ORDER BY finalized_at DESC LIMIT {limit})
     ) f ORDER BY finalized_at DESC LIMIT {limit}
 )
 SELECT a.queue, 'available',
