@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -134,7 +135,8 @@ func screenshots(t *testing.T) func(name string) chromedp.Action {
 }
 
 // TestBrowser drives the dashboard in headless Chromium as an on-call
-// engineer would: open the overview, filter the jobs down to the failed
+// engineer would: open the overview (every waiting state has a column:
+// limited and pending jobs too), filter the jobs down to the failed
 // one, open it, click Retry, and see its state change; a screenshot of
 // each step is saved.
 func TestBrowser(t *testing.T) {
@@ -147,6 +149,17 @@ func TestBrowser(t *testing.T) {
 	j := d.claim("billing", 1)[0]
 	d.finish(j, queue.OutcomeRetry, &queue.AttemptError{Attempt: 1, At: time.Now(), Error: "card declined <img src=x onerror=alert(1)>"})
 	d.enqueue(queue.EnqueueParams{Kind: "charge", Queue: "billing"})
+	// An email held back by a limit, a workflow task waiting for its
+	// dependency and a cancelled email: each has a column of its own, so
+	// that a queue of jobs waiting on a limit does not look idle.
+	if _, err := d.db.Pool.Exec(context.Background(), `
+WITH w AS (INSERT INTO jobfence_workflows (id, name) VALUES (md5('w')::uuid, 'w') RETURNING id)
+INSERT INTO jobfence_jobs (queue, kind, state, scheduled_at, finalized_at, limit_name, limit_part, workflow_id, task_name, deps_left)
+VALUES ('email', 'welcome', 'limited', now(), NULL, 'smtp', '', NULL, NULL, NULL),
+       ('email', 'digest', 'pending', now(), NULL, NULL, NULL, (SELECT id FROM w), 'digest', 1),
+       ('email', 'welcome', 'cancelled', now(), now(), NULL, NULL, NULL, NULL, NULL)`); err != nil {
+		t.Fatal(err)
+	}
 
 	screenshot := screenshots(t)
 
@@ -169,11 +182,13 @@ func TestBrowser(t *testing.T) {
 			t.Fatalf("%s: %s answered %d", step, resp.URL, resp.Status)
 		}
 	}
-	var discarded, listed, stateBefore, args, stateAfter, flash string
+	var header, email, discarded, listed, stateBefore, args, stateAfter, flash string
 	navigate("open the overview", chromedp.Navigate(d.URL+"/"))
 	run("read the overview",
 		chromedp.WaitVisible(`tr[data-queue="billing"]`),
-		chromedp.Text(`tr[data-queue="billing"] td:nth-of-type(5)`, &discarded),
+		chromedp.Text(`table.overview thead tr`, &header),
+		chromedp.Text(`tr[data-queue="email"]`, &email),
+		chromedp.Text(`tr[data-queue="billing"] td:nth-of-type(7)`, &discarded),
 		screenshot("1-overview"))
 	navigate("open the jobs", chromedp.Click(`nav a[href="/jobs"]`))
 	run("fill in the filter",
@@ -193,6 +208,16 @@ func TestBrowser(t *testing.T) {
 		chromedp.Text(`#job-state`, &stateAfter),
 		chromedp.Text(`p.flash`, &flash),
 		screenshot("4-job-retried"))
+	if got, want := strings.Join(strings.Fields(header), " "),
+		"Queue Available Scheduled Limited Pending Running Retryable Discarded Cancelled Completed 5 min Completed 1 h Oldest waiting Paused"; got != want {
+		t.Errorf("the overview's columns are %q, want %q", got, want)
+	}
+	// email: 3 available, 1 limited, 1 pending, 1 cancelled, none
+	// completed; then the oldest waiting job's age and "no" (not paused).
+	if got, want := strings.Fields(email), []string{"email", "3", "0", "1", "1", "0", "0", "0", "1", "0", "0"}; len(got) < len(want) ||
+		!slices.Equal(got[:len(want)], want) || got[len(got)-1] != "no" {
+		t.Errorf("the overview's email row reads %q, want %q, an age and no", got, want)
+	}
 	if strings.TrimSpace(discarded) != "1" {
 		t.Errorf("the overview shows %q discarded jobs in billing, want 1", discarded)
 	}

@@ -150,13 +150,18 @@ type jobPage struct {
 	Timeline []event
 	// Waits says why a limited job waits for its limit (WaitReason).
 	Waits string
+	// Unique is what makes the job unique by its UniqueOpts; nil when
+	// they did not (Job.UniqueKey is an explicit key).
+	Unique *uniqueness
 	// CanRetry, CanCancel and CanDelete say which actions its state allows.
 	CanRetry, CanCancel, CanDelete bool
 }
 
-const finalizedSQL = `SELECT finalized_at FROM jobfence_jobs WHERE id = $1
+// jobRowSQL reads what the job's page shows beyond queue.Job: when it
+// ended, and the unique key its UniqueOpts computed with its states.
+const jobRowSQL = `SELECT finalized_at, unique_hash, unique_states FROM jobfence_jobs WHERE id = $1
 UNION ALL
-SELECT finalized_at FROM jobfence_jobs_finished WHERE id = $1
+SELECT finalized_at, unique_hash, unique_states FROM jobfence_jobs_finished WHERE id = $1
 LIMIT 1`
 
 // job serves /jobs/{id}: the job, its arguments, every attempt with its
@@ -170,12 +175,21 @@ func (h *handler) job(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var finalized *time.Time
-	if err := h.pool.QueryRow(r.Context(), finalizedSQL, id).Scan(&finalized); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	var (
+		finalized *time.Time
+		hash      []byte
+		mask      *int16
+	)
+	if err := h.pool.QueryRow(r.Context(), jobRowSQL, id).Scan(&finalized, &hash, &mask); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("dashboard: job %d: %w", id, err)
+	}
+	unique, err := h.readUniqueness(r.Context(), j, hash, mask)
+	if err != nil {
+		return err
 	}
 	p := jobPage{
 		Job:       j,
+		Unique:    unique,
 		Attempts:  slices.Clone(j.Errors),
 		CanRetry:  j.State != queue.StateRunning,
 		CanCancel: !j.State.Final(),

@@ -54,11 +54,12 @@ func TestOverviewCountCap(t *testing.T) {
 		}
 		return out
 	}
-	// available, scheduled, running, retryable, discarded, completed 5 min, 1 h
+	// available, scheduled, limited, pending, running, retryable,
+	// discarded, cancelled, completed 5 min, 1 h
 	for q, want := range map[string][]string{
-		"broken": {"0", "0", "0", "0", "3+", "?", "?"},
-		"small":  {"2", "0", "0", "0", "0", "?", "?"},
-		"busy":   {"0", "0", "0", "0", "0", "3+", "3+"},
+		"broken": {"0", "0", "0", "0", "0", "0", "3+", "?", "?", "?"},
+		"small":  {"2", "0", "0", "0", "0", "0", "0", "?", "?", "?"},
+		"busy":   {"0", "0", "0", "0", "0", "0", "0", "?", "3+", "3+"},
 	} {
 		if got := cells(body, q); !slices.Equal(got, want) {
 			t.Errorf("overview, queue %s: %q, want %q", q, got, want)
@@ -68,7 +69,8 @@ func TestOverviewCountCap(t *testing.T) {
 		`<span class="atleast" title="at least 3: counting stopped there">3+</span>`,
 		`<span class="atleast" title="not counted: counting stopped before this queue's jobs in this state">?</span>`,
 		`Counts stop at 3,`,
-		`exactly while there are at most 3 of them over all queues`)
+		`exactly while there are at most 3 of them over all queues`,
+		`pending workflow tasks while the 3 newest workflows' tasks are all of them`)
 
 	body = html.UnescapeString(d.getOK("/queues"))
 	// available, scheduled, running, retryable, completed, discarded, cancelled, limited, pending

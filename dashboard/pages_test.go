@@ -216,9 +216,10 @@ func TestOverviewCounts(t *testing.T) {
 	for _, m := range regexp.MustCompile(`>(\d+)<`).FindAllStringSubmatch(row, -1) {
 		nums = append(nums, m[1])
 	}
-	// available, scheduled, running, retryable, discarded, completed 5 min, 1 h
-	if got := strings.Join(nums, " "); got != "0 1 1 0 1 1 1" {
-		t.Errorf("q1's figures %q, want available 0, scheduled 1, running 1, retryable 0, discarded 1, completed 1 and 1:\n%s", got, row)
+	// available, scheduled, limited, pending, running, retryable,
+	// discarded, cancelled, completed 5 min, 1 h
+	if got := strings.Join(nums, " "); got != "0 1 0 0 1 0 1 0 1 1" {
+		t.Errorf("q1's figures %q, want available 0, scheduled 1, limited 0, pending 0, running 1, retryable 0, discarded 1, cancelled 0, completed 1 and 1:\n%s", got, row)
 	}
 	if !strings.Contains(row, "2h0m0s ago") {
 		t.Errorf("q1's oldest waiting job should be 2h old:\n%s", row)

@@ -53,6 +53,14 @@ type UniqueOpts struct {
 	// without an insert (a claim, a retry, a snooze), and a job that
 	// stopped refusing in one of them could not refuse again when it moved
 	// back beside a duplicate inserted meanwhile.
+	//
+	// Limited is always among the states, whatever the list (see States):
+	// a job waiting for a limit's slot (pgqueue's Limit) is as unfinished
+	// as an available one, and it moves between limited and available
+	// without an insert; naming limited changes nothing. Pending is not
+	// among them unless named, and naming it changes nothing either: only
+	// workflow tasks are pending, and a task cannot be unique (a workflow
+	// with a task that has Unique or a UniqueKey is refused).
 	ByState []State
 	// Debounce, instead of refusing a duplicate whose existing job has not
 	// started (available, scheduled, or limited: waiting for a limit's

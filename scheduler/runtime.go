@@ -104,17 +104,28 @@ const existsSQL = `SELECT EXISTS (SELECT FROM jobfence_schedules WHERE name = $1
 // returns. This is decided in the fire's own transaction, which reads the
 // schedule's row under a lock (so an instance that has not yet seen the
 // pause still enqueues nothing), and it lasts across restarts and deploys.
-// Jobs already enqueued are left alone; Trigger still runs it now. It
-// reports whether the schedule was running, and returns an error wrapping
-// ErrNotFound when there is no such schedule.
+// Jobs already enqueued are left alone; Trigger still runs it now.
+//
+// changed is true when this call paused the schedule: it was running.
+// It is false, with a nil error, when the schedule was paused already:
+// nothing changes then, and the first pause stays on record (its time and
+// its by, not this call's). Of concurrent Pauses of a running schedule,
+// exactly one reports true. With no such schedule, changed is false and
+// the error wraps ErrNotFound.
 func Pause(ctx context.Context, pool *pgxpool.Pool, name, by string) (changed bool, err error) {
 	return setPaused(ctx, pool, name, pauseSQL, by)
 }
 
 // Resume resumes the paused schedule name: its fires from now on are
 // enqueued (those of the pause are not caught up), by every instance
-// within its SyncInterval. It reports whether the schedule was paused,
-// and returns an error wrapping ErrNotFound when there is no such schedule.
+// within its SyncInterval.
+//
+// changed is true when this call resumed the schedule: it was paused. It
+// is false, with a nil error, when the schedule was not paused: nothing
+// changes then (its next fire is not recomputed, its fires are not
+// restarted from now). Of concurrent Resumes of a paused schedule,
+// exactly one reports true. With no such schedule, changed is false and
+// the error wraps ErrNotFound.
 func Resume(ctx context.Context, pool *pgxpool.Pool, name string) (changed bool, err error) {
 	var next *time.Time
 	if i, err := Get(ctx, pool, name); err != nil {
@@ -126,7 +137,10 @@ func Resume(ctx context.Context, pool *pgxpool.Pool, name string) (changed bool,
 }
 
 // Pause is the package's Pause through this Scheduler's database; a
-// running Scheduler picks it up at once.
+// running Scheduler picks it up at once. The bool is the package's
+// changed: true when this call paused a running schedule, false when it
+// was paused already (the first pause stays on record) or there is no
+// such schedule (the error wraps ErrNotFound).
 func (s *Scheduler) Pause(ctx context.Context, name, by string) (bool, error) {
 	changed, err := Pause(ctx, s.client.Pool(), name, by)
 	s.nudge()
@@ -134,7 +148,10 @@ func (s *Scheduler) Pause(ctx context.Context, name, by string) (bool, error) {
 }
 
 // Resume is the package's Resume through this Scheduler's database; a
-// running Scheduler picks it up at once.
+// running Scheduler picks it up at once. The bool is the package's
+// changed: true when this call resumed a paused schedule, false when it
+// was not paused (nothing changes) or there is no such schedule (the
+// error wraps ErrNotFound).
 func (s *Scheduler) Resume(ctx context.Context, name string) (bool, error) {
 	changed, err := Resume(ctx, s.client.Pool(), name)
 	s.nudge()
@@ -165,8 +182,13 @@ func setPaused(ctx context.Context, pool *pgxpool.Pool, name, sql string, arg an
 
 const deleteSQL = `DELETE FROM jobfence_schedules WHERE name = $1`
 
-// Delete removes the schedule name from the schedules table; it reports
-// whether there was one. Every instance stops firing it within its
+// Delete removes the schedule name from the schedules table. It reports
+// true when this call removed its row, and false, with a nil error, when
+// there was no such schedule: unlike Pause and Resume, a missing
+// schedule is not an error (ErrNotFound), since it is what Delete makes.
+// Of concurrent Deletes, exactly one reports true. A schedule defined in
+// code that no instance has written to the table yet (none started since
+// it was added) has no row: false. Every instance stops firing it within its
 // SyncInterval, and none enqueues a fire of it once Delete returns (the
 // fire's transaction finds no row). The jobs of its fires are left alone.
 // A schedule defined in code comes back when an instance that defines it
@@ -180,7 +202,9 @@ func Delete(ctx context.Context, pool *pgxpool.Pool, name string) (bool, error) 
 }
 
 // Delete is the package's Delete through this Scheduler's database; a
-// running Scheduler picks it up at once.
+// running Scheduler picks it up at once. The bool is the package's: true
+// when this call removed the schedule's row, false, with a nil error,
+// when there was none.
 func (s *Scheduler) Delete(ctx context.Context, name string) (bool, error) {
 	found, err := Delete(ctx, s.client.Pool(), name)
 	s.nudge()

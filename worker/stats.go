@@ -1,6 +1,9 @@
 package worker
 
-import "sync/atomic"
+import (
+	"log/slog"
+	"sync/atomic"
+)
 
 // Stats counts what a worker did since it was created.
 type Stats struct {
@@ -78,4 +81,35 @@ func (c *counters) snapshot() Stats {
 		Refilled: c.refilled.Load(), RefillErrors: c.refillErrors.Load(), EndedSessions: c.endedSessions.Load(),
 		ReleasedRanges: c.releasedRanges.Load(),
 	}
+}
+
+// LogValue makes Stats a group of attributes in a log record, one per
+// counter, named in snake case (stats.claimed, stats.fetch_errors), rather
+// than one string of the whole struct: a log pipeline can then filter and
+// sum them ("stats.panics > 0"). Every counter is there, zero or not, so
+// that a record always has the same fields.
+func (s Stats) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.Int64("claimed", s.Claimed),
+		slog.Int64("completed", s.Completed),
+		slog.Int64("retried", s.Retried),
+		slog.Int64("discarded", s.Discarded),
+		slog.Int64("snoozed", s.Snoozed),
+		slog.Int64("unknown_kind", s.UnknownKind),
+		slog.Int64("cancelled", s.Cancelled),
+		slog.Int64("stale", s.Stale),
+		slog.Int64("lost", s.Lost),
+		slog.Int64("stuck", s.Stuck),
+		slog.Int64("stuck_running", s.StuckRunning),
+		slog.Int64("panics", s.Panics),
+		slog.Int64("fetch_errors", s.FetchErrors),
+		slog.Int64("finish_errors", s.FinishErrors),
+		slog.Int64("rescued", s.Rescued),
+		slog.Int64("pruned", s.Pruned),
+		slog.Int64("promoted", s.Promoted),
+		slog.Int64("refilled", s.Refilled),
+		slog.Int64("refill_errors", s.RefillErrors),
+		slog.Int64("ended_sessions", s.EndedSessions),
+		slog.Int64("released_ranges", s.ReleasedRanges),
+	)
 }

@@ -79,7 +79,9 @@ func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	now := time.Now()
 	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "QUEUE\tSTATUS\tAVAILABLE\tSCHEDULED\tRUNNING\tRETRYABLE\tCOMPLETED\tDISCARDED\tCANCELLED\tOLDEST READY\tPAUSED SINCE\tPAUSED BY")
+	// Limited and pending jobs wait as surely as available ones: without
+	// their columns a queue of jobs held back by a limit looked idle.
+	fmt.Fprintln(w, "QUEUE\tSTATUS\tAVAILABLE\tSCHEDULED\tLIMITED\tPENDING\tRUNNING\tRETRYABLE\tCOMPLETED\tDISCARDED\tCANCELLED\tOLDEST READY\tPAUSED SINCE\tPAUSED BY")
 	for _, q := range qs {
 		status, pausedBy := "running", "-"
 		if q.Paused {
@@ -89,8 +91,9 @@ func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if !q.OldestAvailable.IsZero() {
 			oldest = formatAge(now.Sub(q.OldestAvailable))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, status,
-			q.Counts[queue.StateAvailable], q.Counts[queue.StateScheduled], q.Counts[queue.StateRunning],
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, status,
+			q.Counts[queue.StateAvailable], q.Counts[queue.StateScheduled], q.Counts[queue.StateLimited],
+			q.Counts[queue.StatePending], q.Counts[queue.StateRunning],
 			q.Counts[queue.StateRetryable], q.Counts[queue.StateCompleted], q.Counts[queue.StateDiscarded],
 			q.Counts[queue.StateCancelled], oldest, formatTime(q.PausedAt), pausedBy)
 	}

@@ -19,7 +19,9 @@ func words(line string) string { return strings.Join(strings.Fields(line), " ") 
 // TestQueuesCLI: list shows each queue's counts and pause; pause and
 // resume say what they did and who did it; a pause of a queue without
 // jobs says the name may be misspelt; resuming a running queue says
-// nothing changed; --json gives scripts every state's count.
+// nothing changed; --json gives scripts every state's count. Limited and
+// pending jobs have columns of their own: a queue of jobs waiting on a
+// limit is not idle.
 func TestQueuesCLI(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -37,6 +39,20 @@ func TestQueuesCLI(t *testing.T) {
 		}
 	}
 
+	// 143 emails wait on a limit, and a report task on its dependency:
+	// neither queue is idle.
+	if _, err := db.Pool.Exec(ctx, `
+INSERT INTO jobfence_jobs (queue, kind, state, scheduled_at, limit_name, limit_part)
+SELECT 'mail', 'k', 'limited', now(), 'smtp', '' FROM generate_series(1, 143)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `
+WITH w AS (INSERT INTO jobfence_workflows (id, name) VALUES (md5('w')::uuid, 'w') RETURNING id)
+INSERT INTO jobfence_jobs (queue, kind, state, scheduled_at, workflow_id, task_name, deps_left)
+SELECT 'reports', 'k', 'pending', now(), w.id, 'summary', 1 FROM w`); err != nil {
+		t.Fatal(err)
+	}
+
 	out, errs, code := cli(t, "queues", "pause", "mail", "--by", "alice@ops", "--database-url", db.URL)
 	if want := `queue "mail" paused by alice@ops: workers stop claiming its jobs within about a second; running jobs finish` + "\n"; code != 0 || out != want {
 		t.Fatalf("pause: exit %d, stderr %q, stdout:\n%s\nwant:\n%s", code, errs, out, want)
@@ -46,7 +62,7 @@ func TestQueuesCLI(t *testing.T) {
 	if code != 0 || len(lines) != 3 {
 		t.Fatalf("list: exit %d, stderr %q, stdout:\n%s\nwant a header and two rows", code, errs, out)
 	}
-	if got, want := words(lines[0]), "QUEUE STATUS AVAILABLE SCHEDULED RUNNING RETRYABLE COMPLETED DISCARDED CANCELLED OLDEST READY PAUSED SINCE PAUSED BY"; got != want {
+	if got, want := words(lines[0]), "QUEUE STATUS AVAILABLE SCHEDULED LIMITED PENDING RUNNING RETRYABLE COMPLETED DISCARDED CANCELLED OLDEST READY PAUSED SINCE PAUSED BY"; got != want {
 		t.Errorf("header %q, want %q", got, want)
 	}
 	qs, err := c.Queues(ctx)
@@ -54,14 +70,14 @@ func TestQueuesCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	mail := strings.Fields(lines[1])
-	if want := "mail paused 2 0 0 0 0 0 0"; strings.Join(mail[:9], " ") != want || mail[len(mail)-1] != "alice@ops" ||
-		strings.Join(mail[10:12], " ") != formatTime(qs[0].PausedAt) {
+	if want := "mail paused 2 0 143 0 0 0 0 0 0"; strings.Join(mail[:11], " ") != want || mail[len(mail)-1] != "alice@ops" ||
+		strings.Join(mail[12:14], " ") != formatTime(qs[0].PausedAt) {
 		t.Errorf("mail row %q, want %q, an age, paused since %s by alice@ops", lines[1], want, formatTime(qs[0].PausedAt))
 	}
-	if _, err := time.ParseDuration(mail[9]); err != nil {
-		t.Errorf("mail row %q: oldest ready %q is not an age: %v", lines[1], mail[9], err)
+	if _, err := time.ParseDuration(mail[11]); err != nil {
+		t.Errorf("mail row %q: oldest ready %q is not an age: %v", lines[1], mail[11], err)
 	}
-	if got, want := words(lines[2]), "reports running 0 1 0 0 0 0 0 - - -"; got != want {
+	if got, want := words(lines[2]), "reports running 0 1 0 1 0 0 0 0 0 - - -"; got != want {
 		t.Errorf("reports row %q, want %q", got, want)
 	}
 
@@ -72,7 +88,8 @@ func TestQueuesCLI(t *testing.T) {
 	}
 	if js[0]["name"] != "mail" || js[0]["paused"] != true || js[0]["paused_by"] != "alice@ops" || js[0]["paused_at"] == nil ||
 		js[0]["oldest_available_at"] == nil || len(js[0]["counts"].(map[string]any)) != len(queue.States()) ||
-		js[0]["counts"].(map[string]any)["available"] != 2.0 || js[0]["counts"].(map[string]any)["discarded"] != 0.0 {
+		js[0]["counts"].(map[string]any)["available"] != 2.0 || js[0]["counts"].(map[string]any)["discarded"] != 0.0 ||
+		js[0]["counts"].(map[string]any)["limited"] != 143.0 {
 		t.Errorf("mail as JSON: %v", js[0])
 	}
 	// Every count is exact under the cap: no state is a lower bound, and
@@ -80,7 +97,8 @@ func TestQueuesCLI(t *testing.T) {
 	if atLeast, ok := js[0]["counts_at_least"].([]any); !ok || len(atLeast) != 0 {
 		t.Errorf("mail's counts_at_least = %#v, want []", js[0]["counts_at_least"])
 	}
-	if js[1]["name"] != "reports" || js[1]["paused"] != false || js[1]["paused_at"] != nil || js[1]["oldest_available_at"] != nil {
+	if js[1]["name"] != "reports" || js[1]["paused"] != false || js[1]["paused_at"] != nil || js[1]["oldest_available_at"] != nil ||
+		js[1]["counts"].(map[string]any)["pending"] != 1.0 {
 		t.Errorf("reports as JSON: %v", js[1])
 	}
 

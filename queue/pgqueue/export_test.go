@@ -104,3 +104,10 @@ var PromoteSQL = promoteSQL
 // LateTasksSQL is lateTasksSQL, for the test that the deadline sweep
 // reads its index (PromoteSQL too).
 var LateTasksSQL = lateTasksSQL
+
+// QueuesStatement and QueuesSettingsSQL are Queues' statement and its
+// settings, for the test that EXPLAINs them.
+var (
+	QueuesStatement   = queuesStatement
+	QueuesSettingsSQL = queuesSettingsSQL
+)

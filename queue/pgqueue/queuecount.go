@@ -90,9 +90,21 @@ const oldClaimIndex = `to_regclass('jobfence_jobs_claim') IS NOT NULL`
 //     counted from its first {limit} rows over all queues (by due time,
 //     and by finalized_at, newest first, in jobfence_jobs and in
 //     jobfence_jobs_finished, merged): exact when they are all of them,
-//     lower bounds otherwise. The due ones of the first set give their
+//     lower bounds otherwise (each of the two finished tables gives its
+//     newest {limit} first: merged whole, the planner sorted every
+//     completed job kept in jobfence_jobs, as workflow tasks and unique
+//     and limited jobs are). The due ones of the first set give their
 //     queues' oldest ready job, and the newest finished ones the
 //     completions of the last 5 minutes and hour.
+//   - limited: its index (jobfence_jobs_limited) is by limit, not queue;
+//     its first {limit} rows over all queues, as for running.
+//   - pending: no index holds pending jobs by state, but only workflow
+//     tasks are pending, and jobfence_workflow_tasks lists a workflow's
+//     tasks by one probe of its key: the tasks of the newest {limit}
+//     workflows, newest first (where the tasks still waiting are), up to
+//     {limit} of them, are read by ID and their pending ones counted
+//     (a task pruned already counts as read): exact while there are at
+//     most the cap of both, lower bounds otherwise.
 //   - jobfence_queues: pauses.
 //
 // Each row is (queue, what, n, n5m, n1h, at, at2, by1, by2):
@@ -104,8 +116,13 @@ const oldClaimIndex = `to_regclass('jobfence_jobs_claim') IS NOT NULL`
 //	scheduled, retryable, running: count in the sample, -, -, oldest due
 //	completed: count in the sample, in the last 5 minutes, in the last hour
 //	cancelled: count in the sample
-//	queue '' (what 'timed', 'running', 'finished'): the sample's size; for
-//	  'finished', whether it reaches back 5 minutes and an hour (1 or 0)
+//	limited, pending: count in the sample (a queue without pending tasks
+//	  in it has no pending row)
+//	queue '' (what 'timed', 'running', 'limited', 'finished'): the
+//	  sample's size; for 'finished', whether it reaches back 5 minutes and
+//	  an hour (1 or 0)
+//	queue '' (what 'tasks'): the number of tasks read, the number of
+//	  workflows (at most {limit})
 //	queue: -, -, -, paused_at, updated_at, paused_by, updated_by
 const queuesSQL = `
 WITH RECURSIVE avail(queue) AS (
@@ -133,11 +150,21 @@ WITH RECURSIVE avail(queue) AS (
 ), running AS (
     SELECT queue FROM jobfence_jobs
     WHERE state = 'running' AND lease_expires_at IS NOT NULL AND attempted_at IS NOT NULL LIMIT {limit}
+), limited AS (
+    SELECT queue FROM jobfence_jobs
+    WHERE state = 'limited' ORDER BY limit_name, limit_part, id LIMIT {limit}
+), workflows AS (
+    SELECT id FROM jobfence_workflows ORDER BY created_at DESC, id DESC LIMIT {limit}
+), tasks AS (
+    SELECT j.queue, j.state FROM (
+        SELECT t.job_id FROM workflows w, jobfence_workflow_tasks t WHERE t.workflow_id = w.id LIMIT {limit}) t
+    LEFT JOIN jobfence_jobs j ON j.id = t.job_id
 ), finished AS (
     SELECT queue, state, finalized_at FROM (
-        SELECT queue, state, finalized_at FROM jobfence_jobs WHERE state IN ('completed', 'cancelled')
+        (SELECT queue, state, finalized_at FROM jobfence_jobs WHERE state IN ('completed', 'cancelled')
+         ORDER BY finalized_at DESC LIMIT {limit})
         UNION ALL
-        SELECT queue, state, finalized_at FROM jobfence_jobs_finished
+        (SELECT queue, state, finalized_at FROM jobfence_jobs_finished ORDER BY finalized_at DESC LIMIT {limit})
     ) f ORDER BY finalized_at DESC LIMIT {limit}
 )
 SELECT a.queue, 'available',
@@ -176,6 +203,15 @@ FROM timed GROUP BY GROUPING SETS ((queue, state), ())
 UNION ALL
 SELECT coalesce(queue, ''), 'running', count(*), 0, 0, NULL, NULL, NULL, NULL
 FROM running GROUP BY GROUPING SETS ((queue), ())
+UNION ALL
+SELECT coalesce(queue, ''), 'limited', count(*), 0, 0, NULL, NULL, NULL, NULL
+FROM limited GROUP BY GROUPING SETS ((queue), ())
+UNION ALL
+SELECT coalesce(queue, ''), CASE WHEN grouping(queue) = 1 THEN 'tasks' ELSE 'pending' END,
+       CASE WHEN grouping(queue) = 1 THEN count(*) ELSE count(*) FILTER (WHERE state = 'pending') END,
+       CASE WHEN grouping(queue) = 1 THEN (SELECT count(*) FROM workflows) ELSE 0 END, 0, NULL, NULL, NULL, NULL
+FROM tasks GROUP BY GROUPING SETS ((queue), ())
+HAVING grouping(queue) = 1 OR count(*) FILTER (WHERE state = 'pending') > 0
 UNION ALL
 SELECT queue, state, count(*),
        count(*) FILTER (WHERE state = 'completed' AND finalized_at > now() - interval '5 minutes'),
@@ -247,7 +283,8 @@ const queuesSettingsSQL = `SELECT set_config('jit', 'off', true), set_config('ma
 var queuesBegin = "BEGIN READ ONLY; " + txbound.Bounds(txbound.Idle, txbound.LockWait) + "; " + queuesSettingsSQL
 
 // Queues lists, by name, every queue that has available, scheduled,
-// retryable, running or discarded jobs, one of the CountCap jobs finished
+// retryable, running or discarded jobs, limited jobs or pending tasks in
+// their samples (see QueueInfo.Counts), one of the CountCap jobs finished
 // last, or a row in jobfence_queues (it was paused once), with bounded
 // counts (see QueueInfo.Counts): it reads at most a few CountCaps of index
 // entries and rows, whatever the size of the table. A queue whose only
@@ -317,8 +354,12 @@ func assembleQueues(rows []queueRow, limit, waiting int64) []QueueInfo {
 	var finished5m, finished1h bool
 	for _, r := range rows {
 		switch {
-		case r.queue == "" && (r.what == "timed" || r.what == "running"):
+		case r.queue == "" && (r.what == "timed" || r.what == "running" || r.what == "limited"):
 			full[r.what] = r.n > limit
+		case r.queue == "" && r.what == "tasks":
+			// The tasks of the newest CountCap workflows: complete only
+			// if neither the tasks nor the workflows reached the cap.
+			full["pending"] = r.n > limit || r.n5m > limit
 		case r.queue == "" && r.what == "finished":
 			full[r.what] = r.n > limit
 			finished5m, finished1h = r.n5m == 1, r.n1h == 1
@@ -327,7 +368,7 @@ func assembleQueues(rows []queueRow, limit, waiting int64) []QueueInfo {
 		}
 	}
 	for _, r := range rows {
-		if r.queue == "" && (r.what == "timed" || r.what == "running" || r.what == "finished") {
+		if r.queue == "" && (r.what == "timed" || r.what == "running" || r.what == "limited" || r.what == "tasks" || r.what == "finished") {
 			continue
 		}
 		q := get(r.queue)
@@ -357,8 +398,8 @@ func assembleQueues(rows []queueRow, limit, waiting int64) []QueueInfo {
 			case queue.StateScheduled, queue.StateRetryable:
 				q.Counts[st] = Count{N: min(r.n, limit), AtLeast: full["timed"]}
 				older(q, r.at)
-			case queue.StateRunning:
-				q.Counts[st] = Count{N: min(r.n, limit), AtLeast: full["running"]}
+			case queue.StateRunning, queue.StateLimited, queue.StatePending:
+				q.Counts[st] = Count{N: min(r.n, limit), AtLeast: full[r.what]}
 			case queue.StateCancelled:
 				q.Counts[st] = Count{N: min(r.n, limit), AtLeast: full["finished"]}
 			}
@@ -380,8 +421,10 @@ func assembleQueues(rows []queueRow, limit, waiting int64) []QueueInfo {
 		if fullWaiting[name] {
 			unknown(q, queue.StateAvailable, queue.StateScheduled, queue.StateRetryable)
 		}
-		if full["running"] {
-			unknown(q, queue.StateRunning)
+		for _, st := range []queue.State{queue.StateRunning, queue.StateLimited, queue.StatePending} {
+			if full[string(st)] {
+				unknown(q, st)
+			}
 		}
 		if full["finished"] {
 			unknown(q, queue.StateCompleted, queue.StateCancelled)

@@ -93,7 +93,11 @@ type QueueInfo struct {
 	// state holds more than the cap over all queues (then a queue's count
 	// is its share of the first CountCap by due time for scheduled and
 	// retryable, by finish time, newest first, for completed and
-	// cancelled, and may be "?" for a queue not among them).
+	// cancelled, by limit for limited, and may be "?" for a queue not
+	// among them). Pending jobs (workflow tasks waiting for their
+	// dependencies) are counted among the tasks of the CountCap newest
+	// workflows, up to CountCap tasks: exact while there are at most
+	// CountCap workflows and their tasks fit, lower bounds otherwise.
 	Counts map[queue.State]Count
 	// Completed5m and Completed1h count its jobs completed in the last
 	// five minutes and the last hour, exactly while the CountCap newest
