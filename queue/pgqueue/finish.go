@@ -85,7 +85,13 @@ WITH f AS (
 // that no grant hands the partition a slot until then; a later one
 // extends it, an earlier one leaves it (greatest). The rows are slots of
 // the applied outcomes' own partitions (l holds only those), so a stale
-// outcome backs nothing off; a batch with no backoff updates none.
+// outcome backs nothing off; a batch with no backoff reads none. They are
+// locked first (bs), in key order (so that two batches lock them in one
+// order), each partition's found by its key, then
+// updated by their row versions, as handOverSQL updates its slots: a
+// join of the slots to the outcomes let a plan read the whole slots
+// table. A grant holds a slot's lock for one statement, so the wait is
+// one grant's at most.
 //
 // A retry or a snooze that would make the job ready after its deadline
 // (late) discards it instead, with the reason appended to its errors after
@@ -130,12 +136,19 @@ WITH f AS (
     FROM l
     WHERE j.id = l.id AND NOT l.leaves AND j.state = 'running'
     RETURNING j.id, j.fence, j.limit_name, j.limit_part
+), bs AS MATERIALIZED (
+    SELECT x.ctid AS sctid, b.us FROM (
+        SELECT l.limit_name, l.limit_part, max(l.backoff) AS us FROM l
+        WHERE l.backoff > 0 AND l.limit_name IS NOT NULL GROUP BY l.limit_name, l.limit_part
+        ORDER BY l.limit_name, l.limit_part) b
+    CROSS JOIN LATERAL (
+        SELECT s.ctid FROM jobfence_limit_slots s WHERE s.name = b.limit_name AND s.part = b.limit_part
+        ORDER BY s.kind, s.slot FOR UPDATE) x
 ), bo AS (
     UPDATE jobfence_limit_slots s
-    SET backoff_until = greatest(s.backoff_until, now() + b.us * interval '1 microsecond')
-    FROM (SELECT l.limit_name, l.limit_part, max(l.backoff) AS us FROM l
-          WHERE l.backoff > 0 AND l.limit_name IS NOT NULL GROUP BY l.limit_name, l.limit_part) b
-    WHERE s.name = b.limit_name AND s.part = b.limit_part
+    SET backoff_until = greatest(s.backoff_until, now() + bs.us * interval '1 microsecond')
+    FROM bs
+    WHERE s.ctid = ANY (ARRAY(SELECT sctid FROM bs)) AND s.ctid = bs.sctid
 )` + finishedReturnSQL
 
 // Finish implements queue.Backend in one statement: completeSQL when every
