@@ -2,6 +2,8 @@ package jobfence
 
 import (
 	"context"
+	"net/http"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -68,3 +70,17 @@ func AddHandler[T Args](r *Registry, fn func(ctx context.Context, job *Job[T]) e
 func AddHandlerTx[T Args](r *Registry, fn func(ctx context.Context, tx pgx.Tx, job *Job[T]) error, opts ...HandlerOptions) {
 	worker.AddTx(r, fn, opts...)
 }
+
+// JobRateLimited returns an error that, returned by a handler, reports
+// that the job's provider refused it for being over its rate (an HTTP
+// 429): the job runs again after retryAfter without spending its attempt,
+// and its limit partition grants nothing until then. See
+// worker.JobRateLimited.
+func JobRateLimited(retryAfter time.Duration, err error) error {
+	return worker.JobRateLimited(retryAfter, err)
+}
+
+// RetryAfter reads an HTTP response's Retry-After header (seconds or an
+// HTTP-date, taken from now); 0 when it is absent, malformed or past. See
+// worker.RetryAfter.
+func RetryAfter(h http.Header, now time.Time) time.Duration { return worker.RetryAfter(h, now) }

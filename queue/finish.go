@@ -49,6 +49,17 @@ type Finish struct {
 	// pgqueue), so a worker whose clock is skewed neither delays nor
 	// hurries it.
 	Delay time.Duration
+	// Backoff, when positive, says that the job's provider refused it for
+	// being over its rate (worker.JobRateLimited: a 429 and its
+	// Retry-After): the limit partition the job belongs to grants no job
+	// until Backoff has passed from the outcome, by the backend's clock,
+	// or later where an earlier report asked for later (a backoff is
+	// extended, never shortened). It applies with the outcome, whatever
+	// the outcome (a snooze, or a discard where the snooze would pass
+	// the job's deadline), and only if the outcome applies (a stale one
+	// changes nothing). A job no limit governs, or a backend without
+	// limits, ignores it.
+	Backoff time.Duration
 	// Error is recorded on the job for retry, discard and cancel.
 	Error *AttemptError
 	// Output, for a completion, is the JSON the handler recorded: the

@@ -222,6 +222,7 @@ func (w *Worker) outcome(ctx context.Context, job *queue.Job, r *running, err er
 	}
 	cause := context.Cause(ctx)
 	var snooze *snoozeError
+	var limited *rateLimitedError
 	var cancelled *cancelError
 	var panicked *PanicError
 	var conn *connError
@@ -243,6 +244,15 @@ func (w *Worker) outcome(ctx context.Context, job *queue.Job, r *running, err er
 	case errors.As(err, &snooze):
 		w.stats.snoozed.Add(1)
 		w.report(job, r, queue.OutcomeSnooze, snooze.d, nil, "")
+		return
+	case errors.As(err, &limited):
+		w.stats.snoozed.Add(1)
+		r.backoff = limited.d
+		var recorded error
+		if limited.err != nil {
+			recorded = limited
+		}
+		w.report(job, r, queue.OutcomeSnooze, limited.d, recorded, "")
 		return
 	case errors.As(err, &cancelled):
 		w.stats.cancelled.Add(1)
@@ -312,7 +322,8 @@ func (w *Worker) reportRun(job *queue.Job, r *running, o queue.Outcome, delay ti
 		o, err, putBacks = d, derr, 0
 	}
 	f := queue.Finish{Lease: job.Lease(), Outcome: o, Delay: delay, Workflow: job.WorkflowID != "",
-		Limit: job.Limit, LimitPartition: job.LimitPartition, Queue: job.Queue, Dependents: job.Dependents}
+		Limit: job.Limit, LimitPartition: job.LimitPartition, Queue: job.Queue, Dependents: job.Dependents,
+		Backoff: r.backoff}
 	if o == queue.OutcomeComplete {
 		f.Output, f.Trace = r.recordedOutput(), w.taskTrace(job, r)
 	}

@@ -90,6 +90,9 @@ type running struct {
 	took     time.Duration
 	err      error
 	panicked bool
+	// backoff is how long the job's limit partition is to grant nothing
+	// (JobRateLimited), sent with its outcome (queue.Finish.Backoff).
+	backoff time.Duration
 	// leaseUntil is when the claim runs out as far as this worker knows:
 	// the claim's expiry, pushed on by each successful heartbeat.
 	leaseUntil time.Time

@@ -31,6 +31,7 @@ func (r *runner) started(j *queue.Job) {
 	}
 	st := start{id: j.ID, at: j.AttemptedAt, fence: j.Fence, attempt: j.Attempt, limit: j.Limit, part: j.LimitPartition}
 	if l := s.limits[j.Limit]; j.Limit != "" && l != nil && !l.deleted {
+		r.checkBackoff(j)
 		r.checkLimit(j, l, st)
 	}
 	s.starts = append(s.starts, st)

@@ -229,6 +229,9 @@ const (
 	batch how = iota
 	putBack
 	inTx
+	// rateLimited: a snooze of the Retry-After that backs the job's
+	// partition off as long (JobRateLimited's outcome).
+	rateLimited
 )
 
 func (r *runner) finish(o int, j *queue.Job, out queue.Outcome, delay time.Duration, via how) {
@@ -240,9 +243,16 @@ func (r *runner) finish(o int, j *queue.Job, out queue.Outcome, delay time.Durat
 	f := queue.Finish{Lease: j.Lease(), Outcome: out, Delay: delay, Workflow: j.WorkflowID != "",
 		Limit: j.Limit, LimitPartition: j.LimitPartition, Queue: j.Queue, Dependents: j.Dependents}
 	if out != queue.OutcomeComplete {
-		f.Error = &queue.AttemptError{Attempt: j.Attempt, At: time.Now(), Error: "model: " + out.String(), PutBack: via == putBack}
+		f.Error = &queue.AttemptError{Attempt: j.Attempt, At: time.Now(), Error: "model: " + out.String(), PutBack: via == putBack || via == rateLimited}
 		if via == putBack {
 			f.Error.Error = "jobfence: unknown job kind (model put-back)"
+		}
+	}
+	var bo *backoffReport
+	if via == rateLimited {
+		f.Backoff = delay
+		if bo = r.beforeBackoff(j, delay); bo == nil {
+			return
 		}
 	}
 	var stale []queue.Lease
@@ -283,6 +293,9 @@ func (r *runner) finish(o int, j *queue.Job, out queue.Outcome, delay time.Durat
 	}
 	if info := r.s.jobs[j.ID]; info != nil && out == queue.OutcomeSnooze && info.lastAttempt > 0 {
 		info.lastAttempt-- // a snooze gives the attempt back
+	}
+	if bo != nil {
+		r.s.backedOff(bo)
 	}
 }
 

@@ -179,6 +179,12 @@ type state struct {
 	paused  map[string]bool
 	wfs     []*wfInfo
 	uniques map[string]int64
+	// backoffs are the partitions rate-limited outcomes backed off
+	// (partKey), until when at the earliest by the database's clock;
+	// exempt are the jobs granted before a backoff began (see
+	// backoffReport).
+	backoffs map[string]time.Time
+	exempt   map[int64]bool
 	// abandoned are the claims of killed owners: nobody writes them; a
 	// lease expiry and a rescue move their jobs on.
 	abandoned []*queue.Job
@@ -186,7 +192,8 @@ type state struct {
 }
 
 func newState() *state {
-	s := &state{jobs: map[int64]*jobInfo{}, limits: map[string]*limitState{}, paused: map[string]bool{}, uniques: map[string]int64{}}
+	s := &state{jobs: map[int64]*jobInfo{}, limits: map[string]*limitState{}, paused: map[string]bool{}, uniques: map[string]int64{},
+		backoffs: map[string]time.Time{}, exempt: map[int64]bool{}}
 	for i := range s.owners {
 		s.owners[i] = &owner{}
 	}

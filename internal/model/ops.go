@@ -25,6 +25,7 @@ const (
 	OpDiscard     Kind = "discard"     // a live claim is discarded
 	OpSnooze      Kind = "snooze"      // a live claim snoozes Ms (Flag: with FinishTx)
 	OpPutBack     Kind = "putback"     // a live claim is put back (unknown kind), after Ms
+	OpRateLimited Kind = "ratelimited" // a live claim's provider answers 429, Retry-After Ms (JobRateLimited)
 	OpCancel      Kind = "cancel"      // Client.Cancel of job Pick (Flag: of workflow task Pick)
 	OpRetry       Kind = "retry"       // Client.Retry of job Pick (Flag: of workflow task Pick)
 	OpRetryForce  Kind = "retryforce"  // Client.RetryForce of job Pick (Flag: of workflow task Pick)
@@ -113,7 +114,7 @@ var weighted = []struct {
 	w int
 }{
 	{OpInsert, 22}, {OpWorkflow, 4}, {OpAppendOpen, 1}, {OpAppendEnd, 2},
-	{OpClaim, 16}, {OpComplete, 10}, {OpFail, 6}, {OpDiscard, 1}, {OpSnooze, 3}, {OpPutBack, 2},
+	{OpClaim, 16}, {OpComplete, 10}, {OpFail, 6}, {OpDiscard, 1}, {OpSnooze, 3}, {OpPutBack, 2}, {OpRateLimited, 2},
 	{OpCancel, 1}, {OpRetry, 3}, {OpRetryForce, 2},
 	{OpPromote, 6}, {OpGrant, 3}, {OpRescue, 3}, {OpHeartbeat, 2}, {OpSleep, 5},
 	{OpSetLimit, 2}, {OpDeleteLimit, 1}, {OpPause, 1}, {OpResume, 1},
@@ -182,6 +183,8 @@ func draw(r *rand.Rand, k Kind) Op {
 			o.Ms = r.IntN(300)
 		}
 		o.Flag = k != OpPutBack && r.IntN(3) == 0
+	case OpRateLimited:
+		o.Ms = 50 + r.IntN(550)
 	case OpSleep:
 		o.Ms = 20 + r.IntN(400)
 	case OpCancel, OpRetry, OpRetryForce:

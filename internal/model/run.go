@@ -218,17 +218,19 @@ func (r *runner) exec(op Op) {
 		r.appendEnd(op.Flag)
 	case OpClaim:
 		r.claim(op.Owner%owners, world[op.Queue%len(world)].name, max(1, op.N))
-	case OpComplete, OpFail, OpDiscard, OpSnooze, OpPutBack:
+	case OpComplete, OpFail, OpDiscard, OpSnooze, OpPutBack, OpRateLimited:
 		claims, by := s.liveClaims()
 		if len(claims) == 0 {
 			return
 		}
 		i := op.Pick % len(claims)
 		out := map[Kind]queue.Outcome{OpComplete: queue.OutcomeComplete, OpFail: queue.OutcomeRetry, OpDiscard: queue.OutcomeDiscard,
-			OpSnooze: queue.OutcomeSnooze, OpPutBack: queue.OutcomeSnooze}[op.Kind]
+			OpSnooze: queue.OutcomeSnooze, OpPutBack: queue.OutcomeSnooze, OpRateLimited: queue.OutcomeSnooze}[op.Kind]
 		via := batch
 		if op.Kind == OpPutBack {
 			via = putBack
+		} else if op.Kind == OpRateLimited {
+			via = rateLimited
 		} else if op.Flag {
 			via = inTx
 		}

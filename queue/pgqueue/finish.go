@@ -77,7 +77,21 @@ WITH f AS (
 // retries (holdingSQL), so that no later job of a sequence overtakes it
 // (TestSnoozeKeepsASequenceInOrder).
 //
-// transition: complete, retry, discard, snooze, cancel
+// transition: complete, retry, discard, snooze, cancel, backoff
+//
+// An outcome with a backoff ($8, microseconds; queue.Finish.Backoff: a
+// handler's JobRateLimited) pushes its partition's backoff (every slot
+// row's backoff_until, see openSQL) to at least that long from now, so
+// that no grant hands the partition a slot until then; a later one
+// extends it, an earlier one leaves it (greatest). The rows are slots of
+// the applied outcomes' own partitions (l holds only those), so a stale
+// outcome backs nothing off; a batch with no backoff reads none. They are
+// locked first (bs), in key order (so that two batches lock them in one
+// order), each partition's found by its key, then
+// updated by their row versions, as handOverSQL updates its slots: a
+// join of the slots to the outcomes let a plan read the whole slots
+// table. A grant holds a slot's lock for one statement, so the wait is
+// one grant's at most.
 //
 // A retry or a snooze that would make the job ready after its deadline
 // (late) discards it instead, with the reason appended to its errors after
@@ -91,9 +105,11 @@ WITH f AS (
 var finishSQL = `
 WITH f AS (
     SELECT * FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::smallint[]),
-        (SELECT $4::bigint[]), (SELECT $5::jsonb[]), (SELECT $6::jsonb[]), (SELECT $7::bytea[])) AS f(id, fence, outcome, delay, err, output, trace)
+        (SELECT $4::bigint[]), (SELECT $5::jsonb[]), (SELECT $6::jsonb[]), (SELECT $7::bytea[]), (SELECT $8::bigint[]))
+        AS f(id, fence, outcome, delay, err, output, trace, backoff)
 ), l AS (
     SELECT j.id, f.delay, f.err, f.outcome, f.output, f.trace, ` + finishLate + ` AS late,
+        j.limit_name, j.limit_part, f.backoff,
         CASE WHEN ` + finishLate + ` THEN 'discarded' ELSE CASE f.outcome
             WHEN 1 THEN 'completed'
             WHEN 2 THEN CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END
@@ -120,6 +136,19 @@ WITH f AS (
     FROM l
     WHERE j.id = l.id AND NOT l.leaves AND j.state = 'running'
     RETURNING j.id, j.fence, j.limit_name, j.limit_part
+), bs AS MATERIALIZED (
+    SELECT x.ctid AS sctid, b.us FROM (
+        SELECT l.limit_name, l.limit_part, max(l.backoff) AS us FROM l
+        WHERE l.backoff > 0 AND l.limit_name IS NOT NULL GROUP BY l.limit_name, l.limit_part
+        ORDER BY l.limit_name, l.limit_part) b
+    CROSS JOIN LATERAL (
+        SELECT s.ctid FROM jobfence_limit_slots s WHERE s.name = b.limit_name AND s.part = b.limit_part
+        ORDER BY s.kind, s.slot FOR UPDATE) x
+), bo AS (
+    UPDATE jobfence_limit_slots s
+    SET backoff_until = greatest(s.backoff_until, now() + bs.us * interval '1 microsecond')
+    FROM bs
+    WHERE s.ctid = ANY (ARRAY(SELECT sctid FROM bs)) AND s.ctid = bs.sctid
 )` + finishedReturnSQL
 
 // Finish implements queue.Backend in one statement: completeSQL when every
@@ -178,7 +207,7 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 		if f.Outcome < queue.OutcomeComplete || f.Outcome > queue.OutcomeCancel {
 			return nil, nil, fmt.Errorf("pgqueue: finish job %d: invalid outcome %d", f.ID, f.Outcome)
 		}
-		onlyCompletions = onlyCompletions && f.Outcome == queue.OutcomeComplete
+		onlyCompletions = onlyCompletions && f.Outcome == queue.OutcomeComplete && f.Backoff <= 0
 	}
 	ids := make([]int64, len(sorted))
 	fences := make([]int64, len(sorted))
@@ -199,9 +228,11 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 	if !onlyCompletions {
 		outcomes := make([]int16, len(sorted))
 		delays := make([]int64, len(sorted))
+		backoffs := make([]int64, len(sorted))
 		errs := make([][]byte, len(sorted))
 		for i, f := range sorted {
 			outcomes[i], delays[i] = int16(f.Outcome), max(f.Delay, 0).Microseconds()
+			backoffs[i] = max(f.Backoff, 0).Microseconds()
 			if f.Error != nil {
 				b, err := json.Marshal(jsonbSafe(*f.Error))
 				if err != nil {
@@ -210,7 +241,7 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 				errs[i] = b
 			}
 		}
-		sql, args = finishSQL, []any{ids, fences, outcomes, delays, errs, outputs, traces}
+		sql, args = finishSQL, []any{ids, fences, outcomes, delays, errs, outputs, traces, backoffs}
 	}
 	// The grant goes out with the outcomes (finishAndGrant), in the
 	// partitions the claim gave, unless a workflow task's discard or

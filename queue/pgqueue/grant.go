@@ -19,10 +19,13 @@ const grantBatch = 1000
 // row so that a grant can take it alone (compare-and-set on gen), never
 // waiting for the grants of other slots. Only grants insert slots, each in
 // a statement of its own transaction, so a conflicting insert waits at most
-// for another grant's statement.
+// for another grant's statement. A new slot (a limit raised, or given a
+// rate) takes its partition's backoff, so that it grants nothing before
+// the others do.
 const ensureSlotsSQL = `
-INSERT INTO jobfence_limit_slots (name, part, kind, slot)
-SELECT l.name, p.pt, k.kind, g.g
+INSERT INTO jobfence_limit_slots (name, part, kind, slot, backoff_until)
+SELECT l.name, p.pt, k.kind, g.g,
+    (SELECT max(b.backoff_until) FROM jobfence_limit_slots b WHERE b.name = l.name AND b.part = p.pt)
 FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
 JOIN jobfence_limits l ON l.name = p.n
 CROSS JOIN LATERAL (VALUES (0::smallint, l.concurrency), (1::smallint, l.rate)) AS k(kind, size)
@@ -40,7 +43,9 @@ ON CONFLICT DO NOTHING`
 // The free slots are read, without locks, from the statement's snapshot:
 // a concurrency slot is free when its job no longer holds it (holdsSQL), a
 // rate slot when a Period has passed since it was granted and since its
-// job's last start, and that job is not waiting to start. Each slot is
+// job's last start, and that job is not waiting to start; neither while
+// its partition backs off (openSQL: a handler's JobRateLimited), so that
+// the partition grants nothing until its backoff ends. Each slot is
 // then taken by compare-and-set on its generation, which every grant
 // bumps: it is locked (lc, lr) only if its gen is still the one read
 // (the lock re-checks it on the newest version), and skipped if another
@@ -91,12 +96,12 @@ WITH l AS MATERIALIZED (
 ), cs AS MATERIALIZED (
     SELECT s.name, s.part, s.slot, s.gen, row_number() OVER (PARTITION BY s.name, s.part ORDER BY s.slot) AS rn
     FROM jobfence_limit_slots s JOIN l ON s.name = l.n AND s.part = l.pt
-    WHERE s.kind = 0 AND s.slot < l.concurrency
+    WHERE s.kind = 0 AND s.slot < l.concurrency AND ` + openSQL("s") + `
       AND NOT EXISTS (SELECT FROM jobfence_jobs j WHERE j.id = s.job_id AND ` + holdsSQL + `)
 ), rs AS MATERIALIZED (
     SELECT s.name, s.part, s.slot, s.gen, row_number() OVER (PARTITION BY s.name, s.part ORDER BY s.slot) AS rn
     FROM jobfence_limit_slots s JOIN l ON s.name = l.n AND s.part = l.pt
-    WHERE s.kind = 1 AND s.slot < l.rate
+    WHERE s.kind = 1 AND s.slot < l.rate AND ` + openSQL("s") + `
       AND coalesce(s.granted_at < now() - l.period_us * interval '1 microsecond', true)
       AND NOT EXISTS (SELECT FROM jobfence_jobs j WHERE j.id = s.job_id
           AND (j.state = 'available' OR j.attempted_at >= now() - l.period_us * interval '1 microsecond'))

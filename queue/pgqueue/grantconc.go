@@ -32,7 +32,8 @@ import (
 // (docs/benchmarks/limits.md): each partition's slots are read once,
 // with their holders (holdsSQL), into an array of its free slots and
 // their generations and a count of the holders at or above the limit (a
-// lowered limit), which the free slots must first make up for; its
+// lowered limit), which the free slots must first make up for (a slot
+// of a partition that backs off, openSQL, is not free); its
 // waiting jobs are locked oldest first with SKIP LOCKED (a sequence's
 // oldest or none, as handOverSQL takes it), and paired with the free
 // slots by position (a multi-argument unnest), not by window functions.
@@ -57,8 +58,8 @@ WITH fr AS MATERIALIZED (
     FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
     JOIN jobfence_limits l ON l.name = p.n AND l.rate IS NULL
     CROSS JOIN LATERAL (
-        SELECT coalesce(array_agg(s.slot ORDER BY s.slot) FILTER (WHERE s.slot < l.concurrency AND j.id IS NULL), '{}') AS slots,
-            array_agg(s.gen ORDER BY s.slot) FILTER (WHERE s.slot < l.concurrency AND j.id IS NULL) AS gens,
+        SELECT coalesce(array_agg(s.slot ORDER BY s.slot) FILTER (WHERE s.slot < l.concurrency AND j.id IS NULL AND ` + openSQL("s") + `), '{}') AS slots,
+            array_agg(s.gen ORDER BY s.slot) FILTER (WHERE s.slot < l.concurrency AND j.id IS NULL AND ` + openSQL("s") + `) AS gens,
             count(j.id) FILTER (WHERE s.slot >= l.concurrency) AS above
         FROM jobfence_limit_slots s
         LEFT JOIN jobfence_jobs j ON j.id = s.job_id AND ` + holdsSQL + `

@@ -64,8 +64,9 @@ import (
 // What it leaves to the general grant, after the commit: a partition of
 // the batch none of whose slots it handed over although its limit has no
 // rate (a slot whose row another transaction held, a lowered limit, an
-// outcome that freed nothing, such as a put-back, or a sequence whose
-// oldest job another transaction held). A free slot with waiting jobs
+// outcome that freed nothing, such as a put-back, a partition that backs
+// off (openSQL: its slots are handed to no one until the backoff ends),
+// or a sequence whose oldest job another transaction held). A free slot with waiting jobs
 // that no outcome of the batch freed (left by a failed grant, or by an
 // insert in a caller's transaction, which grants nothing) waits for the
 // workers' grant pass. Like grantConcurrencySQL it waits for no lock.
@@ -81,7 +82,7 @@ WITH o AS MATERIALIZED (
     FROM o
     JOIN jobfence_limits l ON l.name = o.limit_name AND l.rate IS NULL
     JOIN jobfence_limit_slots s ON s.name = o.limit_name AND s.part = o.limit_part AND s.kind = 0 AND s.slot = o.limit_slot
-    WHERE s.job_id = o.id AND o.limit_slot < l.concurrency
+    WHERE s.job_id = o.id AND o.limit_slot < l.concurrency AND ` + openSQL("s") + `
       AND NOT ` + holdingSQL("o", "l") + `
     FOR UPDATE OF s SKIP LOCKED
 ), c AS (

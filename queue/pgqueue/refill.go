@@ -14,7 +14,8 @@ import (
 // the earliest rate slot frees, by the database's clock. A slot whose job
 // has not started yet frees a Period after that start, which no one knows
 // yet: it is left out, and its job's start is followed by its outcome's
-// grant. It runs in a grant's transaction, after the grant, so it sees
+// grant. A partition that backs off (JobRateLimited) frees no slot
+// before its backoff ends (greatest ignores a NULL backoff). It runs in a grant's transaction, after the grant, so it sees
 // the slots that grant took.
 //
 // The partitions whose limit has a rate are found first (r, materialized),
@@ -30,7 +31,7 @@ WITH r AS MATERIALIZED (
     JOIN jobfence_limits l ON l.name = p.n AND l.rate IS NOT NULL
 )
 SELECT r.n, r.pt, (extract(epoch FROM min(CASE WHEN j.state IS DISTINCT FROM 'available'
-        THEN greatest(s.granted_at, j.attempted_at) + r.period_us * interval '1 microsecond' END) - now()) * 1e6)::bigint
+        THEN greatest(greatest(s.granted_at, j.attempted_at) + r.period_us * interval '1 microsecond', s.backoff_until) END) - now()) * 1e6)::bigint
 FROM r
 JOIN jobfence_limit_slots s ON s.name = r.n AND s.part = r.pt AND s.kind = 1 AND s.slot < r.rate
 LEFT JOIN jobfence_jobs j ON j.id = s.job_id
@@ -39,7 +40,7 @@ WHERE EXISTS (SELECT FROM jobfence_jobs w WHERE w.state = 'limited'
 GROUP BY r.n, r.pt
 HAVING bool_and(s.granted_at IS NOT NULL) AND count(*) >= max(r.rate)
    AND min(CASE WHEN j.state IS DISTINCT FROM 'available'
-        THEN greatest(s.granted_at, j.attempted_at) + r.period_us * interval '1 microsecond' END) > now()`
+        THEN greatest(greatest(s.granted_at, j.attempted_at) + r.period_us * interval '1 microsecond', s.backoff_until) END) > now()`
 
 // maxRefills bounds the partitions a client remembers a refill time for;
 // past it, the workers' grant pass (PromoteInterval) serves the rest.

@@ -41,6 +41,17 @@ func holdingSQL(j, l string) string {
 		" OR " + j + ".state IN (" + strings.Join(discarded, ", ") + ") AND " + l + ".hold_discarded)"
 }
 
+// openSQL says that the slot s (an alias) may be granted now as far as
+// its partition's backoff goes: no handler reported the partition's
+// provider rate-limited (JobRateLimited, the backoff transition) with a
+// Retry-After still to come. Every slot row of a partition carries the
+// backoff (migration 00025), so each grant reads it from the slot rows it
+// reads anyway: a partition with no backoff costs a grant one comparison
+// a slot.
+func openSQL(s string) string {
+	return "(" + s + ".backoff_until IS NULL OR " + s + ".backoff_until <= now())"
+}
+
 // readySQL is the state a job takes when it may run again at once
 // (queue.Ready), given the name of the limit that governs it (an SQL
 // expression, NULL for none): available, or limited where a limit
