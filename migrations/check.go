@@ -47,6 +47,7 @@ var relations = []string{
 	"jobfence_jobs.delete_on_complete", "jobfence_jobs_finished", "jobfence_finished_bounds",
 	"jobfence_releases", "jobfence_workflow_tasks",
 	"jobfence_task_edges", "jobfence_jobs.dependents_released",
+	"jobfence_cascades", "jobfence_jobs.run_on_failure", "jobfence_jobs.dep_failed",
 }
 
 // Querier is what Check needs of a connection: a *pgxpool.Pool, a *pgx.Conn

@@ -85,6 +85,8 @@ SELECT r.queue, NULL::bigint, NULL::text, NULL::bigint, NULL::bigint[], NULL::ti
 FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') r
 UNION ALL
 SELECT NULL, task_id, NULL, NULL, NULL, NULL FROM (SELECT DISTINCT task_id FROM rs) r
+UNION ALL
+SELECT NULL, task_id, 'cascade', NULL, NULL, NULL FROM cq
 UNION ALL` + releaseClaimReply
 
 // releaseRangeClaimSQL is releaseRangeSQL for the range's first $6
@@ -102,6 +104,8 @@ SELECT w.queue, NULL::bigint, NULL::text, NULL::bigint, NULL::bigint[], NULL::ti
 FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') w
 UNION ALL
 SELECT NULL, task_id, NULL, NULL, NULL, NULL FROM r
+UNION ALL
+SELECT NULL, task_id, 'cascade', NULL, NULL, NULL FROM cq
 UNION ALL` + releaseClaimReply
 
 // dependentsClaim is how a FinishClaim's releases claim for its worker
