@@ -28,6 +28,8 @@ import (
 // with cascade) then passes the xmin test for them, and only for them. A
 // task retried meanwhile is no longer cancelled; its next end releases
 // its dependents.
+//
+// transition: release
 const cascadeSQL = `
 WITH x AS (
     DELETE FROM jobfence_cascades c WHERE c.task_id IN (

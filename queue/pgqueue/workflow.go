@@ -272,7 +272,7 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		rof, df = make([]*bool, n), make([]*bool, n)
 		// depFailed[k2]: a dependency of the task at k2 failed already.
 		depFailed = make([]bool, n)
-		lk                  = make([]string, n)
+		lk        = make([]string, n)
 		// tid[k2] is the ID of the task at position k2 of order: the IDs
 		// were drawn in ascending order for the tasks in that order.
 		tid = ids
