@@ -33,7 +33,10 @@ SELECT EXISTS (
 // releaseUpdateTail): a completed dependency, or any end for a dependent
 // that runs anyway, takes one off its deps_left, and a failed or deleted
 // one cancels it (its own dependents are cancelled by releaseFailed, in
-// the same transaction). Every edge's dependent is added to its
+// the same transaction), unless it runs on a failure: then it counts the
+// end, the failure recorded, and is cancelled if its last dependency ends
+// with none failed (its dependents cancelled by cascadeInTx, in the same
+// transaction). Every edge's dependent is added to its
 // dependency's dependents, which the pruner's keep rule and a later
 // RetryWorkflow read.
 //

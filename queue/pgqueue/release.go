@@ -38,8 +38,13 @@ import (
 //     evaluated once), so a release with no limits pays nothing for it.
 //   - discarded or cancelled: its pending dependents are cancelled, with
 //     the reason recorded, and so are theirs in turn (the recursive cx);
-//     a dependent marked run_anyway is not, and counts the dependency as
-//     ended, as a completion does.
+//     a dependent marked run_anyway or run_on_failure is not, and counts
+//     the dependency as ended, as a completion does (run_on_failure
+//     records the failure: see releaseLockTail).
+//   - a run_on_failure dependent whose last dependency ends with none of
+//     them failed is cancelled (noFailureReason), and recorded for the
+//     cascade of its own dependents (cq, replied as 'cascade' rows: see
+//     cascade.go).
 //
 // The conditions on the tasks ended are applied above an OFFSET 0, which
 // keeps them from being pushed down to the scan: there they matched the

@@ -74,8 +74,9 @@ const releaseClaimReply = `
 SELECT NULL, NULL, NULL, (SELECT fence FROM f), array_agg(u.id ORDER BY u.id), array_agg(u.ctid ORDER BY u.id)
 FROM u WHERE u.state = 'running' HAVING count(*) > 0`
 
-// releaseClaimSQL is releaseSQL for completions only (it cancels nothing,
-// so it needs no pass of releaseLockSQL) that claims what releaseClaimStep
+// releaseClaimSQL is releaseSQL for completions only (it cancels nothing
+// but compensations that no failure runs, whose cascades it records, so
+// it needs no pass of releaseLockSQL) that claims what releaseClaimStep
 // picks ($3 the queues, $4 their caps) for worker $6, leased for $5
 // microseconds. Its reply is releaseSQL's, with the claim's row.
 //
