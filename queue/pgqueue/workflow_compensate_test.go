@@ -371,3 +371,47 @@ func TestCompensationAppended(t *testing.T) {
 		})
 	}
 }
+
+// TestCompensationAndRetryWorkflow: RetryWorkflow leaves a compensation
+// whose dependencies all completed cancelled; one it resets (refund,
+// discarded after ship's failure) waits for ship again, its failure
+// forgotten, and is cancelled when ship completes this time.
+func TestCompensationAndRetryWorkflow(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	const q = "saga"
+	res, err := c.InsertWorkflow(ctx, queue.WorkflowParams{Name: "saga", Tasks: []queue.WorkflowTask{
+		task("charge", q), task("ship", q, "charge"), onFailure("refund", q, "ship"), onFailure("void", q, "charge"),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	charge := claimOne(t, c, q)
+	finish(t, c, queue.Finish{Lease: charge.Lease(), Outcome: queue.OutcomeComplete, Workflow: true})
+	ship := claimOne(t, c, q)
+	finish(t, c, queue.Finish{Lease: ship.Lease(), Outcome: queue.OutcomeDiscard, Workflow: true,
+		Error: &queue.AttemptError{Attempt: 1, Error: "no stock"}})
+	refund := claimOne(t, c, q)
+	finish(t, c, queue.Finish{Lease: refund.Lease(), Outcome: queue.OutcomeDiscard, Workflow: true,
+		Error: &queue.AttemptError{Attempt: 1, Error: "refund refused"}})
+	want := map[string]queue.State{"charge": "completed", "ship": "discarded", "refund": "discarded", "void": "cancelled"}
+	if got := states(t, c, res.ID); !equalStates(got, want) {
+		t.Fatalf("states = %v, want %v", got, want)
+	}
+	n, err := c.RetryWorkflow(ctx, res.ID)
+	if err != nil || n != 2 {
+		t.Fatalf("RetryWorkflow = %d, %v; want ship and refund reset", n, err)
+	}
+	want = map[string]queue.State{"charge": "completed", "ship": "available", "refund": "pending", "void": "cancelled"}
+	if got := states(t, c, res.ID); !equalStates(got, want) {
+		t.Fatalf("states after RetryWorkflow = %v, want %v", got, want)
+	}
+	ship = claimOne(t, c, q)
+	finish(t, c, queue.Finish{Lease: ship.Lease(), Outcome: queue.OutcomeComplete, Workflow: true})
+	if got := states(t, c, res.ID)["refund"]; got != queue.StateCancelled {
+		t.Fatalf("refund is %s once ship completed on its retry, want cancelled (the failure it saw was retried)", got)
+	}
+	if errs := lastErrors(t, c, res.ID); errs["refund"] != noFailure {
+		t.Fatalf("refund's reason = %q", errs["refund"])
+	}
+}
