@@ -62,12 +62,14 @@ type StateRule struct {
 	Deadline bool
 	// DependentsWait: a workflow task in this state waits for its
 	// dependencies; each releases it once, when it ends in a state that
-	// releases dependents (ReleasesDependents).
+	// releases dependents (ReleasesDependents). A task that runs only on
+	// a failure (RunOnFailure) waits for every dependency to end, and
+	// holds whether one failed (dep_failed).
 	DependentsWait bool
 	// ReleasesDependents says what entering the state does to the job's
 	// pending dependents: "release" (one dependency fewer), "cancel" (the
-	// dependent is cancelled unless it runs anyway, which counts it as a
-	// release), or "" (nothing).
+	// dependent is cancelled unless it runs anyway or only on a failure,
+	// which count it as a release, a failed one), or "" (nothing).
 	ReleasesDependents string
 }
 
@@ -126,7 +128,7 @@ func Transitions() []Transition {
 	return []Transition{
 		{Name: "insert", Event: "an insert (one, many, a workflow's tasks, a cron fire)",
 			From: nil, To: []State{StateAvailable, StateScheduled, StateLimited, StatePending, StateCancelled},
-			Effect: "scheduled if its time is to come, pending while a workflow task has dependencies left (cancelled if one already failed), limited if a limit governs it, else available; no slot"},
+			Effect: "scheduled if its time is to come, pending while a workflow task has dependencies left (cancelled if one already failed, or, for a RunOnFailure task, if all had completed), limited if a limit governs it, else available; no slot"},
 		{Name: "debounce", Event: "an insert that debounces a waiting duplicate",
 			From: []State{StateAvailable, StateScheduled, StateLimited}, To: []State{StateAvailable, StateScheduled, StateLimited},
 			Effect: "takes the new time; keeps its slot (held as the new state says)"},
@@ -175,9 +177,9 @@ func Transitions() []Transition {
 		{Name: "deadline", Event: "the promoter's sweep finds the deadline passed before the job started",
 			From: waiting, To: []State{StateDiscarded},
 			Effect: "discarded with the reason; a waiting job holds no slot a start needs; a task's dependents are cancelled or run anyway"},
-		{Name: "release", Event: "a workflow task's dependency ends (in the same transaction; for a task appended to a running workflow, at the promoter's next sweep of its edge)",
+		{Name: "release", Event: "a workflow task's dependency ends (in the same transaction; for a task appended to a running workflow, at the promoter's next sweep of its edge; for the dependents of a RunOnFailure task cancelled by a completion's release, right after that commit, or at a worker's maintenance)",
 			From: []State{StatePending}, To: []State{StatePending, StateAvailable, StateScheduled, StateLimited, StateCancelled},
-			Effect: "one dependency fewer per dependency, once (a dependency's next end after a retry releases only the dependents added since); at zero Ready (or scheduled); cancelled if the dependency failed and it does not run anyway"},
+			Effect: "one dependency fewer per dependency, once (a dependency's next end after a retry releases only the dependents added since); at zero Ready (or scheduled); cancelled if the dependency failed and it does not run anyway or only on a failure; a RunOnFailure task records a failed dependency, and at zero is Ready if one failed, else cancelled (no dependency failed), its dependents then treated as that cancel implies"},
 		{Name: "cancel-waiting", Event: "Cancel of a waiting job (admin, a workflow's cancel)",
 			From: waiting, To: []State{StateCancelled},
 			Effect: "frees the slot it held; cancels dependents"},

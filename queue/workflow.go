@@ -23,6 +23,12 @@ type WorkflowTask struct {
 	// their outcome; by default a task whose dependency was discarded or
 	// cancelled is cancelled, with that reason.
 	RunAnyway bool
+	// RunOnFailure runs the task (a compensation) once its dependencies
+	// have ended only if at least one was discarded or cancelled; if all
+	// completed, it is cancelled with the reason "no dependency failed",
+	// and its own dependents are treated as that cancel implies. It needs
+	// DependsOn, and excludes RunAnyway.
+	RunOnFailure bool
 }
 
 // WorkflowParams is a workflow, or tasks added to one, to insert.
@@ -71,9 +77,18 @@ var ErrWorkflowNotFound = errors.New("jobfence: workflow not found")
 // ran anyway) or that recorded none.
 var ErrNoOutput = errors.New("jobfence: no output")
 
-// ErrNotDependency is wrapped by the error for reading, from a task, the
-// output of a task it does not depend on: that task may not have run yet.
-var ErrNotDependency = errors.New("jobfence: not a dependency of this task")
+// ErrNotAncestor is wrapped by the error for reading, from a task, the
+// output of a task that is not among its ancestors (its dependencies,
+// theirs, and so on): a sibling, a later task, or a name the workflow
+// lacks. Such a task may not have run yet, and never will have for this
+// task: retrying cannot help.
+var ErrNotAncestor = errors.New("jobfence: not an ancestor of this task")
+
+// ErrNotDependency is ErrNotAncestor, by its name before any ancestor's
+// output could be read.
+//
+// Deprecated: use ErrNotAncestor.
+var ErrNotDependency = ErrNotAncestor
 
 // invalidWorkflow wraps ErrInvalidWorkflow with what is wrong.
 func invalidWorkflow(format string, a ...any) error {
@@ -95,6 +110,12 @@ func (p WorkflowParams) TopoOrder(existing func(name string) bool) ([]int, error
 		}
 		if _, dup := index[t.Name]; dup {
 			return nil, invalidWorkflow("two tasks are named %q", t.Name)
+		}
+		if t.RunAnyway && t.RunOnFailure {
+			return nil, invalidWorkflow("task %q sets both RunAnyway and RunOnFailure: a task runs whatever its dependencies' outcome, or only if one failed, not both", t.Name)
+		}
+		if t.RunOnFailure && len(t.DependsOn) == 0 {
+			return nil, invalidWorkflow("task %q sets RunOnFailure without DependsOn: it would never run", t.Name)
 		}
 		if t.Params.UniqueKey != "" || t.Params.Unique != nil {
 			return nil, invalidWorkflow("task %q has a unique key: a workflow's tasks cannot (a key taken by another job would leave its dependents waiting)", t.Name)

@@ -10,7 +10,8 @@
 // attempt finished) can neither release its dependents nor overwrite its
 // output. No leader or scheduler is involved. A task whose dependency was
 // discarded or cancelled is cancelled with the reason, unless it runs
-// anyway (TaskOpts.RunAnyway).
+// anyway (TaskOpts.RunAnyway); a compensation (TaskOpts.RunOnFailure)
+// runs only in that case.
 //
 // Workflows need the PostgreSQL backend (pgqueue); see docs/workflows.md.
 package workflow
@@ -41,8 +42,13 @@ var (
 	// ErrNoOutput is wrapped by Output's error for a dependency that did
 	// not complete (a task that runs anyway) or recorded no output.
 	ErrNoOutput = queue.ErrNoOutput
-	// ErrNotDependency is wrapped by Output's error for a task the caller
-	// does not depend on.
+	// ErrNotAncestor is wrapped by Output's error for a task that is not
+	// among the caller's ancestors (its dependencies, theirs, and so on):
+	// a sibling, a later task, a name the workflow lacks.
+	ErrNotAncestor = queue.ErrNotAncestor
+	// ErrNotDependency is ErrNotAncestor, by its former name.
+	//
+	// Deprecated: use ErrNotAncestor.
 	ErrNotDependency = queue.ErrNotDependency
 )
 
@@ -58,6 +64,14 @@ type TaskOpts struct {
 	// one was discarded or cancelled (Output then returns ErrNoOutput
 	// for it). By default such a task is cancelled, with the reason.
 	RunAnyway bool
+	// RunOnFailure makes the task a compensation (a saga's refund): it
+	// runs once its dependencies have ended only if at least one was
+	// discarded or cancelled. If all of them completed, it is cancelled
+	// with the reason "no dependency failed", and its dependents are
+	// treated as that cancel implies (cancelled, unless they run anyway
+	// or on a failure). It needs DependsOn and excludes RunAnyway: Insert
+	// refuses either with an error wrapping ErrInvalid.
+	RunOnFailure bool
 	// Insert sets the task's job options (queue, priority, attempts,
 	// timeout...); nil takes the args type's defaults. UniqueKey must be
 	// empty.
@@ -92,7 +106,8 @@ func (w *Workflow) Add(name string, args queue.Args, opts *TaskOpts) *Workflow {
 	if err != nil && w.err == nil {
 		w.err = fmt.Errorf("task %q: %w", name, err)
 	}
-	w.tasks = append(w.tasks, queue.WorkflowTask{Name: name, Params: p, DependsOn: opts.DependsOn, RunAnyway: opts.RunAnyway})
+	w.tasks = append(w.tasks, queue.WorkflowTask{Name: name, Params: p, DependsOn: opts.DependsOn,
+		RunAnyway: opts.RunAnyway, RunOnFailure: opts.RunOnFailure})
 	return w
 }
 
@@ -138,11 +153,18 @@ type OutputReader interface {
 }
 
 // Output returns, decoded into T, the output recorded
-// (worker.RecordOutput) by the task named name, which the task whose
-// handler's context ctx is must depend on. It returns an error wrapping
-// ErrNoOutput if that task did not complete (this task runs anyway) or
-// recorded nothing, ErrNotDependency if this task does not depend on it,
+// (worker.RecordOutput) by the task named name, which must be an ancestor
+// of the task whose handler's context ctx is: a task it depends on,
+// directly or through others. It returns an error wrapping ErrNoOutput if
+// that task did not complete (this task runs anyway) or recorded nothing,
 // and ErrNotATask outside a workflow task's handler.
+//
+// For a task that is not an ancestor (a sibling, a later task, a name the
+// workflow lacks) its error wraps ErrNotAncestor and is final: returned
+// by the handler, it cancels the job (worker.JobCancel) with the message
+// recorded, having spent one attempt, rather than retry what cannot
+// succeed. Such a mistake cannot be refused at insert: the names a
+// handler reads are known only as it runs.
 func Output[T any](ctx context.Context, name string) (T, error) {
 	var v T
 	job := worker.JobFromContext(ctx)
@@ -154,6 +176,9 @@ func Output[T any](ctx context.Context, name string) (T, error) {
 		return v, fmt.Errorf("workflow: output of %q: %w", name, ErrUnsupported)
 	}
 	raw, err := r.TaskOutput(ctx, job.ID, name)
+	if errors.Is(err, ErrNotAncestor) {
+		return v, worker.JobCancel(fmt.Errorf("workflow: %w", err))
+	}
 	if err != nil {
 		return v, fmt.Errorf("workflow: %w", err)
 	}

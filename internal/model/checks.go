@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -131,13 +132,21 @@ func (r *runner) checkSequence(j *queue.Job, spec pgqueue.Limit) {
 }
 
 // checkDeps: a workflow task starts only after each dependency ended in a
-// state that releases it: completed, or any end where it runs anyway.
+// state that releases it: completed, or any end where it runs anyway or
+// only on a failure; and one that runs only on a failure, only if some
+// dependency's end that released it (countedEnd) was a failure,
+// unless a Retry ran it. A task's start also reads an ancestor's output,
+// which must be allowed (d reads a, its grandparent), and a sibling's,
+// which must be refused (b reads c).
 func (r *runner) checkDeps(j *queue.Job, info *jobInfo) {
+	failed := false
 	for _, d := range info.deps {
 		w, ok := r.readRow(d)
 		if !ok {
 			return
 		}
+		end := r.countedEnd(info, d, w.state)
+		failed = failed || end == "discarded" || end == "cancelled"
 		if r.depReleases(info, d, w.state) {
 			continue
 		}
@@ -145,14 +154,95 @@ func (r *runner) checkDeps(j *queue.Job, info *jobInfo) {
 		if info.retriedEarly {
 			rule = "workflow retry before dependencies"
 		}
-		r.fail(rule, "task %s (job %d, run anyway %v) started while its dependency %d is %s", info.task, j.ID, info.runAnyway, d, w.state)
+		r.fail(rule, "task %s (job %d, run anyway %v, on failure %v) started while its dependency %d is %s",
+			info.task, j.ID, info.runAnyway, info.runOnFailure, d, w.state)
 		return
+	}
+	if info.runOnFailure && !failed && !info.revived {
+		r.fail("workflow on failure", "task %s (job %d) runs only on a failure, and started though no dependency failed", info.task, j.ID)
+		return
+	}
+	r.checkOutputs(j, info)
+}
+
+// checkOutputs reads, at the start of a task of the fan-out/fan-in, an
+// ancestor's output (d reads a's: allowed, whatever a recorded) and a
+// sibling's (b reads c's: refused with ErrNotAncestor).
+func (r *runner) checkOutputs(j *queue.Job, info *jobInfo) {
+	var name string
+	var allowed bool
+	switch info.task {
+	case "d":
+		name, allowed = "a", true
+	case "b":
+		name = "c"
+	default:
+		return
+	}
+	ctx, cancel := r.opCtx()
+	defer cancel()
+	_, err := r.c.TaskOutput(ctx, j.ID, name)
+	refused := errors.Is(err, queue.ErrNotAncestor)
+	if !refused && err != nil && !errors.Is(err, queue.ErrNoOutput) && !r.called("TaskOutput", err, nil) {
+		return
+	}
+	if refused == allowed {
+		r.fail("workflow output", "task %s (job %d) read %s's output: %v (an ancestor's is allowed, a sibling's refused)", info.task, j.ID, name, err)
+	}
+}
+
+// checkCompensations, once every job has ended: a task that runs only on
+// a failure, whose dependencies' ends that released it (countedEnd) all
+// completed, never started (unless a Retry ran it): its release cancelled
+// it, or it was cancelled or discarded before.
+func (r *runner) checkCompensations() {
+	for _, info := range r.s.jobs {
+		if !info.runOnFailure || info.revived || r.v != nil {
+			continue
+		}
+		completed := true
+		for _, d := range info.deps {
+			first := r.countedEnd(info, d, "")
+			if first == "" {
+				w, ok := r.readRow(d)
+				if !ok {
+					return
+				}
+				first = w.state
+			}
+			completed = completed && first == "completed"
+		}
+		if !completed {
+			continue
+		}
+		w, ok := r.readRow(info.id)
+		if !ok {
+			return
+		}
+		if w.attempt != 0 || w.state == "completed" {
+			r.fail("workflow on failure", "task %s (job %d) runs only on a failure and every dependency completed, yet it is %s after %d attempts",
+				info.task, info.id, w.state, w.attempt)
+		}
 	}
 }
 
 // releases reports whether a dependency in state st releases task t.
 func releases(t *jobInfo, st string) bool {
-	return st == "completed" || t.runAnyway && (st == "discarded" || st == "cancelled")
+	return st == "completed" || (t.runAnyway || t.runOnFailure) && (st == "discarded" || st == "cancelled")
+}
+
+// countedEnd is the end of dependency d (in state st now) that task t
+// counts: the first end a retry after t's insert brought d back from,
+// else st (see depReleases).
+func (r *runner) countedEnd(t *jobInfo, d int64, st string) string {
+	if dep := r.s.jobs[d]; dep != nil {
+		for _, e := range dep.ends {
+			if e.step >= t.born {
+				return e.state
+			}
+		}
+	}
+	return st
 }
 
 // depReleases reports whether dependency d, in state st now, has

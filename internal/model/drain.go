@@ -103,6 +103,7 @@ func (r *runner) drain() {
 	if r.called("read attempts", err, nil) && over > 0 {
 		r.fail("attempts", "%d jobs with more attempts than their maximum: %s", over, detail)
 	}
+	r.checkCompensations()
 }
 
 // unfinished lists the model's jobs that have not ended, with the reason

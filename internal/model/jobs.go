@@ -74,13 +74,15 @@ func taskParams(name string) queue.EnqueueParams {
 }
 
 // workflow inserts a fan-out/fan-in: a, then b and c, then d after both;
-// d runs anyway when op.Flag says so, and has op.Deadline.
+// d runs anyway, or only on a failure, as op.Policy says, and has
+// op.Deadline.
 func (r *runner) workflow(op Op) {
+	anyway, onFailure := op.Policy()
 	tasks := []queue.WorkflowTask{
 		{Name: "a", Params: taskParams("a")},
 		{Name: "b", Params: taskParams("b"), DependsOn: []string{"a"}},
 		{Name: "c", Params: taskParams("c"), DependsOn: []string{"a"}},
-		{Name: "d", Params: taskParams("d"), DependsOn: []string{"b", "c"}, RunAnyway: op.Flag},
+		{Name: "d", Params: taskParams("d"), DependsOn: []string{"b", "c"}, RunAnyway: anyway, RunOnFailure: onFailure},
 	}
 	if op.Deadline > 0 {
 		tasks[3].Params.Deadline = time.Now().Add(time.Duration(op.Deadline) * time.Millisecond)
@@ -93,7 +95,8 @@ func (r *runner) workflow(op Op) {
 	}
 	wf := &wfInfo{id: res.ID, tasks: res.Tasks}
 	for _, t := range tasks {
-		j := &jobInfo{id: res.Tasks[t.Name], queue: "wf", workflow: res.ID, task: t.Name, deadline: t.Params.Deadline, runAnyway: t.RunAnyway, born: r.step}
+		j := &jobInfo{id: res.Tasks[t.Name], queue: "wf", workflow: res.ID, task: t.Name, deadline: t.Params.Deadline,
+			runAnyway: t.RunAnyway, runOnFailure: t.RunOnFailure, born: r.step}
 		for _, d := range t.DependsOn {
 			j.deps = append(j.deps, res.Tasks[d])
 		}
@@ -120,14 +123,16 @@ func (r *runner) appendOpen(op Op) {
 	}
 	ctx, cancel := r.opCtx()
 	defer cancel()
+	anyway, onFailure := op.Policy()
 	res, err := r.c.InsertWorkflowTx(ctx, tx, queue.WorkflowParams{ID: wf.id,
-		Tasks: []queue.WorkflowTask{{Name: name, Params: taskParams(name), DependsOn: []string{dep}, RunAnyway: op.Flag}}})
+		Tasks: []queue.WorkflowTask{{Name: name, Params: taskParams(name), DependsOn: []string{dep}, RunAnyway: anyway, RunOnFailure: onFailure}}})
 	if !r.called("InsertWorkflowTx", err, anyErr) {
 		_ = tx.Rollback(context.Background())
 		return
 	}
 	r.tx, r.txWf = tx, wf
-	r.txJob = &jobInfo{id: res.Tasks[name], queue: "wf", workflow: wf.id, task: name, deps: []int64{wf.tasks[dep]}, runAnyway: op.Flag, born: r.step}
+	r.txJob = &jobInfo{id: res.Tasks[name], queue: "wf", workflow: wf.id, task: name, deps: []int64{wf.tasks[dep]},
+		runAnyway: anyway, runOnFailure: onFailure, born: r.step}
 }
 
 // appendEnd ends the open append: commits it, or rolls it back.

@@ -58,11 +58,13 @@ type jobInfo struct {
 	deadline time.Time
 	unique   string
 	// workflow and task name a workflow task; deps are its dependencies'
-	// IDs and runAnyway its TaskOpts.RunAnyway.
-	workflow  string
-	task      string
-	deps      []int64
-	runAnyway bool
+	// IDs, runAnyway its TaskOpts.RunAnyway and runOnFailure its
+	// TaskOpts.RunOnFailure.
+	workflow     string
+	task         string
+	deps         []int64
+	runAnyway    bool
+	runOnFailure bool
 	// revived marks a job that Retry or RetryForce brought back after it
 	// ended: it lost its place in its sequence's insert order.
 	revived bool

@@ -16,8 +16,8 @@ type Kind string
 // stays meaningful when the shrinker removes operations before it.
 const (
 	OpInsert      Kind = "insert"      // Queue, Part, Ms (schedule), Deadline, Unique (Flag: a debounce), N (max attempts)
-	OpWorkflow    Kind = "workflow"    // fan-out/fan-in A -> B, C -> D; Flag: D runs anyway; Deadline: D's
-	OpAppendOpen  Kind = "appendopen"  // open a caller tx and append a task to workflow Pick in it
+	OpWorkflow    Kind = "workflow"    // fan-out/fan-in A -> B, C -> D; D's policy (Op.Policy); Deadline: D's
+	OpAppendOpen  Kind = "appendopen"  // open a caller tx and append a task to workflow Pick in it (its policy: Op.Policy)
 	OpAppendEnd   Kind = "appendend"   // commit (Flag: roll back) the open append
 	OpClaim       Kind = "claim"       // owner Owner claims up to N of Queue
 	OpComplete    Kind = "complete"    // a live claim completes (Flag: with FinishTx in a transaction)
@@ -144,6 +144,14 @@ func Generate(seed uint64, n int) []Op {
 	return ops
 }
 
+// Policy is the failure policy of the task an OpWorkflow (its D) or an
+// OpAppendOpen inserts: N 1 (or Flag, as operation lists written before
+// RunOnFailure have it) runs anyway, N 2 runs only on a failure, else
+// neither.
+func (o Op) Policy() (runAnyway, runOnFailure bool) {
+	return o.Flag || o.N == 1, !o.Flag && o.N == 2
+}
+
 // draw fills an operation of kind k with random values in the ranges the
 // runner reads them in.
 func draw(r *rand.Rand, k Kind) Op {
@@ -167,10 +175,13 @@ func draw(r *rand.Rand, k Kind) Op {
 		}
 		o.N = 1 + r.IntN(4)
 	case OpWorkflow:
-		o.Flag = r.IntN(2) == 0
+		// None, run anyway or run only on a failure, a third each.
+		o.N = r.IntN(3)
 		if r.IntN(4) == 0 {
 			o.Deadline = 200 + r.IntN(1500)
 		}
+	case OpAppendOpen:
+		o.N = r.IntN(3)
 	case OpAppendEnd:
 		o.Flag = r.IntN(5) == 0
 	case OpClaim:

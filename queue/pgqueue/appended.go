@@ -33,7 +33,10 @@ SELECT EXISTS (
 // releaseUpdateTail): a completed dependency, or any end for a dependent
 // that runs anyway, takes one off its deps_left, and a failed or deleted
 // one cancels it (its own dependents are cancelled by releaseFailed, in
-// the same transaction). Every edge's dependent is added to its
+// the same transaction), unless it runs on a failure: then it counts the
+// end, the failure recorded, and is cancelled if its last dependency ends
+// with none failed (its dependents cancelled by cascadeInTx, in the same
+// transaction). Every edge's dependent is added to its
 // dependency's dependents, which the pruner's keep rule and a later
 // RetryWorkflow read.
 //
@@ -58,7 +61,7 @@ WITH c AS MATERIALIZED (
     ORDER BY p.id
     FOR NO KEY UPDATE SKIP LOCKED
 ), tl AS MATERIALIZED (
-    SELECT t.id, t.run_anyway FROM jobfence_jobs t
+    SELECT t.id, t.run_anyway, t.run_on_failure FROM jobfence_jobs t
     WHERE t.id IN (SELECT dependent FROM c)
     ORDER BY t.id
     FOR UPDATE SKIP LOCKED
@@ -70,11 +73,12 @@ WITH c AS MATERIALIZED (
     RETURNING e.dependency, e.dependent, e.counted
 ), k AS (
     SELECT x.dependency, x.dependent, tl.run_anyway, pl.state AS dep_state, pl.task_name AS dep_name,
-           pl.state IS DISTINCT FROM 'completed' AND tl.run_anyway IS NOT TRUE AS fails
+           pl.state IS DISTINCT FROM 'completed' AS failed,
+           pl.state IS DISTINCT FROM 'completed' AND tl.run_anyway IS NOT TRUE AND tl.run_on_failure IS NOT TRUE AS fails
     FROM x JOIN tl ON tl.id = x.dependent LEFT JOIN pl ON pl.id = x.dependency
     WHERE x.counted
 ), s AS (
-    SELECT dependent AS id, count(*) FILTER (WHERE NOT fails)::int AS n, bool_or(fails) AS cancel,
+    SELECT dependent AS id, count(*) FILTER (WHERE NOT fails)::int AS n, bool_or(failed) AS failed, bool_or(fails) AS cancel,
            min(coalesce(dep_name, '')) FILTER (WHERE fails) AS cause,
            min(coalesce(dep_state, 'deleted')) FILTER (WHERE fails) AS cause_state
     FROM k GROUP BY dependent
@@ -84,9 +88,11 @@ WITH c AS MATERIALIZED (
           WHERE dependency IN (SELECT id FROM pl) GROUP BY dependency) g
     WHERE p.id = g.dependency
 )
-SELECT r.queue, NULL::bigint FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') r
+SELECT r.queue, NULL::bigint, NULL::text FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') r
 UNION ALL
-SELECT NULL, u.id FROM u WHERE u.state = 'cancelled'`
+SELECT NULL, u.id, NULL FROM u WHERE u.state = 'cancelled' AND NOT u.nofail
+UNION ALL
+SELECT NULL, task_id, 'cascade' FROM cq`
 
 // releaseAppended takes up to limit edges of appended tasks whose
 // dependency has ended (releaseAppendedSQL), in a bounded transaction,
@@ -114,11 +120,11 @@ func (c *Client) releaseAppended(ctx context.Context, limit int) error {
 		if err != nil {
 			return err
 		}
-		var cancelled []int64
+		var cancelled, cascades []int64
 		for rows.Next() {
-			var q *string
+			var q, kind *string
 			var id *int64
-			if err := rows.Scan(&q, &id); err != nil {
+			if err := rows.Scan(&q, &id, &kind); err != nil {
 				rows.Close()
 				return err
 			}
@@ -128,6 +134,8 @@ func (c *Client) releaseAppended(ctx context.Context, limit int) error {
 					ready = map[string]int{}
 				}
 				ready[*q]++
+			case id != nil && kind != nil:
+				cascades = append(cascades, *id)
 			case id != nil:
 				cancelled = append(cancelled, *id)
 			}
@@ -135,6 +143,11 @@ func (c *Client) releaseAppended(ctx context.Context, limit int) error {
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
+		}
+		if len(cascades) > 0 {
+			if _, err := cascadeInTx(ctx, tx, cascades, c.cfg.ReleaseChunk, insertChannel); err != nil {
+				return err
+			}
 		}
 		if len(cancelled) == 0 {
 			return nil

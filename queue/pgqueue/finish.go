@@ -274,6 +274,7 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 		c.fill(ctx, dc, dc.reserved, fg.released, sent)
 	}
 	if err == nil {
+		c.cascadeAfterCommit(ctx, fg.cascades)
 		c.releaseLater(ctx, fg.more, dc)
 	}
 	if err != nil {

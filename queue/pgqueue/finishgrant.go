@@ -128,7 +128,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	granted := map[string]int{}
 	var declined, again []partition
 	var handed claimReply
-	var more []int64
+	var more, cascades []int64
 	var releasedClaim claimReply
 	_, err := br.Exec()
 	if err == nil {
@@ -145,7 +145,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 		if rows, err = br.Query(); err == nil {
 			var r released
 			r, err = scanReleased(rows)
-			more, releasedClaim = r.more, r.claim
+			more, releasedClaim, cascades = r.more, r.claim, r.cascades
 			for q, n := range r.ready {
 				granted[q] += n
 			}
@@ -187,7 +187,7 @@ func (c *Client) finishAndGrant(ctx context.Context, sql string, args []any, tas
 	if rerr != nil {
 		c.cfg.Logger.Warn("pgqueue: reading the jobs that outcomes claimed failed; they are rescued when their lease expires", "err", rerr)
 	}
-	return finishGrant{applied: applied, lims: lims.list, declined: append(declined, again...), claimed: claimed, more: more, released: releasedClaim}, nil
+	return finishGrant{applied: applied, lims: lims.list, declined: append(declined, again...), claimed: claimed, more: more, released: releasedClaim, cascades: cascades}, nil
 }
 
 // finishGrant is what finishAndGrant returns: the leases applied, every
@@ -204,6 +204,10 @@ type finishGrant struct {
 	// released is what the tasks' release claimed (releaseClaimSQL), for
 	// the slots reserved (fill).
 	released claimReply
+	// cascades are the RunOnFailure tasks the release cancelled (no
+	// dependency failed), whose dependents are cancelled after the
+	// commit (cascadeAfterCommit).
+	cascades []int64
 }
 
 // total is how many jobs claim asks for over the batch (0 for nil).

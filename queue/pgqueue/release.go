@@ -38,8 +38,13 @@ import (
 //     evaluated once), so a release with no limits pays nothing for it.
 //   - discarded or cancelled: its pending dependents are cancelled, with
 //     the reason recorded, and so are theirs in turn (the recursive cx);
-//     a dependent marked run_anyway is not, and counts the dependency as
-//     ended, as a completion does.
+//     a dependent marked run_anyway or run_on_failure is not, and counts
+//     the dependency as ended, as a completion does (run_on_failure
+//     records the failure: see releaseLockTail).
+//   - a run_on_failure dependent whose last dependency ends with none of
+//     them failed is cancelled (noFailureReason), and recorded for the
+//     cascade of its own dependents (cq, replied as 'cascade' rows: see
+//     cascade.go).
 //
 // The conditions on the tasks ended are applied above an OFFSET 0, which
 // keeps them from being pushed down to the scan: there they matched the
@@ -77,7 +82,9 @@ var releaseSQL = releaseClosure + releaseUpdateTail + releaseRangesRecorded + `
 SELECT r.queue, NULL::bigint, CASE WHEN $3 <> '' THEN pg_notify($3, r.queue)::text END
 FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') r
 UNION ALL
-SELECT NULL, task_id, NULL FROM (SELECT DISTINCT task_id FROM rs) r`
+SELECT NULL, task_id, NULL FROM (SELECT DISTINCT task_id FROM rs) r
+UNION ALL
+SELECT NULL, task_id, 'cascade' FROM cq`
 
 // releaseRangesRecorded records, as rs, the ranges of the completed tasks'
 // dependents past the first $2, for after the commit (releaseRangeSQL).
@@ -116,6 +123,7 @@ func releaseUpdate(claim int) string {
 	}
 	return `, a AS (
     SELECT array_agg(id) AS ids, array_agg(n) AS ns, array_agg(cancel) AS cancels,
+           array_agg(nofail) AS nofails, array_agg(failed) AS faileds,
            array_agg(cause) AS causes, array_agg(cause_state) AS cause_states,
            array_agg(adopt_name) AS adopt_names, array_agg(adopt_part) AS adopt_parts` + claimAgg + `
     FROM (SELECT l.*` + claimIn + ` FROM l) l
@@ -130,19 +138,31 @@ func releaseUpdate(claim int) string {
                           THEN coalesce(j.limit_name, c.adopt_name) ELSE j.limit_name END,
         limit_part = CASE WHEN NOT c.cancel AND j.deps_left - c.n <= 0 AND j.scheduled_at <= now() AND j.limit_name IS NULL
                           THEN c.adopt_part ELSE j.limit_part END,
-        deps_left = CASE WHEN c.cancel THEN j.deps_left ELSE greatest(j.deps_left - c.n, 0) END,
+        deps_left = CASE WHEN c.cancel AND NOT c.nofail THEN j.deps_left ELSE greatest(j.deps_left - c.n, 0) END,
+        dep_failed = CASE WHEN c.failed AND j.run_on_failure THEN true ELSE j.dep_failed END,
         scheduled_at = CASE WHEN NOT c.cancel AND j.deps_left - c.n <= 0 THEN greatest(j.scheduled_at, now()) ELSE j.scheduled_at END,
         finalized_at = CASE WHEN c.cancel THEN now() END,
-        errors = CASE WHEN NOT c.cancel THEN j.errors ELSE j.errors || jsonb_build_array(jsonb_build_object(
+        errors = CASE WHEN NOT c.cancel THEN j.errors
+            WHEN c.nofail THEN j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error', '` + noFailureReason + `'))
+            ELSE j.errors || jsonb_build_array(jsonb_build_object(
             'attempt', j.attempt, 'at', now(),
             'error', 'jobfence: dependency failed: task "' || c.cause || '" was ' || c.cause_state || '; cancelled')) END
     FROM (SELECT unnest(a.ids) AS id, unnest(a.ns) AS n, unnest(a.cancels) AS cancel,
+                 unnest(a.nofails) AS nofail, unnest(a.faileds) AS failed,
                  unnest(a.causes) AS cause, unnest(a.cause_states) AS cause_state,
                  unnest(a.adopt_names) AS adopt_name, unnest(a.adopt_parts) AS adopt_part` + claimUnnest + ` FROM a) c
     WHERE j.id = c.id AND j.state = 'pending'
-    RETURNING j.id, j.state, j.queue, j.ctid
+    RETURNING j.id, j.state, j.queue, j.ctid, c.nofail, j.dependents IS NOT NULL AS listed
+), cq AS (
+    INSERT INTO jobfence_cascades (task_id) SELECT id FROM u WHERE u.nofail AND u.listed
+    ON CONFLICT DO NOTHING
+    RETURNING task_id
 )`
 }
+
+// noFailureReason is the error recorded on a RunOnFailure task cancelled
+// because every dependency completed.
+const noFailureReason = `jobfence: no dependency failed: every dependency completed, and the task runs only if one fails (RunOnFailure); cancelled`
 
 // releaseClosure is the head of releaseSQL: what a release changes, and
 // its rows locked (l: each row's ID, and either the dependencies it loses
@@ -163,7 +183,7 @@ WITH RECURSIVE done AS MATERIALIZED (
     FROM done d CROSS JOIN LATERAL unnest(d.dependents[d.off + 1:]) AS u(id)
     CROSS JOIN LATERAL (
         SELECT t.id FROM jobfence_jobs t
-        WHERE t.id = u.id AND t.state = 'pending' AND t.run_anyway IS NOT TRUE OFFSET 0) t
+        WHERE t.id = u.id AND t.state = 'pending' AND t.run_anyway IS NOT TRUE AND t.run_on_failure IS NOT TRUE OFFSET 0) t
     WHERE d.state <> 'completed'
   UNION
     SELECT t.id, p.task_name, 'cancelled'
@@ -171,35 +191,49 @@ WITH RECURSIVE done AS MATERIALIZED (
     CROSS JOIN LATERAL unnest(p.dependents) AS u(id)
     CROSS JOIN LATERAL (
         SELECT t.id FROM jobfence_jobs t
-        WHERE t.id = u.id AND t.state = 'pending' AND t.run_anyway IS NOT TRUE OFFSET 0) t
+        WHERE t.id = u.id AND t.state = 'pending' AND t.run_anyway IS NOT TRUE AND t.run_on_failure IS NOT TRUE OFFSET 0) t
 ), cset AS MATERIALIZED (
     SELECT DISTINCT ON (id) id, cause, cause_state FROM cx ORDER BY id, cause
 ), edges AS (
-    SELECT u.id FROM done d
+    SELECT u.id, d.state <> 'completed' AS failed FROM done d
     CROSS JOIN LATERAL unnest(CASE WHEN d.state = 'completed' THEN d.dependents[d.off + 1:d.off + $2] ELSE d.dependents[d.off + 1:] END) AS u(id)
   UNION ALL
-    SELECT u.id FROM cset c
+    SELECT u.id, true FROM cset c
     CROSS JOIN LATERAL (SELECT p.dependents FROM jobfence_jobs p WHERE p.id = c.id OFFSET 0) p
     CROSS JOIN LATERAL unnest(p.dependents) AS u(id)
 ), s AS (
-    SELECT id, count(*)::int AS n, false AS cancel, NULL::text AS cause, NULL::text AS cause_state
+    SELECT id, count(*)::int AS n, bool_or(failed) AS failed, false AS cancel, NULL::text AS cause, NULL::text AS cause_state
     FROM edges WHERE id NOT IN (SELECT id FROM cset) GROUP BY id
   UNION ALL
-    SELECT id, NULL, true, cause, cause_state FROM cset
+    SELECT id, NULL, true, true, cause, cause_state FROM cset
 )` + releaseLockTail
 
 // releaseLockTail locks the dependents a release changes, given s: each
-// one's ID, and either the dependencies it loses (n) or, if cancel, the
-// task whose failure cancels it and how it ended (cause, cause_state). It
-// is l: the same rows with the limit a released one comes under (adopt),
-// and what decides whether a release may claim them (releaseClaimStep).
+// one's ID, and either the dependencies it loses (n) and whether one of
+// them failed (failed), or, if cancel, the task whose failure cancels it
+// and how it ended (cause, cause_state). It is l: the same rows with the
+// limit a released one comes under (adopt), and what decides whether a
+// release may claim them (releaseClaimStep).
+//
+// A task that runs only on a failure (run_on_failure) is never cancelled
+// by a failed dependency: it counts it as ended, as run_anyway does, and
+// remembers it (dep_failed). When its last dependency ends and none of
+// them failed (nofail), it is cancelled instead of released, with
+// noFailureReason; its own dependents are cancelled through
+// jobfence_cascades (see cascadeSQL), since one statement cannot follow
+// a cancellation it makes down the workflow. The test costs the common
+// release nothing more than the columns of the row it locks anyway.
 const releaseLockTail = `, l AS MATERIALIZED (
-    SELECT s.id, s.n, s.cancel, s.cause, s.cause_state, adopt.name AS adopt_name, adopt.part AS adopt_part,
+    SELECT s.id, s.n, s.cancel OR nf.v AS cancel, nf.v AS nofail, s.failed, s.cause, s.cause_state,
+        adopt.name AS adopt_name, adopt.part AS adopt_part,
         j.queue, j.priority, j.deps_left, j.scheduled_at, j.limit_name AS own_limit
     FROM (SELECT * FROM s ORDER BY id OFFSET 0) s
     CROSS JOIN LATERAL (
-        SELECT j.id, j.queue, j.kind, j.args, j.limit_name, j.priority, j.deps_left, j.scheduled_at FROM jobfence_jobs j
+        SELECT j.id, j.queue, j.kind, j.args, j.limit_name, j.priority, j.deps_left, j.scheduled_at, j.run_on_failure, j.dep_failed
+        FROM jobfence_jobs j
         WHERE j.id = s.id AND j.state = 'pending' FOR UPDATE OF j) j
+    CROSS JOIN LATERAL (SELECT coalesce(NOT s.cancel AND j.run_on_failure IS TRUE AND j.deps_left - s.n <= 0
+        AND j.dep_failed IS NOT TRUE AND s.failed IS NOT TRUE, false) AS v) nf
     ` + adoptLateralSQL + `(SELECT EXISTS (SELECT FROM jobfence_limits)) AND NOT s.cancel` + adoptLateralEndSQL + `
 )`
 
@@ -265,7 +299,32 @@ func release(ctx context.Context, tx pgx.Tx, ids []int64, cascade bool, chunk in
 	if err != nil {
 		return released{}, fmt.Errorf("release dependents: %w", err)
 	}
+	if len(r.cascades) > 0 {
+		more, err := cascadeInTx(ctx, tx, r.cascades, chunk, channel)
+		if err != nil {
+			return released{}, err
+		}
+		r.cascades = nil
+		for q, n := range more.ready {
+			if r.ready == nil {
+				r.ready = map[string]int{}
+			}
+			r.ready[q] += n
+		}
+	}
 	return r, nil
+}
+
+// cascadeInTx cancels, in tx, the dependents of the RunOnFailure tasks ids
+// that tx's release has just cancelled (no dependency failed) as any
+// cancel's release does, and deletes the tasks' rows of
+// jobfence_cascades, which that release wrote: tx wrote the tasks, so
+// their release passes the xmin test.
+func cascadeInTx(ctx context.Context, tx pgx.Tx, ids []int64, chunk int, channel string) (released, error) {
+	if _, err := tx.Exec(ctx, `DELETE FROM jobfence_cascades WHERE task_id = ANY($1)`, ids); err != nil {
+		return released{}, fmt.Errorf("release dependents: cascade: %w", err)
+	}
+	return release(ctx, tx, ids, true, chunk, channel)
 }
 
 // releaseFailed is release for tasks that tx discarded or cancelled,
@@ -293,6 +352,10 @@ type released struct {
 	// releaseRangeClaimSQL) replied of its claim: its fence, and the
 	// claimed jobs' IDs and row versions.
 	claim claimReply
+	// cascades are the RunOnFailure tasks the release cancelled (no
+	// dependency failed) whose dependents wait in jobfence_cascades to be
+	// cancelled in turn (cascadeInTx, or cascadeAfterCommit).
+	cascades []int64
 }
 
 // scanReleased reads a release's reply: rows of a queue that dependents
@@ -300,9 +363,9 @@ type released struct {
 func scanReleased(rows pgx.Rows) (released, error) {
 	var r released
 	for rows.Next() {
-		var q *string
+		var q, kind *string
 		var id *int64
-		dest := []any{&q, &id, nil}
+		dest := []any{&q, &id, &kind}
 		var fence *int64
 		var ids []int64
 		var ctids []pgtype.TID
@@ -321,6 +384,8 @@ func scanReleased(rows pgx.Rows) (released, error) {
 				r.ready = map[string]int{}
 			}
 			r.ready[*q]++
+		case id != nil && kind != nil && *kind == "cascade":
+			r.cascades = append(r.cascades, *id)
 		case id != nil:
 			r.more = append(r.more, *id)
 		}

@@ -74,8 +74,9 @@ const releaseClaimReply = `
 SELECT NULL, NULL, NULL, (SELECT fence FROM f), array_agg(u.id ORDER BY u.id), array_agg(u.ctid ORDER BY u.id)
 FROM u WHERE u.state = 'running' HAVING count(*) > 0`
 
-// releaseClaimSQL is releaseSQL for completions only (it cancels nothing,
-// so it needs no pass of releaseLockSQL) that claims what releaseClaimStep
+// releaseClaimSQL is releaseSQL for completions only (it cancels nothing
+// but compensations that no failure runs, whose cascades it records, so
+// it needs no pass of releaseLockSQL) that claims what releaseClaimStep
 // picks ($3 the queues, $4 their caps) for worker $6, leased for $5
 // microseconds. Its reply is releaseSQL's, with the claim's row.
 //
@@ -85,6 +86,8 @@ SELECT r.queue, NULL::bigint, NULL::text, NULL::bigint, NULL::bigint[], NULL::ti
 FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') r
 UNION ALL
 SELECT NULL, task_id, NULL, NULL, NULL, NULL FROM (SELECT DISTINCT task_id FROM rs) r
+UNION ALL
+SELECT NULL, task_id, 'cascade', NULL, NULL, NULL FROM cq
 UNION ALL` + releaseClaimReply
 
 // releaseRangeClaimSQL is releaseRangeSQL for the range's first $6
@@ -102,6 +105,8 @@ SELECT w.queue, NULL::bigint, NULL::text, NULL::bigint, NULL::bigint[], NULL::ti
 FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') w
 UNION ALL
 SELECT NULL, task_id, NULL, NULL, NULL, NULL FROM r
+UNION ALL
+SELECT NULL, task_id, 'cascade', NULL, NULL, NULL FROM cq
 UNION ALL` + releaseClaimReply
 
 // dependentsClaim is how a FinishClaim's releases claim for its worker

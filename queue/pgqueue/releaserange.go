@@ -79,7 +79,9 @@ const DefaultReleaseChunk = 1000
 var releaseRangeSQL = releaseRangeHead + releaseLockTail + releaseUpdateTail + releaseRangeGone + `
 SELECT w.queue, NULL::bigint, NULL::text FROM (SELECT DISTINCT queue FROM u WHERE u.state = 'available') w
 UNION ALL
-SELECT NULL, task_id, NULL FROM r`
+SELECT NULL, task_id, NULL FROM r
+UNION ALL
+SELECT NULL, task_id, 'cascade' FROM cq`
 
 // releaseRangeHead picks the range and its dependents (s) for
 // releaseRangeSQL.
@@ -100,7 +102,7 @@ WITH r AS MATERIALIZED (
     CROSS JOIN LATERAL (SELECT p.dependents FROM jobfence_jobs p WHERE p.id = r.task_id OFFSET 0) p
     CROSS JOIN LATERAL unnest(p.dependents[r.first:` + last + `]) AS u(id)
 ), s AS (
-    SELECT id, count(*)::int AS n, false AS cancel, NULL::text AS cause, NULL::text AS cause_state
+    SELECT id, count(*)::int AS n, false AS failed, false AS cancel, NULL::text AS cause, NULL::text AS cause_state
     FROM edges GROUP BY id
 )`
 }
@@ -164,6 +166,7 @@ func (c *Client) releaseRange(ctx context.Context, ids []int64, dc *dependentsCl
 	}
 	// The statement committed as its reply ended.
 	c.wakeReady(ctx, r.ready)
+	c.cascadeAfterCommit(ctx, r.cascades)
 	return len(r.more) > 0, nil
 }
 
@@ -195,6 +198,13 @@ func (c *Client) ReleaseDependents(ctx context.Context, ids []int64) (int, error
 func (c *Client) releaseDependents(ctx context.Context, ids []int64, dc *dependentsClaim, q string) (int, error) {
 	if ids != nil && len(ids) == 0 {
 		return 0, nil
+	}
+	if ids == nil {
+		// Maintenance: the cancels that a stopped client left to cascade
+		// (see cascadeSQL) too.
+		if err := c.cascadeLeft(ctx, nil); err != nil {
+			return 0, fmt.Errorf("pgqueue: release dependents: %w", err)
+		}
 	}
 	var (
 		n    atomic.Int64

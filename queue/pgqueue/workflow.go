@@ -56,30 +56,33 @@ const taskIDsSQL = `SELECT nextval(s.seq) FROM (SELECT pg_get_serial_sequence('j
 // dependency left is available (or scheduled, or limited: waiting for a
 // slot of the limit that governs it, found as insertManySQL finds it),
 // one with some pending, one with a failed dependency that does not run
-// anyway cancelled at once.
+// anyway, or one that runs only on a failure whose dependencies have all
+// completed, cancelled at once (fail holds the reason).
 //
 // transition: insert
 const insertTasksSQL = `
 INSERT INTO jobfence_jobs (id, queue, kind, args, state, priority, scheduled_at, max_attempts, metadata, trace_context,
                            idempotency_key, deadline, timeout_us, workflow_id, task_name, depends_on, dependents, deps_left,
-                           run_anyway, errors, finalized_at, limit_name, limit_part)
+                           run_anyway, run_on_failure, dep_failed, errors, finalized_at, limit_name, limit_part)
 OVERRIDING SYSTEM VALUE
 SELECT id, q, k, a,
        CASE WHEN fail <> '' THEN 'cancelled' WHEN dl_left > 0 THEN 'pending' WHEN s > now() THEN 'scheduled'
             WHEN lim.name IS NOT NULL THEN 'limited' ELSE 'available' END,
-       p, greatest(COALESCE(s, now()), now()), m, md, tc, ik, dl, tm, $14, n, d::bigint[], dn::bigint[], dl_left, ra,
-       CASE WHEN fail <> '' THEN jsonb_build_array(jsonb_build_object('attempt', 0, 'at', now(),
-           'error', 'jobfence: dependency failed: task "' || fail || '; cancelled')) ELSE '[]'::jsonb END,
+       p, greatest(COALESCE(s, now()), now()), m, md, tc, ik, dl, tm, $14, n, d::bigint[], dn::bigint[], dl_left, ra, rof, df,
+       CASE WHEN fail <> '' THEN jsonb_build_array(jsonb_build_object('attempt', 0, 'at', now(), 'error', fail))
+            ELSE '[]'::jsonb END,
        CASE WHEN fail <> '' THEN now() END, lim.name, lim.part
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::jsonb[], $5::smallint[], $6::timestamptz[], $7::int[], $8::jsonb[], $9::bytea[],
-            $10::uuid[], $11::timestamptz[], $12::bigint[], $13::text[], $15::text[], $16::int[], $17::boolean[], $18::text[], $19::text[], $20::text[])
-     AS t(id, q, k, a, p, s, m, md, tc, ik, dl, tm, n, d, dl_left, ra, fail, lk, dn)
+            $10::uuid[], $11::timestamptz[], $12::bigint[], $13::text[], $15::text[], $16::int[], $17::boolean[], $18::text[], $19::text[], $20::text[],
+            $21::boolean[], $22::boolean[])
+     AS t(id, q, k, a, p, s, m, md, tc, ik, dl, tm, n, d, dl_left, ra, fail, lk, dn, rof, df)
 ` + insertLimitSQL
 
 // copyTaskColumns are the columns a workflow's insert writes through
 // COPY, when it can (see insertWorkflow).
 var copyTaskColumns = []string{"id", "queue", "kind", "args", "state", "priority", "max_attempts", "metadata", "trace_context",
-	"idempotency_key", "deadline", "timeout_us", "workflow_id", "task_name", "depends_on", "dependents", "deps_left", "run_anyway"}
+	"idempotency_key", "deadline", "timeout_us", "workflow_id", "task_name", "depends_on", "dependents", "deps_left", "run_anyway",
+	"run_on_failure", "dep_failed"}
 
 // InsertWorkflow implements queue.WorkflowInserter: it inserts p in a
 // transaction of its own (bounded, as EnqueueMany's) and wakes the workers
@@ -264,7 +267,12 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		m, left             = make([]int32, n), make([]int32, n)
 		tm                  = make([]*int64, n)
 		ra                  = make([]bool, n)
-		lk                  = make([]string, n)
+		// rof and df are NULL but for a RunOnFailure task: whether it
+		// runs on a failure, and whether a dependency failed already.
+		rof, df = make([]*bool, n), make([]*bool, n)
+		// depFailed[k2]: a dependency of the task at k2 failed already.
+		depFailed = make([]bool, n)
+		lk        = make([]string, n)
 		// tid[k2] is the ID of the task at position k2 of order: the IDs
 		// were drawn in ascending order for the tasks in that order.
 		tid = ids
@@ -321,12 +329,14 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 				switch {
 				case e.state == queue.StateCompleted:
 				case e.state.Final() && t.RunAnyway:
+				case e.state.Final() && t.RunOnFailure:
+					depFailed[k2] = true
 				case e.state.Final():
 					// Counted as not released, so that a Retry of the
 					// task alone is refused (ErrDependenciesPending).
 					left[k2]++
 					if failed[k2] == "" {
-						failed[k2] = dn + `" was ` + string(e.state)
+						failed[k2] = dependencyFailed(dn, string(e.state))
 					}
 				default:
 					left[k2]++
@@ -343,12 +353,19 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 			case failed[dk] == "":
 				left[k2]++
 			case t.RunAnyway:
+			case t.RunOnFailure:
+				depFailed[k2] = true
 			default:
 				left[k2]++
 				if failed[k2] == "" {
-					failed[k2] = dn + `" was cancelled`
+					failed[k2] = dependencyFailed(dn, string(queue.StateCancelled))
 				}
 			}
+		}
+		// A compensation whose dependencies have all completed already
+		// is cancelled at once, as its last one's release would cancel it.
+		if t.RunOnFailure && left[k2] == 0 && !depFailed[k2] && failed[k2] == "" {
+			failed[k2] = noFailureReason
 		}
 	}
 	queues := map[string]bool{}
@@ -359,6 +376,10 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		tp := t.Params
 		q[k2], k[k2], a[k2], pr[k2], m[k2] = tp.Queue, tp.Kind, tp.Args, int16(tp.Priority), int32(tp.MaxAttempts)
 		nm[k2], ra[k2], lk[k2] = t.Name, t.RunAnyway, tp.LimitKey
+		if t.RunOnFailure {
+			yes, f := true, depFailed[k2]
+			rof[k2], df[k2] = &yes, &f
+		}
 		if !tp.ScheduledAt.IsZero() {
 			at := tp.ScheduledAt
 			s[k2] = &at
@@ -406,7 +427,7 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 				state = queue.StateAvailable
 			}
 			rows[k2] = []any{tid[k2], q[k2], k[k2], a[k2], string(state), pr[k2], m[k2], md[k2], tc[k2], keys[k2], dl[k2], tm[k2],
-				id, nm[k2], taskDeps[k2], dependentsOf[k2], left[k2], ra[k2]}
+				id, nm[k2], taskDeps[k2], dependentsOf[k2], left[k2], ra[k2], rof[k2], df[k2]}
 		}
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"jobfence_jobs"}, copyTaskColumns, pgx.CopyFromRows(rows)); err != nil {
 			return fail(fmt.Errorf("copy: %w", err))
@@ -420,7 +441,7 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 				dn[k2] = &v
 			}
 		}
-		if _, err := tx.Exec(ctx, insertTasksSQL, tid, q, k, a, pr, s, m, md, tc, keys, dl, tm, nm, id, d, left, ra, failed, lk, dn); err != nil {
+		if _, err := tx.Exec(ctx, insertTasksSQL, tid, q, k, a, pr, s, m, md, tc, keys, dl, tm, nm, id, d, left, ra, failed, lk, dn, rof, df); err != nil {
 			return fail(err)
 		}
 	}
@@ -443,6 +464,13 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		}
 	}
 	return queue.WorkflowResult{ID: uuidString(id), Tasks: taskID}, ready, nil
+}
+
+// dependencyFailed is the error recorded on a task cancelled because its
+// dependency name ended in state (discarded or cancelled), as
+// releaseUpdate writes it.
+func dependencyFailed(name, state string) string {
+	return `jobfence: dependency failed: task "` + name + `" was ` + state + `; cancelled`
 }
 
 // carve returns the next n entries of *back, which has room for them, as

@@ -15,34 +15,66 @@ import (
 
 // taskOutputSQL reads, for task $1, the state and output of the task named
 // $2 of its workflow (found by name in jobfence_workflow_tasks), and
-// whether $1 depends on it.
+// whether that task is an ancestor of $1: reached from $1 through
+// depends_on, an appended task's dependencies on existing tasks included.
+// The walk is bounded by the workflow's tasks, and by the target's ID: a
+// dependency's ID is always below its dependents' (tasks draw their IDs
+// in dependency order, and an appended task draws its own after every
+// task it depends on), so only tasks above it are expanded, each once
+// (UNION), with a primary-key probe. A direct dependency is found without
+// walking. gap says the walk met a task that is gone (pruned): the
+// target may be an ancestor past it.
 const taskOutputSQL = `
-SELECT d.state, d.output, d.id = ANY(t.depends_on)
-FROM jobfence_jobs t
-JOIN jobfence_workflow_tasks s ON s.workflow_id = t.workflow_id AND s.task_name = $2
-JOIN jobfence_jobs d ON d.id = s.job_id
-WHERE t.id = $1`
+WITH RECURSIVE me AS MATERIALIZED (
+    SELECT t.id, t.workflow_id, t.depends_on FROM jobfence_jobs t WHERE t.id = $1
+), tg AS MATERIALIZED (
+    SELECT s.job_id FROM me JOIN jobfence_workflow_tasks s ON s.workflow_id = me.workflow_id AND s.task_name = $2
+), anc(id) AS (
+    SELECT u.id FROM me CROSS JOIN LATERAL unnest(me.depends_on) AS u(id)
+  UNION
+    SELECT u.id FROM anc
+    CROSS JOIN LATERAL (SELECT p.depends_on FROM jobfence_jobs p WHERE p.id = anc.id OFFSET 0) p
+    CROSS JOIN LATERAL unnest(p.depends_on) AS u(id)
+    WHERE anc.id > (SELECT job_id FROM tg) AND NOT (SELECT job_id FROM tg) = ANY((SELECT depends_on FROM me)::bigint[])
+)
+SELECT EXISTS (SELECT FROM me), (SELECT job_id FROM tg) IS NOT NULL,
+       EXISTS (SELECT FROM anc WHERE anc.id = (SELECT job_id FROM tg)),
+       EXISTS (SELECT FROM anc WHERE anc.id > (SELECT job_id FROM tg)
+                 AND NOT EXISTS (SELECT FROM jobfence_jobs p WHERE p.id = anc.id)),
+       d.state, d.output
+FROM (SELECT) x LEFT JOIN jobfence_jobs d ON d.id = (SELECT job_id FROM tg)`
 
 // TaskOutput returns the output that the task named name recorded, read
-// for the task job (a task of the same workflow that depends on it). It
-// returns an error wrapping queue.ErrNotDependency when job does not
-// depend on that task (it may not have run yet), queue.ErrNoOutput when
-// the task did not complete (a dependent that runs anyway) or recorded
-// nothing, and queue.ErrJobNotFound when the workflow has no such task.
+// for the task job (a task of the same workflow of which it is an
+// ancestor: a dependency, a dependency's dependency, and so on). It
+// returns an error wrapping queue.ErrNotAncestor when it is not (a
+// sibling, a later task: it may not have run yet, and retrying cannot
+// help) or when the workflow has no such task (then queue.ErrJobNotFound
+// too), queue.ErrNoOutput when the task did not complete (a dependent that
+// runs anyway) or recorded nothing, or is gone (pruned after
+// Config.Retention), and queue.ErrJobNotFound when job is gone.
 func (c *Client) TaskOutput(ctx context.Context, job int64, name string) (json.RawMessage, error) {
-	var state string
+	var found, named, ancestor, gap bool
+	var state *string
 	var output []byte
-	var dep *bool
-	err := c.pool.QueryRow(ctx, taskOutputSQL, job, name).Scan(&state, &output, &dep)
+	err := c.pool.QueryRow(ctx, taskOutputSQL, job, name).Scan(&found, &named, &ancestor, &gap, &state, &output)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil, fmt.Errorf("pgqueue: output of task %q: %w: the workflow of job %d has no task of that name", name, queue.ErrJobNotFound, job)
 	case err != nil:
 		return nil, fmt.Errorf("pgqueue: output of task %q: %w", name, err)
-	case dep == nil || !*dep:
-		return nil, fmt.Errorf("pgqueue: output of task %q: %w (job %d): declare it in DependsOn", name, queue.ErrNotDependency, job)
-	case state != string(queue.StateCompleted):
-		return nil, fmt.Errorf("pgqueue: output of task %q: %w: the task is %s", name, queue.ErrNoOutput, state)
+	case !found:
+		return nil, fmt.Errorf("pgqueue: output of task %q: %w: job %d", name, queue.ErrJobNotFound, job)
+	case !named:
+		return nil, fmt.Errorf("pgqueue: output of task %q: %w: %w: the workflow of job %d has no task of that name",
+			name, queue.ErrNotAncestor, queue.ErrJobNotFound, job)
+	case !ancestor && gap:
+		return nil, fmt.Errorf("pgqueue: output of task %q: %w: a task between it and job %d was pruned (Retention)", name, queue.ErrNoOutput, job)
+	case !ancestor:
+		return nil, fmt.Errorf("pgqueue: output of task %q: %w (job %d): it is not among the tasks this one depends on, directly or through others; add it to DependsOn",
+			name, queue.ErrNotAncestor, job)
+	case state == nil:
+		return nil, fmt.Errorf("pgqueue: output of task %q: %w: the task was pruned (Retention)", name, queue.ErrNoOutput)
+	case *state != string(queue.StateCompleted):
+		return nil, fmt.Errorf("pgqueue: output of task %q: %w: the task is %s", name, queue.ErrNoOutput, *state)
 	case output == nil:
 		return nil, fmt.Errorf("pgqueue: output of task %q: %w: the task completed without recording any", name, queue.ErrNoOutput)
 	}
@@ -73,6 +105,8 @@ type Task struct {
 	DepsLeft int
 	// RunAnyway says it runs even if a dependency failed.
 	RunAnyway bool
+	// RunOnFailure says it runs only if a dependency failed.
+	RunOnFailure bool
 	// FinalizedAt is when it ended; zero while it has not.
 	FinalizedAt time.Time
 }
@@ -101,7 +135,7 @@ func (w *WorkflowInfo) Done() bool {
 const workflowCountsSQL = `SELECT j.state, count(*) FROM ` + workflowTaskRowsSQL + ` GROUP BY j.state`
 
 // workflowTasksSQL reads a workflow's tasks, in ID order.
-const workflowTasksSQL = `SELECT ` + jobColumns + `, coalesce(j.deps_left, 0), coalesce(j.run_anyway, false), j.finalized_at
+const workflowTasksSQL = `SELECT ` + jobColumns + `, coalesce(j.deps_left, 0), coalesce(j.run_anyway, false), coalesce(j.run_on_failure, false), j.finalized_at
 FROM ` + workflowTaskRowsSQL + ` ORDER BY j.id`
 
 // Workflow returns workflow id with its tasks, or an error wrapping
@@ -121,7 +155,7 @@ func (c *Client) Workflow(ctx context.Context, id string) (*WorkflowInfo, error)
 		t := &Task{}
 		var fin *time.Time
 		var left int32
-		j, err := scanJob(rows, &left, &t.RunAnyway, &fin)
+		j, err := scanJob(rows, &left, &t.RunAnyway, &t.RunOnFailure, &fin)
 		if err != nil {
 			return nil, fmt.Errorf("pgqueue: workflow %s: %w", id, err)
 		}
@@ -265,7 +299,11 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
 // attempt if it had none left. Every reset task's dependencies are counted
 // anew, and so are those of the tasks still pending (a task that runs
 // anyway counted a failed dependency as ended, and that dependency now
-// runs again). One statement, its rows locked in ID order.
+// runs again). A task that runs only on a failure (RunOnFailure) counts
+// as one that runs anyway, and forgets the failures it saw (they run
+// again); one whose dependencies have all completed stays as it is (a
+// compensation cancelled because nothing failed stays cancelled). One
+// statement, its rows locked in ID order.
 //
 // A dependency counted here must release its dependent at its end: one
 // whose dependents list holds the task does (retryWorkflowReleasesSQL
@@ -283,16 +321,17 @@ WITH r AS MATERIALIZED (
 ), e AS MATERIALIZED (
     SELECT r.id, d.id AS dep, coalesce(r.id = ANY(d.dependents), false) AS listed,
            d.state IN ('discarded', 'cancelled', 'pending')
-           OR (d.state NOT IN ('completed', 'discarded', 'cancelled') AND t.run_anyway IS TRUE)
-           OR (d.state <> 'completed' AND t.run_anyway IS NOT TRUE) AS counts
+           OR (d.state NOT IN ('completed', 'discarded', 'cancelled') AND (t.run_anyway OR t.run_on_failure) IS TRUE)
+           OR (d.state <> 'completed' AND (t.run_anyway OR t.run_on_failure) IS NOT TRUE) AS counts
     FROM r JOIN jobfence_jobs t ON t.id = r.id
     CROSS JOIN LATERAL unnest(t.depends_on) AS u(id) JOIN jobfence_jobs d ON d.id = u.id
 ), n AS MATERIALIZED (
-    SELECT r.id, r.state AS was, (SELECT count(*) FROM e WHERE e.id = r.id AND e.counts)::int AS left
+    SELECT r.id, r.state AS was, (SELECT count(*) FROM e WHERE e.id = r.id AND e.counts)::int AS left,
+           (SELECT t.run_on_failure FROM jobfence_jobs t WHERE t.id = r.id) IS TRUE AS rof
     FROM r
 ), ed AS (
     INSERT INTO jobfence_task_edges (dependency, dependent, counted)
-    SELECT dep, id, counts FROM e WHERE NOT listed
+    SELECT dep, id, counts FROM e WHERE NOT listed AND id NOT IN (SELECT id FROM n WHERE rof AND n.left = 0)
     ON CONFLICT (dependency, dependent) DO UPDATE SET counted = EXCLUDED.counted
 ), u AS (
     UPDATE jobfence_jobs j
@@ -301,9 +340,10 @@ WITH r AS MATERIALIZED (
         deps_left = n.left,
         scheduled_at = CASE WHEN n.was = 'pending' AND n.left > 0 THEN j.scheduled_at ELSE now() END,
         finalized_at = NULL,
-        max_attempts = CASE WHEN n.was = 'pending' THEN j.max_attempts ELSE greatest(j.max_attempts, j.attempt + 1) END
+        max_attempts = CASE WHEN n.was = 'pending' THEN j.max_attempts ELSE greatest(j.max_attempts, j.attempt + 1) END,
+        dep_failed = CASE WHEN n.rof THEN false END
     FROM n
-    WHERE j.id = n.id
+    WHERE j.id = n.id AND NOT (n.rof AND n.left = 0)
     RETURNING j.queue, j.state, n.was
 )
 SELECT count(*) FILTER (WHERE was <> 'pending'),

@@ -198,15 +198,23 @@ func TestWorkflowReleasesDependentsOnce(t *testing.T) {
 	if d.TaskName != "d" {
 		t.Fatalf("claimed %q, want d", d.TaskName)
 	}
-	// d reads its dependencies' outputs, and only theirs.
+	// d reads its ancestors' outputs (its dependencies', and a's through
+	// them), and only theirs.
 	if out, err := c.TaskOutput(ctx, d.ID, "b"); !errors.Is(err, queue.ErrNoOutput) {
 		t.Fatalf("d reads b's output = %s, %v; want ErrNoOutput (b recorded none)", out, err)
 	}
-	if _, err := c.TaskOutput(ctx, d.ID, "a"); !errors.Is(err, queue.ErrNotDependency) || !strings.Contains(err.Error(), "declare it in DependsOn") {
-		t.Fatalf("d reads a's output: %v, want ErrNotDependency", err)
+	if out, err := c.TaskOutput(ctx, d.ID, "a"); err != nil || string(out) != `"accepted"` {
+		t.Fatalf("d reads its grandparent a's output = %s, %v; want the accepted attempt's", out, err)
 	}
-	if _, err := c.TaskOutput(ctx, d.ID, "nope"); !errors.Is(err, queue.ErrJobNotFound) {
-		t.Fatalf("d reads nope's output: %v, want ErrJobNotFound", err)
+	for _, other := range []string{"x", "ax"} {
+		_, err := c.TaskOutput(ctx, d.ID, other)
+		if !errors.Is(err, queue.ErrNotAncestor) || !errors.Is(err, queue.ErrNotDependency) ||
+			!strings.Contains(err.Error(), "not among the tasks this one depends on, directly or through others") {
+			t.Fatalf("d reads %s's output: %v, want ErrNotAncestor", other, err)
+		}
+	}
+	if _, err := c.TaskOutput(ctx, d.ID, "nope"); !errors.Is(err, queue.ErrJobNotFound) || !errors.Is(err, queue.ErrNotAncestor) {
+		t.Fatalf("d reads nope's output: %v, want ErrJobNotFound and ErrNotAncestor", err)
 	}
 }
 
@@ -345,6 +353,10 @@ func TestWorkflowValidation(t *testing.T) {
 	ctx := context.Background()
 	uq := task("u", "v")
 	uq.Params.UniqueKey = "k"
+	both := task("b", "v", "a")
+	both.RunAnyway, both.RunOnFailure = true, true
+	lone := task("r", "v")
+	lone.RunOnFailure = true
 	for _, tt := range []struct {
 		name string
 		p    queue.WorkflowParams
@@ -357,6 +369,10 @@ func TestWorkflowValidation(t *testing.T) {
 		{"unknown dependency", queue.WorkflowParams{Name: "w", Tasks: []queue.WorkflowTask{task("a", "v", "z")}}, `task "a" depends on "z", which the workflow has no task of`},
 		{"cycle", queue.WorkflowParams{Name: "w", Tasks: []queue.WorkflowTask{task("a", "v", "c"), task("b", "v", "a"), task("c", "v", "b")}}, "a cycle: [a c b a]"},
 		{"unique key", queue.WorkflowParams{Name: "w", Tasks: []queue.WorkflowTask{uq}}, `task "u" has a unique key`},
+		{"both policies", queue.WorkflowParams{Name: "w", Tasks: []queue.WorkflowTask{task("a", "v"), both}},
+			`task "b" sets both RunAnyway and RunOnFailure: a task runs whatever its dependencies' outcome, or only if one failed, not both`},
+		{"compensation of nothing", queue.WorkflowParams{Name: "w", Tasks: []queue.WorkflowTask{lone}},
+			`task "r" sets RunOnFailure without DependsOn: it would never run`},
 		{"unknown workflow", queue.WorkflowParams{ID: "00000000-0000-0000-0000-000000000001", Tasks: []queue.WorkflowTask{task("a", "v")}}, "workflow not found"},
 		{"bad ID", queue.WorkflowParams{ID: "nope", Tasks: []queue.WorkflowTask{task("a", "v")}}, `workflow ID "nope" is not a UUID`},
 	} {
