@@ -84,3 +84,30 @@ func JobRateLimited(retryAfter time.Duration, err error) error {
 // HTTP-date, taken from now); 0 when it is absent, malformed or past. See
 // worker.RetryAfter.
 func RetryAfter(h http.Header, now time.Time) time.Duration { return worker.RetryAfter(h, now) }
+
+// JobSnooze returns an error that, returned by a handler, runs the job
+// again after d without spending its attempt. See worker.JobSnooze.
+func JobSnooze(d time.Duration) error { return worker.JobSnooze(d) }
+
+// JobCancel returns an error that, returned by a handler, ends the job
+// cancelled, with err recorded, and no retry. See worker.JobCancel.
+func JobCancel(err error) error { return worker.JobCancel(err) }
+
+// RecordOutput stores v (as JSON) as the output of the job whose handler's
+// context ctx is, written with its fenced completion: a workflow's
+// dependents read it (workflow.Output), and so does Get. See
+// worker.RecordOutput.
+func RecordOutput(ctx context.Context, v any) error { return worker.RecordOutput(ctx, v) }
+
+// Errors a handler may see or return; test for them with errors.Is.
+var (
+	// ErrStaleFence reports a write by an owner whose claim was lost to a
+	// newer one (a pause, a partition): nothing was written.
+	ErrStaleFence = queue.ErrStaleFence
+	// ErrLeaseLost is the cause of a handler's context when its worker
+	// lost the job's lease; it wraps ErrStaleFence.
+	ErrLeaseLost = worker.ErrLeaseLost
+	// ErrJobCancelled is the cause of a handler's context when the job
+	// was cancelled while it ran.
+	ErrJobCancelled = worker.ErrJobCancelled
+)
