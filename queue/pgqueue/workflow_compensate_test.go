@@ -66,6 +66,19 @@ func sagaTasks(q string) []queue.WorkflowTask {
 	}
 }
 
+// chargedSaga inserts the saga of sagaTasks into queue q and completes its
+// charge (with output, when given), so that ship is the next to run.
+func chargedSaga(t *testing.T, c *pgqueue.Client, q string, output []byte) queue.WorkflowResult {
+	t.Helper()
+	res, err := c.InsertWorkflow(context.Background(), queue.WorkflowParams{Name: "saga", Tasks: sagaTasks(q)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	charge := claimOne(t, c, q)
+	finish(t, c, queue.Finish{Lease: charge.Lease(), Outcome: queue.OutcomeComplete, Output: output, Workflow: true})
+	return res
+}
+
 // TestCompensationCancelledWhenNothingFailed: when ship completes, refund
 // (RunOnFailure) is cancelled with the reason, and its dependents are
 // treated as its cancel implies: notify cancelled, audit (RunAnyway) and
@@ -80,12 +93,7 @@ func TestCompensationCancelledWhenNothingFailed(t *testing.T) {
 			c, db := newClient(t)
 			ctx := context.Background()
 			const q = "saga"
-			res, err := c.InsertWorkflow(ctx, queue.WorkflowParams{Name: "saga", Tasks: sagaTasks(q)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			charge := claimOne(t, c, q)
-			finish(t, c, queue.Finish{Lease: charge.Lease(), Outcome: queue.OutcomeComplete, Workflow: true})
+			res := chargedSaga(t, c, q, nil)
 			if got := states(t, c, res.ID)["refund"]; got != queue.StatePending {
 				t.Fatalf("refund is %s while ship waits, want pending", got)
 			}
@@ -143,12 +151,7 @@ func TestCompensationRunsOnAFailure(t *testing.T) {
 			c, _ := newClient(t)
 			ctx := context.Background()
 			const q = "saga"
-			res, err := c.InsertWorkflow(ctx, queue.WorkflowParams{Name: "saga", Tasks: sagaTasks(q)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			charge := claimOne(t, c, q)
-			finish(t, c, queue.Finish{Lease: charge.Lease(), Outcome: queue.OutcomeComplete, Output: []byte(`"ch_1"`), Workflow: true})
+			res := chargedSaga(t, c, q, []byte(`"ch_1"`))
 			if how == "discard" {
 				ship := claimOne(t, c, q)
 				finish(t, c, queue.Finish{Lease: ship.Lease(), Outcome: queue.OutcomeDiscard, Workflow: true,
@@ -271,12 +274,7 @@ func TestCompensationsLeftToMaintenance(t *testing.T) {
 	c, db := newClient(t)
 	ctx := context.Background()
 	const q = "saga"
-	res, err := c.InsertWorkflow(ctx, queue.WorkflowParams{Name: "saga", Tasks: sagaTasks(q)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	charge := claimOne(t, c, q)
-	finish(t, c, queue.Finish{Lease: charge.Lease(), Outcome: queue.OutcomeComplete, Workflow: true})
+	res := chargedSaga(t, c, q, nil)
 	ship := claimOne(t, c, q)
 	// As a client that stopped after the commit: ship completed and its
 	// release run (refund cancelled, its cascade recorded), and nothing
