@@ -40,8 +40,8 @@ test: setup vet
 # make test runs its short version. A violation prints the seed, the
 # shrunk operation list and the command that replays it. PARALLEL seeds
 # run at once, each on its own schema: a run mostly waits (on the server,
-# on its sleeps): on 2 cores, 12 at once drove about 460 operations a
-# second (without -race), one alone 50 to 80.
+# on its sleeps), so seeds side by side use the cores one leaves idle
+# (docs/benchmarks/model.md).
 DURATION ?= 10m
 SEED ?= 0
 PARALLEL ?= 12

@@ -66,8 +66,8 @@ import (
 // rate (a slot whose row another transaction held, a lowered limit, an
 // outcome that freed nothing, such as a put-back, a partition that backs
 // off (openSQL: its slots are handed to no one until the backoff ends),
-// or a sequence whose oldest job another transaction held). A free slot with waiting jobs
-// that no outcome of the batch freed (left by a failed grant, or by an
+// or a sequence whose oldest job another transaction held). A free slot
+// with waiting jobs that no outcome of the batch freed (left by a failed grant, or by an
 // insert in a caller's transaction, which grants nothing) waits for the
 // workers' grant pass. Like grantConcurrencySQL it waits for no lock.
 //

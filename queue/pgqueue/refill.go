@@ -15,8 +15,9 @@ import (
 // has not started yet frees a Period after that start, which no one knows
 // yet: it is left out, and its job's start is followed by its outcome's
 // grant. A partition that backs off (JobRateLimited) frees no slot
-// before its backoff ends (greatest ignores a NULL backoff). It runs in a grant's transaction, after the grant, so it sees
-// the slots that grant took.
+// before its backoff ends (greatest ignores a NULL backoff). It runs in a
+// grant's transaction, after the grant, so it sees the slots that grant
+// took.
 //
 // The partitions whose limit has a rate are found first (r, materialized),
 // so that a grant of limits without one reads nothing else: planned as a
