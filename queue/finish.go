@@ -60,6 +60,12 @@ type Finish struct {
 	// changes nothing). A job no limit governs, or a backend without
 	// limits, ignores it.
 	Backoff time.Duration
+	// Await, for a snooze, is the signal the job's handler waits for
+	// (worker.AwaitSignal): the backend records it with the job while it
+	// waits, so that a signal of that name makes it ready before Delay
+	// has passed, and makes it ready at once if such a signal is stored
+	// already. Empty awaits none.
+	Await string
 	// Error is recorded on the job for retry, discard and cancel.
 	Error *AttemptError
 	// Output, for a completion, is the JSON the handler recorded: the

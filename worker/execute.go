@@ -51,7 +51,7 @@ func (w *Worker) execute(job *queue.Job, until time.Time) (leave bool) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	r := &running{job: job, lease: job.Lease(), cancel: cancel, leaseUntil: until}
-	r.rc = &runCtx{r: r, backend: w.backend, max: w.cfg.MaxOutputBytes}
+	r.rc = &runCtx{r: r, backend: w.backend, max: w.cfg.MaxOutputBytes, recorded: &w.stats.stepsRecorded, replayed: &w.stats.stepsReplayed}
 	ctx = context.WithValue(ctx, runCtxKey{}, r.rc)
 	r.ctx = ctx
 	if w.cfg.Hooks.JobStart != nil {
@@ -148,6 +148,9 @@ func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *runni
 		return false, "", &connError{err: err}
 	}
 	defer tx.Rollback(context.Background())
+	r.rc.durable.mu.Lock()
+	r.rc.durable.tx = tx
+	r.rc.durable.mu.Unlock()
 	stack, err = w.call(ctx, func(ctx context.Context, job *queue.Job) error { return h.runTx(ctx, tx, job) }, job)
 	if err != nil {
 		// A broken connection may be an outage's doing, unless the
@@ -216,7 +219,8 @@ func (w *Worker) releaseAfterCommit(ctx context.Context, job *queue.Job) {
 // outcome maps a handler's result to the outcome to report; r stays
 // tracked until the outcome is recorded.
 func (w *Worker) outcome(ctx context.Context, job *queue.Job, r *running, err error, stack string) {
-	if err == nil {
+	suspended := r.suspension()
+	if err == nil && suspended == nil {
 		w.report(job, r, queue.OutcomeComplete, 0, nil, "")
 		return
 	}
@@ -232,6 +236,14 @@ func (w *Worker) outcome(ctx context.Context, job *queue.Job, r *running, err er
 		w.logJob(ctx, slog.LevelWarn, "jobfence: handler ended after its job was lost", job, slog.Any("cause", cause), slog.Any("err", err))
 		w.untrack(r)
 		w.ended(r, JobEnd{Lost: true})
+		return
+	case suspended != nil:
+		// Sleep or AwaitSignal: whatever the handler returned, the job
+		// suspends, its steps recorded, its attempt given back.
+		w.stats.snoozed.Add(1)
+		w.stats.suspended.Add(1)
+		r.await = suspended.await
+		w.report(job, r, queue.OutcomeSnooze, suspended.d, nil, "")
 		return
 	case errors.Is(cause, ErrWorkerStopping):
 		// Stop's deadline passed while the handler ran. Recorded, and
@@ -323,7 +335,7 @@ func (w *Worker) reportRun(job *queue.Job, r *running, o queue.Outcome, delay ti
 	}
 	f := queue.Finish{Lease: job.Lease(), Outcome: o, Delay: delay, Workflow: job.WorkflowID != "",
 		Limit: job.Limit, LimitPartition: job.LimitPartition, Queue: job.Queue, Dependents: job.Dependents,
-		Backoff: r.backoff}
+		Backoff: r.backoff, Await: r.await}
 	if o == queue.OutcomeComplete {
 		f.Output, f.Trace = r.recordedOutput(), w.taskTrace(job, r)
 	}

@@ -169,11 +169,18 @@ func (w *Worker) promoteLoop(ctx context.Context, p queue.Promoter) {
 	t := time.NewTimer(rand.N(w.cfg.PromoteInterval))
 	defer t.Stop()
 	wait := w.cfg.PromoteInterval
+	var signalled <-chan struct{}
+	if sw, ok := w.backend.(SignalWaker); ok {
+		if ch, err := sw.Signalled(ctx); err == nil {
+			signalled = ch
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-signalled:
 		}
 		if err := w.promote(ctx, p); err != nil {
 			// An unreachable database is retried less and less often

@@ -29,6 +29,10 @@ type runCtx struct {
 	backend queue.Backend
 	max     int
 	output  atomic.Pointer[[]byte]
+	// durable holds the job's steps (Step, Sleep, AwaitSignal);
+	// recorded and replayed are the worker's counters of them.
+	durable            durable
+	recorded, replayed *atomic.Int64
 }
 
 // RecordOutput records v, encoded as JSON, as the output of the job whose

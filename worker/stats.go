@@ -64,11 +64,19 @@ type Stats struct {
 	// their task had stopped before it released them
 	// (queue.DependentReleaser).
 	ReleasedRanges int64
+	// Suspended counts the Snoozed jobs that suspended in Sleep or
+	// AwaitSignal (docs/durable.md).
+	Suspended int64
+	// StepsRecorded counts the durable steps (Step, and the signal waits
+	// that took a signal or timed out) this worker's handlers recorded;
+	// StepsReplayed those that returned what an earlier attempt recorded.
+	StepsRecorded, StepsReplayed int64
 }
 
 type counters struct {
 	claimed, completed, retried, discarded, snoozed, unknownKind, cancelled, stale, lost, stuck, stuckRunning, panics,
-	fetchErrors, finishErrors, rescued, pruned, promoted, refilled, refillErrors, endedSessions, releasedRanges atomic.Int64
+	fetchErrors, finishErrors, rescued, pruned, promoted, refilled, refillErrors, endedSessions, releasedRanges,
+	suspended, stepsRecorded, stepsReplayed atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
@@ -79,7 +87,8 @@ func (c *counters) snapshot() Stats {
 		Panics: c.panics.Load(), FetchErrors: c.fetchErrors.Load(), FinishErrors: c.finishErrors.Load(),
 		Rescued: c.rescued.Load(), Pruned: c.pruned.Load(), Promoted: c.promoted.Load(),
 		Refilled: c.refilled.Load(), RefillErrors: c.refillErrors.Load(), EndedSessions: c.endedSessions.Load(),
-		ReleasedRanges: c.releasedRanges.Load(),
+		ReleasedRanges: c.releasedRanges.Load(), Suspended: c.suspended.Load(),
+		StepsRecorded: c.stepsRecorded.Load(), StepsReplayed: c.stepsReplayed.Load(),
 	}
 }
 
@@ -111,5 +120,8 @@ func (s Stats) LogValue() slog.Value {
 		slog.Int64("refill_errors", s.RefillErrors),
 		slog.Int64("ended_sessions", s.EndedSessions),
 		slog.Int64("released_ranges", s.ReleasedRanges),
+		slog.Int64("suspended", s.Suspended),
+		slog.Int64("steps_recorded", s.StepsRecorded),
+		slog.Int64("steps_replayed", s.StepsReplayed),
 	)
 }

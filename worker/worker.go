@@ -93,6 +93,9 @@ type running struct {
 	// backoff is how long the job's limit partition is to grant nothing
 	// (JobRateLimited), sent with its outcome (queue.Finish.Backoff).
 	backoff time.Duration
+	// await is the signal the job suspends awaiting (AwaitSignal), sent
+	// with its outcome (queue.Finish.Await).
+	await string
 	// leaseUntil is when the claim runs out as far as this worker knows:
 	// the claim's expiry, pushed on by each successful heartbeat.
 	leaseUntil time.Time

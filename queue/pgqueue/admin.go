@@ -255,23 +255,31 @@ var retrySet = `state = ` + readySQL("limit_name") + `, limit_slot = NULL,
 // retrySQL makes job $1 ready now unless it is running, or completed and $2
 // (force) is false, and wakes its queue's workers (channel $3) in the same
 // statement, so that a client frozen right after sending it holds nothing
-// back: neither the row nor the wake-up.
+// back: neither the row nor the wake-up. A completed job run again
+// forgets its recorded steps (RetryForce runs it from the top); any
+// other keeps them, and resumes at its first unrecorded step.
 //
 // transition: retry-final
 var retrySQL = `
-WITH r AS (
+WITH o AS (
+    SELECT state = 'completed' AS completed FROM jobfence_jobs WHERE id = $1
+), r AS (
     UPDATE jobfence_jobs
     SET ` + retrySet + `
     WHERE id = $1 AND state NOT IN ('running', 'pending') AND ($2 OR state <> 'completed')
       AND coalesce(deps_left, 0) = 0
     RETURNING queue
+), s AS (
+    DELETE FROM jobfence_steps
+    WHERE job_id = $1 AND EXISTS (SELECT FROM r) AND (SELECT completed FROM o)
 )
 SELECT pg_notify($3, queue) FROM r`
 
 // retryFinishedSQL moves job $1 back from jobfence_jobs_finished into
 // jobfence_jobs, with its ID, ready now with one more attempt if it had
 // none left, and wakes its queue's workers (channel $2): one statement,
-// so the job is in one table or the other. Its next claim draws a new
+// so the job is in one table or the other, its recorded steps forgotten
+// (it completed: it runs from the top). Its next claim draws a new
 // fence, greater than every fence before. A job with UniqueOpts whose key
 // another job holds now breaches the key's index, as in retrySQL.
 //
@@ -279,13 +287,15 @@ SELECT pg_notify($3, queue) FROM r`
 const retryFinishedSQL = `
 WITH m AS (
     DELETE FROM jobfence_jobs_finished WHERE id = $1 RETURNING *
+), s AS (
+    DELETE FROM jobfence_steps WHERE job_id = $1 AND EXISTS (SELECT FROM m)
 ), r AS (
     INSERT INTO jobfence_jobs (state, finalized_at, lease_expires_at, output, run_trace, ` + finishedColumns + `)
     OVERRIDING SYSTEM VALUE
     SELECT 'available', NULL, NULL, output, run_trace, id, queue, kind, args, priority, now(), attempt, greatest(max_attempts, attempt + 1),
         fence, unique_key, errors, attempted_by, created_at, attempted_at, metadata, trace_context, idempotency_key, deadline,
         timeout_us, unique_hash, unique_states, limit_name, limit_part, NULL, workflow_id, task_name, depends_on, dependents,
-        deps_left, run_anyway, delete_on_complete, cardinality(dependents), run_on_failure, dep_failed
+        deps_left, run_anyway, delete_on_complete, cardinality(dependents), run_on_failure, dep_failed, NULL
     FROM m
     RETURNING queue
 )

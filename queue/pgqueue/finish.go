@@ -77,7 +77,13 @@ WITH f AS (
 // retries (holdingSQL), so that no later job of a sequence overtakes it
 // (TestSnoozeKeepsASequenceInOrder).
 //
-// transition: complete, retry, discard, snooze, cancel, backoff
+// transition: complete, retry, discard, snooze, cancel, backoff, suspend
+//
+// A snooze that awaits a signal ($9, queue.Finish.Await: a handler's
+// AwaitSignal) records the name it awaits (awaiting), which the
+// promoter's sweep and a Signal's wake read; it is Ready at once if such
+// a signal is there already, undelivered: one stored before the job
+// suspended, which no sweep would see (the job was running).
 //
 // An outcome with a backoff ($8, microseconds; queue.Finish.Backoff: a
 // handler's JobRateLimited) pushes its partition's backoff (every slot
@@ -105,16 +111,19 @@ WITH f AS (
 var finishSQL = `
 WITH f AS (
     SELECT * FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::smallint[]),
-        (SELECT $4::bigint[]), (SELECT $5::jsonb[]), (SELECT $6::jsonb[]), (SELECT $7::bytea[]), (SELECT $8::bigint[]))
-        AS f(id, fence, outcome, delay, err, output, trace, backoff)
+        (SELECT $4::bigint[]), (SELECT $5::jsonb[]), (SELECT $6::jsonb[]), (SELECT $7::bytea[]), (SELECT $8::bigint[]),
+        (SELECT $9::text[]))
+        AS f(id, fence, outcome, delay, err, output, trace, backoff, await)
 ), l AS (
-    SELECT j.id, f.delay, f.err, f.outcome, f.output, f.trace, ` + finishLate + ` AS late,
+    SELECT j.id, f.delay, f.err, f.outcome, f.output, f.trace, f.await, ` + finishLate + ` AS late,
         j.limit_name, j.limit_part, f.backoff,
         CASE WHEN ` + finishLate + ` THEN 'discarded' ELSE CASE f.outcome
             WHEN 1 THEN 'completed'
             WHEN 2 THEN CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'retryable' END
             WHEN 3 THEN 'discarded'
-            WHEN 4 THEN CASE WHEN f.delay > 0 THEN 'scheduled' ELSE ` + readySQL("j.limit_name") + ` END
+            WHEN 4 THEN CASE WHEN f.delay > 0 AND (f.await IS NULL OR NOT EXISTS (
+                    SELECT FROM jobfence_signals g WHERE g.job_id = j.id AND g.name = f.await AND g.delivered_at IS NULL))
+                THEN 'scheduled' ELSE ` + readySQL("j.limit_name") + ` END
             WHEN 5 THEN 'cancelled'
         END END AS state,
         f.outcome = 1 AND ` + leavesSQL + ` AS leaves, coalesce(j.delete_on_complete, false) AS drop_it
@@ -124,7 +133,8 @@ WITH f AS (
 ), ` + moveFinishedSQL + `, kept AS (
     UPDATE jobfence_jobs j
     SET state = l.state,
-        scheduled_at = CASE WHEN l.state IN ('retryable', 'scheduled', 'available', 'limited') THEN now() + l.delay * interval '1 microsecond' ELSE j.scheduled_at END,
+        scheduled_at = CASE WHEN l.state IN ('retryable', 'scheduled') THEN now() + l.delay * interval '1 microsecond'
+                            WHEN l.state IN ('available', 'limited') THEN now() ELSE j.scheduled_at END,
         limit_slot = CASE WHEN l.state = 'limited' THEN NULL ELSE j.limit_slot END,
         attempt = CASE WHEN l.outcome = 4 THEN j.attempt - 1 ELSE j.attempt END,
         errors = CASE WHEN l.err IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(l.err) END
@@ -132,7 +142,8 @@ WITH f AS (
         finalized_at = CASE WHEN l.state IN ('completed', 'discarded', 'cancelled') THEN now() END,
         lease_expires_at = NULL,
         output = CASE WHEN l.state = 'completed' THEN l.output ELSE j.output END,
-        run_trace = CASE WHEN l.state = 'completed' THEN l.trace ELSE j.run_trace END
+        run_trace = CASE WHEN l.state = 'completed' THEN l.trace ELSE j.run_trace END,
+        awaiting = CASE WHEN l.state = 'scheduled' THEN l.await END
     FROM l
     WHERE j.id = l.id AND NOT l.leaves AND j.state = 'running'
     RETURNING j.id, j.fence, j.limit_name, j.limit_part
@@ -230,8 +241,12 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 		delays := make([]int64, len(sorted))
 		backoffs := make([]int64, len(sorted))
 		errs := make([][]byte, len(sorted))
+		awaits := make([]*string, len(sorted))
 		for i, f := range sorted {
 			outcomes[i], delays[i] = int16(f.Outcome), max(f.Delay, 0).Microseconds()
+			if f.Outcome == queue.OutcomeSnooze && f.Await != "" {
+				awaits[i] = &f.Await
+			}
 			backoffs[i] = max(f.Backoff, 0).Microseconds()
 			if f.Error != nil {
 				b, err := json.Marshal(jsonbSafe(*f.Error))
@@ -241,7 +256,7 @@ func (c *Client) finish(ctx context.Context, fs []queue.Finish, p *queue.FinishC
 				errs[i] = b
 			}
 		}
-		sql, args = finishSQL, []any{ids, fences, outcomes, delays, errs, outputs, traces, backoffs}
+		sql, args = finishSQL, []any{ids, fences, outcomes, delays, errs, outputs, traces, backoffs, awaits}
 	}
 	// The grant goes out with the outcomes (finishAndGrant), in the
 	// partitions the claim gave, unless a workflow task's discard or

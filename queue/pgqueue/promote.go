@@ -56,7 +56,15 @@ import (
 // probe of the limits' (queue, kind) index, as an insert's), as SetLimit
 // brings available jobs under it.
 //
-// transition: promote, deadline
+// A job suspended awaiting a signal (finishSQL's await) that has an
+// undelivered signal of that name is Ready too, before its timer
+// (signalled, the state machine's row "signal"): the sweep that wakes a
+// wait whose signal was stored while it suspended (a Signal's own pass
+// found it still running), or in a caller's transaction (SignalTx). It
+// reads the undelivered signals' partial index (migration 00027): with
+// none, one probe.
+//
+// transition: promote, deadline, signal
 var promoteSQL = `
 WITH due AS (
     SELECT id FROM jobfence_jobs
@@ -65,16 +73,24 @@ WITH due AS (
     ORDER BY scheduled_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
+), signalled AS (
+    SELECT j.id FROM jobfence_signals g JOIN jobfence_jobs j ON j.id = g.job_id
+    WHERE g.delivered_at IS NULL AND j.state = 'scheduled' AND j.awaiting = g.name
+      AND NOT coalesce(j.deadline < now(), false)
+    LIMIT $1
+    FOR UPDATE OF j SKIP LOCKED
 ), keep AS MATERIALIZED (
     SELECT due.id, adopt.name AS adopt_name, adopt.part AS adopt_part
-    FROM due JOIN jobfence_jobs j ON j.id = due.id
+    FROM (SELECT id FROM due UNION SELECT id FROM signalled) due JOIN jobfence_jobs j ON j.id = due.id
     ` + adoptLateralSQL + `true` + adoptLateralEndSQL + `
 ), moved AS (
     UPDATE jobfence_jobs j
     SET state = ` + readySQL("coalesce(j.limit_name, keep.adopt_name)") + `,
         limit_slot = NULL,
         limit_name = coalesce(j.limit_name, keep.adopt_name),
-        limit_part = coalesce(j.limit_part, keep.adopt_part)
+        limit_part = coalesce(j.limit_part, keep.adopt_part),
+        scheduled_at = least(j.scheduled_at, now()),
+        awaiting = NULL
     FROM keep
     WHERE j.id = keep.id
     RETURNING j.queue, j.state
