@@ -43,8 +43,8 @@ END $$;
 -- Creating a trigger waits for the transactions writing the table, and
 -- every write waits behind it: 1 s at most, as set above.
 DROP TRIGGER IF EXISTS jobfence_jobs_awaited_ended ON jobfence_jobs;
-CREATE TRIGGER jobfence_jobs_awaited_ended AFTER UPDATE OF state ON jobfence_jobs FOR EACH ROW
-    WHEN (NEW.awaited IS TRUE AND NEW.state IN ('completed', 'discarded', 'cancelled'))
+CREATE TRIGGER jobfence_jobs_awaited_ended AFTER UPDATE ON jobfence_jobs FOR EACH ROW
+    WHEN (NEW.awaited IS TRUE AND NEW.state IN ('completed', 'discarded', 'cancelled') AND OLD.state IS DISTINCT FROM NEW.state)
     EXECUTE FUNCTION jobfence_notify_awaited();
 DROP TRIGGER IF EXISTS jobfence_jobs_awaited_gone ON jobfence_jobs;
 CREATE TRIGGER jobfence_jobs_awaited_gone AFTER DELETE ON jobfence_jobs FOR EACH ROW
