@@ -87,6 +87,15 @@ type Config struct {
 	// released after its commit, in ranges of as many (see
 	// ReleaseDependents). Zero means DefaultReleaseChunk (1,000).
 	ReleaseChunk int
+	// AwaitPollMin and AwaitPollMax bound the poll of AwaitJob and
+	// AwaitWorkflow, which read the job (or the workflow's tasks) again
+	// AwaitPollMin after a read that found it unfinished, doubling the
+	// interval up to AwaitPollMax, and at once when a notification says it
+	// ended. Behind PgBouncer in transaction mode without a ListenURL, or
+	// with PollOnly, the poll is all there is. Zero means
+	// DefaultAwaitPollMin (50ms) and DefaultAwaitPollMax (1s); an
+	// AwaitPollMax below AwaitPollMin is AwaitPollMin.
+	AwaitPollMin, AwaitPollMax time.Duration
 }
 
 // DefaultTxReserve is the default of Config.TxReserve: one connection for
@@ -139,6 +148,9 @@ type Client struct {
 	wakes *wakes
 	// releases runs the releases of dependents after completions.
 	releases *releases
+	// awaitHook, set by tests only, is called each time an await has
+	// found its job or workflow unfinished and is about to wait.
+	awaitHook func()
 }
 
 // New returns a Client on pool. The pool's search_path decides the schema
@@ -162,6 +174,13 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 	if cfg.ReleaseChunk <= 0 {
 		cfg.ReleaseChunk = DefaultReleaseChunk
 	}
+	if cfg.AwaitPollMin <= 0 {
+		cfg.AwaitPollMin = DefaultAwaitPollMin
+	}
+	if cfg.AwaitPollMax <= 0 {
+		cfg.AwaitPollMax = DefaultAwaitPollMax
+	}
+	cfg.AwaitPollMax = max(cfg.AwaitPollMax, cfg.AwaitPollMin)
 	c := &Client{pool: pool, cfg: cfg, releases: newReleases()}
 	c.refills.wake = make(chan struct{}, 1)
 	c.listener = newListener(cfg.Logger, c.listenConn)

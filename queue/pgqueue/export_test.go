@@ -111,3 +111,8 @@ var (
 	QueuesStatement   = queuesStatement
 	QueuesSettingsSQL = queuesSettingsSQL
 )
+
+// SetAwaitHook has c call f each time an await has found its job or
+// workflow unfinished and is about to wait: a test then knows the waiter
+// is past its first read.
+func SetAwaitHook(c *Client, f func()) { c.awaitHook = f }
