@@ -26,9 +26,12 @@ type runCtxKey struct{}
 // goes, and the backend that runs it.
 type runCtx struct {
 	r       *running
+	w       *Worker
 	backend queue.Backend
 	max     int
 	output  atomic.Pointer[[]byte]
+	// progress is set by the handler's first Progress call.
+	progress atomic.Pointer[progress]
 }
 
 // RecordOutput records v, encoded as JSON, as the output of the job whose
