@@ -130,7 +130,10 @@ func (p *progress) set(ctx context.Context, b []byte) error {
 	p.begin()
 	p.mu.Unlock()
 	defer p.wg.Done()
-	wctx, cancel := context.WithTimeout(ctx, p.w.cfg.Lease)
+	// Not cut short by the handler's context ending (a timeout, a lost
+	// lease): the fence, not the context, decides whether it is stored,
+	// and a lost attempt's caller is told so (ErrStaleFence).
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.w.cfg.Lease)
 	defer cancel()
 	return p.send(wctx, b)
 }
