@@ -138,9 +138,10 @@ func TestProgressVisibleWhileRunning(t *testing.T) {
 }
 
 // TestProgressThrottled: a burst of calls within the interval writes once
-// at once and once before the outcome, and the value stored is the last;
-// with a short interval, the timer writes the value held back while the
-// job still runs, and nothing is left to write at the outcome.
+// at once and once before the outcome, and the value stored is the last.
+// With a short interval, the timer writes the values held back while the
+// job still runs, in order, at most one write per interval, the last
+// value included, and nothing is left to write at the outcome.
 func TestProgressThrottled(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
@@ -150,15 +151,18 @@ func TestProgressThrottled(t *testing.T) {
 			db := pgtest.New(t)
 			ctx := context.Background()
 			c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
-			b := &countingProgress{Client: c, wrote: make(chan string, 200)}
 			const burst = 100
+			b := &countingProgress{Client: c, wrote: make(chan string, 2*burst)}
 			reported, proceed := make(chan error, 1), make(chan struct{})
+			var took time.Duration
 			reg := worker.NewRegistry()
 			worker.Add(reg, func(ctx context.Context, job *worker.Job[progressArgs]) error {
 				var err error
+				start := time.Now()
 				for i := range burst {
 					err = errors.Join(err, worker.Progress(ctx, map[string]int{"n": i}))
 				}
+				took = time.Since(start)
 				reported <- err
 				<-proceed
 				return nil
@@ -175,24 +179,43 @@ func TestProgressThrottled(t *testing.T) {
 				t.Fatalf("first write %s, want the first call's", got)
 			}
 			last := fmt.Sprintf(`{"n":%d}`, burst-1)
+			writes := 1
 			if tt.interval < time.Hour {
-				// The timer writes the last value while the job runs.
-				if got := wait(t, b.wrote, "the timer's write"); got != last {
-					t.Fatalf("the timer wrote %s, want %s", got, last)
+				// The timer writes what the calls left, in order, up to
+				// the last value, while the job runs: a write begins at
+				// most once per interval, so no more than one write for
+				// each interval the burst took, one at its start, and the
+				// one after it.
+				for prev := 0; ; writes++ {
+					got := wait(t, b.wrote, "the timer's writes")
+					var v struct{ N int }
+					if err := json.Unmarshal([]byte(got), &v); err != nil || v.N <= prev {
+						t.Fatalf("write %d is %s after n %d: want a later value", writes+1, got, prev)
+					}
+					prev = v.N
+					if got == last {
+						writes++
+						break
+					}
+				}
+				if most := 2 + int(took/tt.interval); writes > most {
+					t.Fatalf("%d writes for a burst of %v, want at most %d at one per %v", writes, took, most, tt.interval)
 				}
 				if got := progressOf(t, c, res.ID); got["n"] != float64(burst-1) || stateOf(t, c, res.ID).State != queue.StateRunning {
 					t.Fatalf("while running after the timer: progress %v", got)
 				}
 			} else if got := progressOf(t, c, res.ID); got["n"] != 0.0 {
 				t.Fatalf("while running: progress %v, want the first call's", got)
+			} else {
+				writes++ // the one before the outcome
 			}
 			close(proceed)
 			testwatch.WaitFor(t, 30*time.Second, "the job's completion", func() bool { return stateOf(t, c, res.ID).State == queue.StateCompleted })
 			if got := progressOf(t, c, res.ID); got["n"] != float64(burst-1) {
 				t.Fatalf("after completion: progress %v, want the last call's", got)
 			}
-			if n := b.writes.Load(); n != 2 {
-				t.Fatalf("%d calls made %d writes, want 2", burst, n)
+			if n := b.writes.Load(); int(n) != writes {
+				t.Fatalf("%d calls made %d writes, want %d", burst, n, writes)
 			}
 		})
 	}
