@@ -99,6 +99,15 @@ func JobCancel(err error) error { return worker.JobCancel(err) }
 // worker.RecordOutput.
 func RecordOutput(ctx context.Context, v any) error { return worker.RecordOutput(ctx, v) }
 
+// Progress stores v (as JSON, at most Worker.MaxProgressBytes) as the
+// progress of the job whose handler's context ctx is, for Get, `jobfence
+// jobs show` and the dashboard to show while the job runs; it stays after
+// the job ends. Writes are fenced (a stale attempt's return an error
+// wrapping ErrStaleFence and change nothing) and throttled to one per
+// Worker.ProgressInterval, the latest value kept and written before the
+// attempt's outcome. See worker.Progress.
+func Progress(ctx context.Context, v any) error { return worker.Progress(ctx, v) }
+
 // Errors a handler may see or return; test for them with errors.Is.
 var (
 	// ErrStaleFence reports a write by an owner whose claim was lost to a
@@ -110,4 +119,7 @@ var (
 	// ErrJobCancelled is the cause of a handler's context when the job
 	// was cancelled while it ran.
 	ErrJobCancelled = worker.ErrJobCancelled
+	// ErrProgressTooLarge is wrapped by Progress's error for a value whose
+	// JSON is longer than Worker.MaxProgressBytes: nothing is stored.
+	ErrProgressTooLarge = worker.ErrProgressTooLarge
 )

@@ -301,3 +301,41 @@ func TestBrowserInsertJob(t *testing.T) {
 	}
 	events.check(t, "the server responded with a status of 400 (Bad Request) "+d.URL+"/jobs")
 }
+
+// TestBrowserJobProgress opens, in headless Chromium, the page of a
+// running job whose handler reported progress: the page shows it, as
+// text (markup in it does not run), and still shows it once the job
+// completed.
+func TestBrowserJobProgress(t *testing.T) {
+	ctx, events := newBrowser(t)
+	d := newDash(t, dashboard.Options{})
+	screenshot := screenshots(t)
+	id := d.enqueue(queue.EnqueueParams{Kind: "import", Queue: "imports"})
+	j := d.claim("imports", 1)[0]
+	if err := d.q.RecordProgress(context.Background(), j.Lease(), []byte(`{"rows":1200,"of":5000,"file":"<img src=x onerror=alert(1)>"}`)); err != nil {
+		t.Fatal(err)
+	}
+	read := func(step, name string) (state, progress string) {
+		t.Helper()
+		resp, err := chromedp.RunResponse(ctx, chromedp.Navigate(fmt.Sprintf("%s/jobs/%d", d.URL, id)))
+		if err != nil || resp.Status != 200 {
+			t.Fatalf("%s: %v, %v", step, resp, err)
+		}
+		if err := chromedp.Run(ctx,
+			chromedp.Text(`#job-state`, &state),
+			chromedp.Text(`#job-progress`, &progress),
+			screenshot(name)); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		return state, progress
+	}
+	const want = `{"of": 5000, "file": "<img src=x onerror=alert(1)>", "rows": 1200}`
+	if state, progress := read("open the running job", "8-job-progress"); state != "running" || progress != want {
+		t.Errorf("the running job's page: state %q, progress %q; want running, %q", state, progress, want)
+	}
+	d.finish(j, queue.OutcomeComplete, nil)
+	if state, progress := read("open the completed job", "9-job-progress-completed"); state != "completed" || progress != want {
+		t.Errorf("the completed job's page: state %q, progress %q; want completed, %q", state, progress, want)
+	}
+	events.check(t)
+}

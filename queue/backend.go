@@ -249,6 +249,17 @@ type Canceller interface {
 	Cancelled(ctx context.Context) (<-chan Lease, error)
 }
 
+// ProgressRecorder is implemented by backends that store a running job's
+// progress (worker.Progress) apart from its outcome, so that readers see
+// it while the job runs.
+type ProgressRecorder interface {
+	// RecordProgress stores progress (JSON) as the progress of the job l
+	// names, only while it is running under l's fence, replacing what was
+	// stored. It returns a *StaleFenceError (errors.Is ErrStaleFence) and
+	// changes nothing when the job is no longer running under that fence.
+	RecordProgress(ctx context.Context, l Lease, progress []byte) error
+}
+
 // ErrNotSetUp reports a backend that cannot run jobs until someone sets it
 // up: for PostgreSQL, jobfence's tables are missing (run `jobfence migrate
 // up`). Waiting does not help, unlike with an unreachable server.

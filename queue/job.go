@@ -59,6 +59,12 @@ type Job struct {
 	// recorded (worker.RecordOutput), as JSON; nil when it recorded
 	// nothing or the job has not completed.
 	Output json.RawMessage
+	// Progress is the last progress its handler reported
+	// (worker.Progress) and the backend stored, as JSON, while the job ran
+	// or at the end of that attempt; it stays after the job ends. Nil when
+	// none was stored, and for a claimed job: only reads (pgqueue's Get)
+	// fill it.
+	Progress json.RawMessage
 	// WorkflowID names the workflow the job is a task of (package
 	// workflow); empty for a job outside a workflow.
 	WorkflowID string

@@ -80,6 +80,15 @@ type Config struct {
 	// MaxOutputBytes caps the JSON a handler may record with
 	// RecordOutput. Default: queue.MaxOutputBytes (1 MiB).
 	MaxOutputBytes int
+	// MaxProgressBytes caps the JSON a handler may report with Progress.
+	// Default: DefaultMaxProgressBytes (4 KiB).
+	MaxProgressBytes int
+	// ProgressInterval is the least time between two writes of one job's
+	// progress (Progress): calls in between keep only their latest value,
+	// written once the interval has passed or before the attempt's
+	// outcome, whichever comes first. Default: DefaultProgressInterval
+	// (1s).
+	ProgressInterval time.Duration
 	// FinishBatch caps how many outcomes go to the backend in one round
 	// trip. Default: 1000.
 	FinishBatch int
@@ -159,6 +168,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxOutputBytes <= 0 {
 		c.MaxOutputBytes = queue.MaxOutputBytes
+	}
+	if c.MaxProgressBytes <= 0 {
+		c.MaxProgressBytes = DefaultMaxProgressBytes
+	}
+	if c.ProgressInterval <= 0 {
+		c.ProgressInterval = DefaultProgressInterval
 	}
 	if c.FinishBatch <= 0 {
 		c.FinishBatch = 1000

@@ -51,7 +51,10 @@ func (w *Worker) execute(job *queue.Job, until time.Time) (leave bool) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	r := &running{job: job, lease: job.Lease(), cancel: cancel, leaseUntil: until}
-	r.rc = &runCtx{r: r, backend: w.backend, max: w.cfg.MaxOutputBytes, recorded: &w.stats.stepsRecorded, replayed: &w.stats.stepsReplayed}
+	r.rc = &runCtx{r: r, w: w, backend: w.backend, max: w.cfg.MaxOutputBytes, recorded: &w.stats.stepsRecorded, replayed: &w.stats.stepsReplayed}
+	// Whatever path the attempt ends by, no progress timer outlives it
+	// (the outcome's paths flush it first: see finishing).
+	defer r.endProgress(false)
 	ctx = context.WithValue(ctx, runCtxKey{}, r.rc)
 	r.ctx = ctx
 	if w.cfg.Hooks.JobStart != nil {
@@ -354,9 +357,12 @@ func (w *Worker) reportRun(job *queue.Job, r *running, o queue.Outcome, delay ti
 	w.finishCh <- pending{f: f, r: r, outcome: ended}
 }
 
-// finishing marks r as past its handler.
+// finishing marks r as past its handler, and writes the progress its
+// handler reported and the throttle held back (see Progress), under the
+// fence, before the outcome is sent.
 func (w *Worker) finishing(r *running) {
 	r.finishing.Store(true)
+	r.endProgress(true)
 }
 
 // taskTrace is what Hooks.TaskTrace says of a workflow task's completing

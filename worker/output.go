@@ -26,6 +26,7 @@ type runCtxKey struct{}
 // goes, and the backend that runs it.
 type runCtx struct {
 	r       *running
+	w       *Worker
 	backend queue.Backend
 	max     int
 	output  atomic.Pointer[[]byte]
@@ -33,6 +34,8 @@ type runCtx struct {
 	// recorded and replayed are the worker's counters of them.
 	durable            durable
 	recorded, replayed *atomic.Int64
+	// progress is set by the handler's first Progress call.
+	progress atomic.Pointer[progress]
 }
 
 // RecordOutput records v, encoded as JSON, as the output of the job whose

@@ -113,6 +113,9 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if j.WorkflowID != "" {
 			fmt.Fprintf(stdout, "  workflow %s, task %s\n", j.WorkflowID, j.TaskName)
 		}
+		if j.Progress != nil {
+			fmt.Fprintf(stdout, "  progress %s\n", j.Progress)
+		}
 		if j.Output != nil {
 			fmt.Fprintf(stdout, "  output %s\n", j.Output)
 		}

@@ -86,6 +86,48 @@ func TestJobsShowOutput(t *testing.T) {
 	}
 }
 
+// TestJobsShowProgress: `jobs show` prints the progress a running job's
+// handler reported, as text and in --json, and still after it completed.
+func TestJobsShowProgress(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := pgqueue.New(db.Pool, pgqueue.Config{})
+	res, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "import"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := c.Claim(ctx, queue.ClaimParams{Queue: "default", Limit: 1, Lease: time.Minute})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("claim: %v, %v", jobs, err)
+	}
+	show := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run(ctx, append([]string{"jobs", "--database-url", db.URL, "show"}, append(args, fmt.Sprint(res.ID))...), &out, &errb); code != 0 {
+			t.Fatalf("jobs show %v: exit %d, err %q", args, code, errb.String())
+		}
+		return out.String()
+	}
+	if out := show(); strings.Contains(out, "progress") {
+		t.Fatalf("jobs show of a job without progress prints %q", out)
+	}
+	if err := c.RecordProgress(ctx, jobs[0].Lease(), []byte(`{"rows":1200,"of":5000}`)); err != nil {
+		t.Fatal(err)
+	}
+	if out, want := show(), "  state running, attempt 1 of 25, fence"; !strings.Contains(out, want) || !strings.Contains(out, `  progress {"of": 5000, "rows": 1200}`+"\n") {
+		t.Fatalf("jobs show while running prints %q, want %q and the progress", out, want)
+	}
+	if out := show("--json"); !strings.Contains(out, `"progress": {`) || !strings.Contains(out, `"rows": 1200`) {
+		t.Fatalf("jobs show --json prints %q, want the progress", out)
+	}
+	if stale, err := c.Finish(ctx, []queue.Finish{{Lease: jobs[0].Lease(), Outcome: queue.OutcomeComplete}}); err != nil || len(stale) > 0 {
+		t.Fatalf("finish: %v, %v", stale, err)
+	}
+	if out := show(); !strings.Contains(out, "state completed") || !strings.Contains(out, `  progress {"of": 5000, "rows": 1200}`) {
+		t.Fatalf("jobs show after completion prints %q, want the progress", out)
+	}
+}
+
 // TestJobsOfTheFinishedTable: a job completed once the finished-jobs
 // partitions exist lives in jobfence_jobs_finished; `jobs show` and `jobs
 // list` find it there, `jobs retry` refuses it, and `jobs retry --force`

@@ -36,7 +36,10 @@ type jobJSON struct {
 	AttemptedBy    []string           `json:"attempted_by"`
 	Errors         []attemptErrorJSON `json:"errors"`
 	// Output is what the handler recorded; absent when nothing.
-	Output     json.RawMessage `json:"output,omitempty"`
+	Output json.RawMessage `json:"output,omitempty"`
+	// Progress is the last progress the handler reported
+	// (jobfence.Progress); absent when none.
+	Progress   json.RawMessage `json:"progress,omitempty"`
 	WorkflowID string          `json:"workflow_id,omitempty"`
 	TaskName   string          `json:"task_name,omitempty"`
 	// Wait says why a limited job waits (`jobs show` only); absent for
@@ -156,7 +159,7 @@ func toJobJSON(j *queue.Job) jobJSON {
 		Args: json.RawMessage(j.EncodedArgs), ScheduledAt: jsonTime(j.ScheduledAt), CreatedAt: jsonTime(j.CreatedAt),
 		AttemptedAt: jsonTime(j.AttemptedAt), LeaseExpiresAt: jsonTime(j.LeaseExpiresAt),
 		AttemptedBy: j.AttemptedBy, Errors: []attemptErrorJSON{},
-		Output: j.Output, WorkflowID: j.WorkflowID, TaskName: j.TaskName,
+		Output: j.Output, Progress: j.Progress, WorkflowID: j.WorkflowID, TaskName: j.TaskName,
 	}
 	if len(out.Args) == 0 {
 		out.Args = json.RawMessage("{}")

@@ -16,9 +16,11 @@ import (
 // getSQL reads job $1 where it is: in jobfence_jobs, or completed in
 // jobfence_jobs_finished (one statement, one snapshot: a job moving
 // between the two is found once).
-const getSQL = `SELECT ` + jobColumns + ` FROM jobfence_jobs j WHERE j.id = $1
+// Its last column is the job's progress (queue.Job.Progress), which only
+// reads of one job carry: claims do not read it.
+const getSQL = `SELECT ` + jobColumns + `, j.progress FROM jobfence_jobs j WHERE j.id = $1
 UNION ALL
-SELECT ` + jobColumns + ` FROM jobfence_jobs_finished j WHERE j.id = $1
+SELECT ` + jobColumns + `, j.progress FROM jobfence_jobs_finished j WHERE j.id = $1
 LIMIT 1`
 
 // allJobsSQL is every job, in jobfence_jobs and in jobfence_jobs_finished,
@@ -31,12 +33,16 @@ const allJobsSQL = `(SELECT state, finalized_at, lease_expires_at, output, ` + f
 
 // Get returns the stored job id, or an error wrapping queue.ErrJobNotFound.
 func (c *Client) Get(ctx context.Context, id int64) (*queue.Job, error) {
-	j, err := scanJob(c.pool.QueryRow(ctx, getSQL, id))
+	var progress []byte
+	j, err := scanJob(c.pool.QueryRow(ctx, getSQL, id), &progress)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("pgqueue: job %d: %w", id, queue.ErrJobNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pgqueue: get job %d: %w", id, err)
+	}
+	if progress != nil {
+		j.Progress = progress
 	}
 	return j, nil
 }
@@ -295,7 +301,7 @@ WITH m AS (
     SELECT 'available', NULL, NULL, output, run_trace, id, queue, kind, args, priority, now(), attempt, greatest(max_attempts, attempt + 1),
         fence, unique_key, errors, attempted_by, created_at, attempted_at, metadata, trace_context, idempotency_key, deadline,
         timeout_us, unique_hash, unique_states, limit_name, limit_part, NULL, workflow_id, task_name, depends_on, dependents,
-        deps_left, run_anyway, delete_on_complete, cardinality(dependents), run_on_failure, dep_failed, NULL, awaited
+        deps_left, run_anyway, delete_on_complete, cardinality(dependents), run_on_failure, dep_failed, NULL, awaited, progress
     FROM m
     RETURNING queue
 )

@@ -83,12 +83,16 @@ func (c *Client) AwaitJob(ctx context.Context, id int64) (*queue.Job, error) {
 		if _, err := br.Exec(); err != nil {
 			return false, err
 		}
-		j, err := scanJob(br.QueryRow())
+		var progress []byte
+		j, err := scanJob(br.QueryRow(), &progress)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, fmt.Errorf("%w (no job has this ID: it was never inserted, or was deleted, or pruned after it ended)", queue.ErrJobNotFound)
 		}
 		if err != nil {
 			return false, err
+		}
+		if progress != nil {
+			j.Progress = progress
 		}
 		job = j
 		return j.State.Final(), nil
