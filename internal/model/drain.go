@@ -104,6 +104,7 @@ func (r *runner) drain() {
 		r.fail("attempts", "%d jobs with more attempts than their maximum: %s", over, detail)
 	}
 	r.checkCompensations()
+	r.checkSignals()
 }
 
 // unfinished lists the model's jobs that have not ended, with the reason

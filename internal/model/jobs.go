@@ -237,6 +237,9 @@ const (
 	// rateLimited: a snooze of the Retry-After that backs the job's
 	// partition off as long (JobRateLimited's outcome).
 	rateLimited
+	// awaiting: a suspension awaiting the signal (AwaitSignal's outcome),
+	// which records no error.
+	awaiting
 )
 
 func (r *runner) finish(o int, j *queue.Job, out queue.Outcome, delay time.Duration, via how) {
@@ -247,7 +250,9 @@ func (r *runner) finish(o int, j *queue.Job, out queue.Outcome, delay time.Durat
 	}
 	f := queue.Finish{Lease: j.Lease(), Outcome: out, Delay: delay, Workflow: j.WorkflowID != "",
 		Limit: j.Limit, LimitPartition: j.LimitPartition, Queue: j.Queue, Dependents: j.Dependents}
-	if out != queue.OutcomeComplete {
+	if via == awaiting {
+		f.Await = signalName
+	} else if out != queue.OutcomeComplete {
 		f.Error = &queue.AttemptError{Attempt: j.Attempt, At: time.Now(), Error: "model: " + out.String(), PutBack: via == putBack || via == rateLimited}
 		if via == putBack {
 			f.Error.Error = "jobfence: unknown job kind (model put-back)"

@@ -85,6 +85,12 @@ type jobInfo struct {
 	// attempt back, or an operator's retry).
 	lastAttempt int
 	starts      int
+	// waits counts the signal waits of the job that ended (took a signal
+	// or timed out): the next wait is the job's waits+1-th.
+	waits int
+	// forced marks a job a RetryForce was sent for: brought back from
+	// completed, it forgot its steps.
+	forced bool
 }
 
 // end is a final state a job was brought back from, and the step that
@@ -137,6 +143,9 @@ type wfInfo struct {
 // Stats counts what a run drove, for the closing log line.
 type Stats struct {
 	Ops, Faults, Starts, Inserts, Debounced, StaleRefused, Tolerated, Drained, Skipped int
+	// Suspended counts the waits that suspended their job; Signals the
+	// signals sent.
+	Suspended, Signals int
 	// SkippedBy counts the skipped violations by rule, and SkippedFirst
 	// is the first of each rule.
 	SkippedBy    map[string]int
@@ -154,6 +163,8 @@ func (s *Stats) Add(o Stats) {
 	s.Tolerated += o.Tolerated
 	s.Drained += o.Drained
 	s.Skipped += o.Skipped
+	s.Suspended += o.Suspended
+	s.Signals += o.Signals
 	for k, n := range o.SkippedBy {
 		if s.SkippedBy == nil {
 			s.SkippedBy = map[string]int{}

@@ -74,6 +74,9 @@ func (r *runner) admin3(op Op) {
 		// a path of its own into the task's start.
 		j.retriedEarly = true
 	}
+	if op.Kind == OpRetryForce {
+		j.forced = true
+	}
 	prior, ok := r.readRow(j.id)
 	if !ok {
 		return

@@ -38,6 +38,9 @@ const (
 	OpDeleteLimit Kind = "deletelimit" // limit Pick is deleted
 	OpPause       Kind = "pause"       // Queue is paused
 	OpResume      Kind = "resume"      // Queue is resumed
+	OpStep        Kind = "step"        // a live claim records step "s<N%3>" (jobfence.Step's record)
+	OpAwait       Kind = "await"       // a live claim waits for the signal, Ms+1 ms at most; none there: it suspends awaiting it
+	OpSignal      Kind = "signal"      // Client.Signal of job Pick (Flag: of workflow task Pick), payload N
 	// Faults.
 	OpExpire    Kind = "expire"    // the lease of claim Pick (any owner's) runs out
 	OpFreeze    Kind = "freeze"    // Owner stops: no heartbeat, no writes
@@ -118,6 +121,7 @@ var weighted = []struct {
 	{OpCancel, 1}, {OpRetry, 3}, {OpRetryForce, 2},
 	{OpPromote, 6}, {OpGrant, 3}, {OpRescue, 3}, {OpHeartbeat, 2}, {OpSleep, 5},
 	{OpSetLimit, 2}, {OpDeleteLimit, 1}, {OpPause, 1}, {OpResume, 1},
+	{OpStep, 3}, {OpAwait, 2}, {OpSignal, 2},
 	{OpExpire, 3}, {OpFreeze, 1}, {OpThaw, 2}, {OpKill, 1}, {OpTerminate, 1},
 }
 
@@ -202,6 +206,11 @@ func draw(r *rand.Rand, k Kind) Op {
 		o.Flag = r.IntN(5) < 3
 	case OpSetLimit:
 		o.N = r.IntN(3)
+	case OpStep, OpSignal:
+		o.N = r.IntN(100)
+		o.Flag = k == OpSignal && r.IntN(4) == 0
+	case OpAwait:
+		o.Ms = r.IntN(400)
 	case OpPause, OpResume:
 		o.Queue = r.IntN(len(world))
 	}

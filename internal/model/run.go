@@ -237,6 +237,14 @@ func (r *runner) exec(op Op) {
 		r.finish(by[i], claims[i], out, time.Duration(op.Ms)*time.Millisecond, via)
 	case OpCancel, OpRetry, OpRetryForce:
 		r.admin3(op)
+	case OpStep:
+		r.stepOp(op)
+	case OpAwait:
+		r.awaitOp(op)
+		r.checkSignals()
+	case OpSignal:
+		r.signalOp(op)
+		r.checkSignals()
 	case OpPromote:
 		r.promote()
 	case OpGrant:
@@ -281,6 +289,12 @@ func (r *runner) exec(op Op) {
 		// A thawed worker writes the outcomes its handlers reached while
 		// it was stopped: the claims it lost must refuse them.
 		for _, j := range append([]*queue.Job(nil), o.claims...) {
+			// A step its handler ran while it was stopped: refused if
+			// the claim was lost meanwhile.
+			r.recordStep(j, "thawed", op.N)
+			if r.v != nil {
+				return
+			}
 			r.finish(op.Owner%owners, j, queue.OutcomeComplete, 0, inTx)
 			if r.v != nil {
 				return
