@@ -422,3 +422,61 @@ func TestStepInATransactionalHandler(t *testing.T) {
 		t.Fatalf("Sleep in a transactional handler: %v", r.Err)
 	}
 }
+
+// TestSuspendedJobsAndLimits: a job that sleeps under a concurrency limit
+// gives its slot up (another job of its partition runs while it sleeps),
+// and one that sleeps in a sequence keeps its turn (the next job starts
+// only after it has completed): the state machine's row "suspend".
+func TestSuspendedJobsAndLimits(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	reg := jobfence.NewRegistry()
+	jobfence.AddHandler(reg, func(ctx context.Context, job *jobfence.Job[signup]) error {
+		if job.Args.Sleep == "" {
+			return nil
+		}
+		d, _ := time.ParseDuration(job.Args.Sleep)
+		return jobfence.Sleep(ctx, d)
+	})
+	c := newClient(t, db.Pool, jobfence.Config{Queues: map[string]int{"conc": 4, "seq": 4}, Handlers: reg})
+	for _, l := range []jobfence.Limit{
+		{Name: "conc", Queue: "conc", Concurrency: 1},
+		{Name: "seq", Queue: "seq", Sequence: true},
+	} {
+		if err := c.Limits().Set(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids [4]int64
+	for i, in := range []struct {
+		q     string
+		sleep string
+	}{{"conc", "3s"}, {"conc", ""}, {"seq", "1s"}, {"seq", ""}} {
+		res, err := c.Insert(ctx, signup{Email: fmt.Sprint(i), Sleep: in.sleep}, &jobfence.InsertOpts{Queue: in.q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = res.ID
+	}
+	start(t, c)
+	// The concurrency limit's next job runs while the first sleeps.
+	waitState(t, c, ids[1], queue.StateCompleted)
+	if s := state(t, c, ids[0]); s != queue.StateScheduled {
+		t.Errorf("the sleeping job of the concurrency limit is %s when the next one completed, want scheduled (asleep)", s)
+	}
+	a := waitState(t, c, ids[2], queue.StateCompleted)
+	b := waitState(t, c, ids[3], queue.StateCompleted)
+	if !b.AttemptedAt.After(a.AttemptedAt) {
+		t.Fatalf("sequence: the second job started at %v, the first's last attempt at %v", b.AttemptedAt, a.AttemptedAt)
+	}
+	var firstDone time.Time
+	if err := db.Pool.QueryRow(ctx, `SELECT finalized_at FROM jobfence_jobs WHERE id = $1
+        UNION ALL SELECT finalized_at FROM jobfence_jobs_finished WHERE id = $1`, ids[2]).Scan(&firstDone); err != nil {
+		t.Fatal(err)
+	}
+	if b.AttemptedAt.Before(firstDone) {
+		t.Errorf("sequence overtaken: the second job started at %v, before the sleeping first completed at %v", b.AttemptedAt, firstDone)
+	}
+	waitState(t, c, ids[0], queue.StateCompleted)
+}
