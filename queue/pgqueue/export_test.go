@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -111,3 +113,14 @@ var (
 	QueuesStatement   = queuesStatement
 	QueuesSettingsSQL = queuesSettingsSQL
 )
+
+// ListQuery is listQuery, for plan tests.
+func ListQuery(p ListParams) (string, []any) {
+	if p.Limit == 0 {
+		p.Limit = 100
+	}
+	if p.ScanLimit == 0 {
+		p.ScanLimit = DefaultScanLimit
+	}
+	return listQuery(p, pgtype.UUID{})
+}
