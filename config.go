@@ -60,8 +60,9 @@ type Config struct {
 
 	// Scheduler tunes the scheduler (see scheduler.Config, whose zero
 	// value is ready to use). Its Retention defaults to Worker.Retention
-	// when that is set, so that no schedule catches up on fires whose
-	// jobs this fleet may have pruned. Unused by an insert-only client
+	// when that is set (the shortest of Worker.RetentionByState), so that
+	// no schedule catches up on fires whose jobs this fleet may have
+	// pruned. Unused by an insert-only client
 	// without Schedules.
 	Scheduler scheduler.Config
 }

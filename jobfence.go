@@ -114,8 +114,13 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if sCfg.Logger == nil {
 		sCfg.Logger = cfg.Logger
 	}
-	if sCfg.Retention <= 0 && cfg.Worker.Retention > 0 {
-		sCfg.Retention = cfg.Worker.Retention
+	if sCfg.Retention <= 0 && (cfg.Worker.Retention > 0 || cfg.Worker.RetentionByState != (queue.Retention{})) {
+		base := cfg.Worker.Retention
+		if base <= 0 {
+			base = scheduler.DefaultRetention // the worker's default too
+		}
+		// The shortest: a fire's job, whatever its end, is kept that long.
+		sCfg.Retention = cfg.Worker.RetentionByState.WithDefault(base).Shortest()
 	}
 	if len(cfg.Queues) > 0 || len(cfg.Schedules) > 0 {
 		if cfg.Telemetry != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
@@ -338,4 +340,73 @@ func TestBrowserJobProgress(t *testing.T) {
 		t.Errorf("the completed job's page: state %q, progress %q; want completed, %q", state, progress, want)
 	}
 	events.check(t)
+}
+
+// TestBrowserSearchJobs searches the jobs page in headless Chromium: by
+// args (a JSON object typed in the search box, markup in it shown as
+// text), then by a tag of the job found (its link), opens the job, whose
+// page shows its tags, and retries it (the form's CSRF token still
+// holds); args that are not an object are refused, saying so.
+func TestBrowserSearchJobs(t *testing.T) {
+	ctx, events := newBrowser(t)
+	d := newDash(t, dashboard.Options{})
+	for i := range 5 {
+		d.enqueue(queue.EnqueueParams{Kind: "charge", Queue: "billing", Args: fmt.Appendf(nil, `{"customer":"c%d"}`, i)})
+	}
+	id := d.enqueue(queue.EnqueueParams{Kind: "charge", Queue: "billing", Args: []byte(`{"customer":"<b>c1</b>","amount":3}`),
+		Tags: []string{"vip", "region:eu"}})
+	other := d.enqueue(queue.EnqueueParams{Kind: "welcome", Queue: "email", Tags: []string{"vip"}})
+	screenshot := screenshots(t)
+	run := func(step string, actions ...chromedp.Action) {
+		t.Helper()
+		if err := chromedp.Run(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	navigate := func(step string, action chromedp.Action, status int64) {
+		t.Helper()
+		resp, err := chromedp.RunResponse(ctx, action)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if resp.Status != status {
+			t.Fatalf("%s: %s answered %d, want %d", step, resp.URL, resp.Status, status)
+		}
+	}
+	var found, box, tagged, tags, flash, refusal string
+	var bulk []*cdp.Node
+	navigate("open the jobs", chromedp.Navigate(d.URL+"/jobs"), 200)
+	run("type the args", chromedp.SendKeys(`#filter-args`, `{"customer":"<b>c1</b>"}`))
+	navigate("search", chromedp.Click(`#filter-submit`), 200)
+	run("read the jobs found",
+		chromedp.Text(`#jobs-table tbody`, &found),
+		chromedp.Value(`#filter-args`, &box),
+		chromedp.Nodes(`section.bulk`, &bulk, chromedp.AtLeast(0)),
+		screenshot("10-jobs-search-args"))
+	navigate("follow the tag", chromedp.Click(`#jobs-table a.tag[href="/jobs?tag=vip"]`), 200)
+	run("read the tagged jobs", chromedp.Text(`#jobs-table tbody`, &tagged))
+	navigate("open the job", chromedp.Click(fmt.Sprintf(`a.job-link[href="/jobs/%d"]`, id)), 200)
+	run("read the job's tags", chromedp.Text(`#job-tags`, &tags), screenshot("11-job-tags"))
+	navigate("retry", chromedp.Click(`#retry`), 200)
+	run("read the flash", chromedp.Text(`p.flash`, &flash))
+	navigate("search with an array", chromedp.Navigate(d.URL+"/jobs?args="+url.QueryEscape(`["c1"]`)), 400)
+	run("read the refusal", chromedp.Text(`#error-message`, &refusal))
+
+	if rows := strings.Count(strings.TrimSpace(found), "\n") + 1; !strings.Contains(found, fmt.Sprint(id)) || rows != 1 ||
+		!strings.Contains(found, "<b>c1</b>") || !strings.Contains(found, "vip") {
+		t.Errorf("the args search found, as text:\n%s\nwant job %d alone, its args and tags shown as text", found, id)
+	}
+	if box != `{"customer":"<b>c1</b>"}` || len(bulk) != 0 {
+		t.Errorf("after the search the box holds %q and %d bulk sections; want the text typed and none", box, len(bulk))
+	}
+	if !strings.Contains(tagged, fmt.Sprint(id)) || !strings.Contains(tagged, fmt.Sprint(other)) || strings.Count(tagged, "charge") != 1 {
+		t.Errorf("the tag vip lists:\n%s\nwant jobs %d and %d only", tagged, id, other)
+	}
+	if strings.Join(strings.Fields(tags), " ") != "vip region:eu" || flash != "The job will run again now." {
+		t.Errorf("the job's tags read %q, the retry %q", tags, flash)
+	}
+	if !strings.Contains(refusal, "is not a JSON object") {
+		t.Errorf("args that are not an object: %q", refusal)
+	}
+	events.check(t, "status of 400 (Bad Request) "+d.URL+"/jobs?args=")
 }

@@ -23,6 +23,9 @@ const jobsPageSize = 50
 // PutBack is empty or putBackUnknownKind.
 type jobFilter struct {
 	State, Queue, Kind, ID, Key, PutBack string
+	// Tag and Args search (pgqueue.ListParams.Tag, .Args): Args is a
+	// JSON object the jobs' args must contain.
+	Tag, Args string
 }
 
 // putBackUnknownKind is the putback= filter of the jobs waiting for a
@@ -33,7 +36,8 @@ const putBackUnknownKind = "unknown-kind"
 // actions' return.
 func (f jobFilter) query() url.Values {
 	v := url.Values{}
-	for k, s := range map[string]string{"state": f.State, "queue": f.Queue, "kind": f.Kind, "key": f.Key, "putback": f.PutBack} {
+	for k, s := range map[string]string{"state": f.State, "queue": f.Queue, "kind": f.Kind, "key": f.Key, "putback": f.PutBack,
+		"tag": f.Tag, "args": f.Args} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -50,8 +54,12 @@ type jobsPage struct {
 	Newer, Older, Newest string
 	// Bulk says whether the bulk actions apply: the filter selects a set
 	// by queue, kind and state only (not one job by its unique key, nor
-	// put-backs, which the actions do not select by).
+	// put-backs, tags or args, which the actions do not select by).
 	Bulk bool
+	// TooWide is the message of a search that read its bound of jobs
+	// without filling the page (pgqueue.ScanLimitError); Older then
+	// goes on from where it stopped.
+	TooWide string
 }
 
 // jobs serves /jobs: the jobs that match the filter, newest first, a page
@@ -59,7 +67,7 @@ type jobsPage struct {
 func (h *handler) jobs(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	f := jobFilter{State: q.Get("state"), Queue: q.Get("queue"), Kind: q.Get("kind"), ID: strings.TrimSpace(q.Get("id")), Key: q.Get("key"),
-		PutBack: q.Get("putback")}
+		PutBack: q.Get("putback"), Tag: strings.TrimSpace(q.Get("tag")), Args: strings.TrimSpace(q.Get("args"))}
 	if f.ID != "" {
 		id, err := parseJobID(f.ID)
 		if err != nil {
@@ -68,7 +76,10 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) error {
 		http.Redirect(w, r, fmt.Sprintf("%s/jobs/%d", h.opts.BasePath, id), http.StatusSeeOther)
 		return nil
 	}
-	p := pgqueue.ListParams{Queue: f.Queue, Kind: f.Kind, UniqueKey: f.Key, Limit: jobsPageSize + 1}
+	p := pgqueue.ListParams{Queue: f.Queue, Kind: f.Kind, UniqueKey: f.Key, Tag: f.Tag, Limit: jobsPageSize + 1}
+	if f.Args != "" {
+		p.Args = []byte(f.Args)
+	}
 	switch f.PutBack {
 	case "":
 	case putBackUnknownKind:
@@ -96,10 +107,12 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) error {
 	if errors.Is(err, pgqueue.ErrBadListParams) {
 		return badRequest("%v", err)
 	}
-	if err != nil {
+	var tooWide *pgqueue.ScanLimitError
+	if err != nil && !errors.As(err, &tooWide) {
 		return err
 	}
-	page := jobsPage{Filter: f, Bulk: f.Key == "" && f.PutBack == "", Newest: h.opts.BasePath + "/jobs?" + f.query().Encode()}
+	page := jobsPage{Filter: f, Bulk: f.Key == "" && f.PutBack == "" && f.Tag == "" && f.Args == "",
+		Newest: h.opts.BasePath + "/jobs?" + f.query().Encode()}
 	// One job more than a page says whether there is a page beyond: older
 	// ones for a first or before= page, newer ones for an after= page.
 	more := len(jobs) > jobsPageSize
@@ -120,6 +133,15 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) error {
 		}
 		if p.Before > 0 || (p.After > 0 && more) {
 			page.Newer = link("after", jobs[0].ID)
+		}
+	}
+	if tooWide != nil {
+		page.TooWide = fmt.Sprintf("This search read %d jobs without filling the page; narrow it (queue, kind, state, tag) or go on with older jobs.",
+			tooWide.Scanned)
+		if tooWide.Ascending {
+			page.Newer = link("after", tooWide.Next)
+		} else {
+			page.Older = link("before", tooWide.Next)
 		}
 	}
 	return h.render(w, r, http.StatusOK, "jobs", "Jobs", time.Time{}, page)

@@ -49,7 +49,7 @@ var relations = []string{
 	"jobfence_task_edges", "jobfence_jobs.dependents_released",
 	"jobfence_limit_slots.backoff_until",
 	"jobfence_cascades", "jobfence_jobs.run_on_failure", "jobfence_jobs.dep_failed",
-	"jobfence_steps", "jobfence_signals", "jobfence_jobs.awaiting", "jobfence_jobs.awaited", "jobfence_jobs.progress",
+	"jobfence_steps", "jobfence_signals", "jobfence_jobs.awaiting", "jobfence_jobs.awaited", "jobfence_jobs.progress", "jobfence_jobs.tags", "jobfence_jobs_finished.tags",
 }
 
 // Querier is what Check needs of a connection: a *pgxpool.Pool, a *pgx.Conn

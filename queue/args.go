@@ -38,6 +38,10 @@ type InsertOpts struct {
 	// EnqueueParams.DeleteOnComplete. Set on the args type's InsertOpts,
 	// it holds for every job of the kind (a call cannot turn it off).
 	DeleteOnComplete bool
+	// Tags label the job; see EnqueueParams.Tags. The call's, the type's
+	// (InsertOptsProvider) and the args value's own (TagsProvider) are
+	// merged, in that order, each tag once.
+	Tags []string
 }
 
 // InsertOptsProvider is implemented by an args type that carries its own
@@ -95,11 +99,13 @@ func (o InsertOpts) Merge(defaults InsertOpts) InsertOpts {
 		o.LimitKey = defaults.LimitKey
 	}
 	o.DeleteOnComplete = o.DeleteOnComplete || defaults.DeleteOnComplete
+	o.Tags = MergeTags(o.Tags, defaults.Tags)
 	return o
 }
 
 // OptsOf returns the options of an insert of args with opts (which may be
-// nil): opts over args' own defaults when args is an InsertOptsProvider.
+// nil): opts over args' own defaults when args is an InsertOptsProvider,
+// with the args' own tags merged last when args is a TagsProvider.
 func OptsOf(args Args, opts *InsertOpts) InsertOpts {
 	var o InsertOpts
 	if opts != nil {
@@ -107,6 +113,9 @@ func OptsOf(args Args, opts *InsertOpts) InsertOpts {
 	}
 	if p, ok := args.(InsertOptsProvider); ok {
 		o = o.Merge(p.InsertOpts())
+	}
+	if t, ok := args.(TagsProvider); ok {
+		o.Tags = MergeTags(o.Tags, t.Tags())
 	}
 	return o
 }
@@ -130,6 +139,6 @@ func Params(args Args, opts *InsertOpts) (EnqueueParams, error) {
 		Kind: args.Kind(), Args: b,
 		Queue: o.Queue, Priority: o.Priority, ScheduledAt: o.ScheduledAt, MaxAttempts: o.MaxAttempts,
 		UniqueKey: o.UniqueKey, Unique: u, Metadata: o.Metadata, Timeout: o.Timeout, Deadline: o.Deadline,
-		LimitKey: o.LimitKey, DeleteOnComplete: o.DeleteOnComplete,
+		LimitKey: o.LimitKey, DeleteOnComplete: o.DeleteOnComplete, Tags: o.Tags,
 	}, nil
 }

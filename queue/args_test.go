@@ -20,7 +20,7 @@ var typeDefaults = queue.InsertOpts{
 	Queue: "billing", Priority: 3, ScheduledAt: time.Unix(1_000, 0), MaxAttempts: 5, UniqueKey: "type",
 	Unique:   &queue.UniqueOpts{ByArgs: true},
 	Metadata: map[string]string{"team": "billing", "tier": "gold"}, Timeout: 7 * time.Second, Deadline: time.Unix(2_000, 0),
-	LimitKey: "type-key", DeleteOnComplete: true,
+	LimitKey: "type-key", DeleteOnComplete: true, Tags: []string{"type-tag"},
 }
 
 func (defaultedArgs) InsertOpts() queue.InsertOpts { return typeDefaults }
@@ -37,7 +37,7 @@ func TestInsertOptsMergeEveryField(t *testing.T) {
 		Queue: "urgent", Priority: 1, ScheduledAt: time.Unix(3_000, 0), MaxAttempts: 2, UniqueKey: "call",
 		Unique:   &queue.UniqueOpts{ByQueue: true},
 		Metadata: map[string]string{"extra": "x"}, Timeout: time.Second, Deadline: time.Unix(4_000, 0),
-		LimitKey: "call-key", DeleteOnComplete: true,
+		LimitKey: "call-key", DeleteOnComplete: true, Tags: []string{"call-tag"},
 	}
 	for i := range typ.NumField() {
 		f := typ.Field(i)
@@ -56,6 +56,9 @@ func TestInsertOptsMergeEveryField(t *testing.T) {
 			}
 			if typ.Field(j).Name == "Metadata" && j == i {
 				want = map[string]string{"team": "billing", "tier": "gold", "extra": "x"}
+			}
+			if typ.Field(j).Name == "Tags" && j == i {
+				want = []string{"call-tag", "type-tag"} // merged, the call's first
 			}
 			// UniqueKey and Unique are one setting: either at the call
 			// replaces both of the type's.
@@ -92,7 +95,7 @@ func TestParamsTakeArgsDefaults(t *testing.T) {
 	want := queue.EnqueueParams{Kind: "defaulted", Args: []byte(`{"N":1}`), Queue: "billing", Priority: 2,
 		ScheduledAt: typeDefaults.ScheduledAt, MaxAttempts: 5, UniqueKey: "type", Unique: typeDefaults.Unique, Metadata: typeDefaults.Metadata,
 		Timeout: 7 * time.Second, Deadline: typeDefaults.Deadline, LimitKey: "type-key",
-		DeleteOnComplete: true}
+		DeleteOnComplete: true, Tags: []string{"type-tag"}}
 	if !reflect.DeepEqual(p, want) {
 		t.Fatalf("Params = %+v\nwant %+v", p, want)
 	}

@@ -72,6 +72,13 @@ type EnqueueParams struct {
 	// failed, discarded or cancelled job is kept as usual. A backend that
 	// keeps no finished jobs (kafkaqueue) ignores it.
 	DeleteOnComplete bool
+	// Tags label the job for people who look for it (`jobfence jobs list
+	// --tag`, the dashboard's jobs page, pgqueue's ListParams.Tag): at
+	// most MaxTags, each 1 to MaxTagLen characters of A-Z a-z 0-9 _ . : -
+	// (see ValidateTags); a duplicate is stored once. Nil means none, and
+	// costs the insert nothing. A backend that cannot store them
+	// (kafkaqueue) refuses them, as do workflow tasks.
+	Tags []string
 }
 
 // WithDefaults returns p with its zero fields set to the defaults.
@@ -105,7 +112,12 @@ func (p EnqueueParams) Validate() error {
 	case p.Unique != nil && p.UniqueKey != "":
 		return &InvalidParamsError{Field: "Unique", Reason: "cannot be combined with UniqueKey: set one"}
 	case p.Unique != nil:
-		return p.Unique.validate()
+		if err := p.Unique.validate(); err != nil {
+			return err
+		}
+	}
+	if len(p.Tags) > 0 {
+		return ValidateTags(p.Tags)
 	}
 	return nil
 }

@@ -42,8 +42,14 @@ func (e *StaleFenceError) Is(target error) bool { return target == ErrStaleFence
 type InvalidParamsError struct {
 	Field  string
 	Reason string
+	// Err, when set, is the sentinel the error wraps (ErrBadTag for
+	// Tags), for errors.Is.
+	Err error
 }
 
 func (e *InvalidParamsError) Error() string {
 	return fmt.Sprintf("jobfence: invalid enqueue params: %s %s", e.Field, e.Reason)
 }
+
+// Unwrap returns Err.
+func (e *InvalidParamsError) Unwrap() error { return e.Err }

@@ -86,6 +86,10 @@ type Job struct {
 	// no limit governs. A worker passes them back in the job's Finish.
 	Limit          string
 	LimitPartition string
+	// Tags are the job's EnqueueParams.Tags, nil when it has none. They
+	// are read where people look for jobs (pgqueue's Get and List), not
+	// by a claim: a handler that needs a value has it in its args.
+	Tags []string
 }
 
 // IdempotencyKey returns a key that is the same for every attempt of the job

@@ -116,6 +116,15 @@ type Config struct {
 	// in the jobs table, deleted row by row, rather than in partitions
 	// dropped whole (docs/operations.md, "Finished jobs").
 	Retention time.Duration
+	// RetentionByState keeps completed, cancelled and discarded jobs for
+	// periods of their own (keep discarded ones a month, for a
+	// post-mortem, while completed ones go after a day). Each zero field
+	// is Retention: the zero value keeps every final job for Retention.
+	// Completed jobs in pgqueue's finished partitions go with their
+	// partition, after Completed; the others are deleted row by row,
+	// each after its state's. A backend without per-state pruning
+	// (queue.StatePruner) prunes every state after the longest.
+	RetentionByState queue.Retention
 	// DisableMaintenance turns off rescuing and pruning in this worker
 	// (not promotion: see PromoteInterval).
 	DisableMaintenance bool
@@ -190,6 +199,7 @@ func (c Config) withDefaults() Config {
 	if c.Retention <= 0 {
 		c.Retention = 24 * time.Hour
 	}
+	c.RetentionByState = c.RetentionByState.WithDefault(c.Retention)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

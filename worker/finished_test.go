@@ -73,3 +73,47 @@ func TestWorkerKeepsFinishedJobsInPartitions(t *testing.T) {
 		t.Fatalf("partitions made for a 30s retention")
 	}
 }
+
+// TestWorkerRetentionByState: a worker prunes each final state at its own
+// retention (RetentionByState over Retention), and makes the finished
+// partitions for the completed jobs' retention.
+func TestWorkerRetentionByState(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
+	// A cancelled and a discarded job, each finalized 30 minutes ago.
+	ids := map[queue.State]int64{}
+	for _, st := range []queue.State{queue.StateCancelled, queue.StateDiscarded} {
+		res, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "effect", Queue: "idle"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Pool.Exec(ctx, `UPDATE jobfence_jobs SET state = $2, finalized_at = now() - interval '30 minutes' WHERE id = $1`,
+			res.ID, st); err != nil {
+			t.Fatal(err)
+		}
+		ids[st] = res.ID
+	}
+	reg := worker.NewRegistry()
+	worker.Add(reg, func(ctx context.Context, job *worker.Job[effectArgs]) error { return nil })
+	startWorker(t, c, reg, worker.Config{Queues: map[string]int{"default": 1}, Retention: time.Hour,
+		RetentionByState: queue.Retention{Completed: 6 * time.Hour, Cancelled: 10 * time.Minute},
+		PruneInterval:    20 * time.Millisecond, Logger: quietLogger()})
+	testwatch.WaitFor(t, time.Minute, "the cancelled job pruned", func() bool {
+		_, err := c.Get(ctx, ids[queue.StateCancelled])
+		return err != nil
+	})
+	// Partitions for a 6h retention reach PartitionsAhead(6h) ahead.
+	var ahead time.Duration
+	if err := db.Pool.QueryRow(ctx, `SELECT extract(epoch FROM hi - now())::bigint * 1000000000 FROM jobfence_finished_bounds`).Scan(&ahead); err != nil {
+		t.Fatal(err)
+	}
+	if want := pgqueue.PartitionsAhead(6 * time.Hour); ahead < want-time.Minute {
+		t.Fatalf("partitions made %s ahead, want %s (the completed jobs' retention)", ahead, want)
+	}
+	// The statement that pruned the cancelled job read the discarded one
+	// (as old, past the cancelled retention) too, and kept it for its hour.
+	if j, err := c.Get(ctx, ids[queue.StateDiscarded]); err != nil || j.State != queue.StateDiscarded {
+		t.Fatalf("the discarded job: %+v, %v; want it kept for its hour", j, err)
+	}
+}

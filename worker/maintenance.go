@@ -55,7 +55,10 @@ func (w *Worker) maintenanceLoop(ctx context.Context, m queue.Maintainer) {
 		case <-prune.C:
 			w.maintainFinished(ctx, m, &partitions)
 			w.drain(ctx, "prune", pruneBatch, &w.stats.pruned, func(ctx context.Context) (int, error) {
-				return m.Prune(ctx, w.cfg.Retention, pruneBatch)
+				if sp, ok := m.(queue.StatePruner); ok {
+					return sp.PruneStates(ctx, w.cfg.RetentionByState, pruneBatch)
+				}
+				return m.Prune(ctx, w.cfg.RetentionByState.Longest(), pruneBatch)
 			})
 			prune.Reset(jitter(w.cfg.PruneInterval))
 		}
@@ -125,7 +128,8 @@ func (w *Worker) maintainFinished(ctx context.Context, m queue.Maintainer, on *b
 	if !ok || !*on {
 		return
 	}
-	res, err := fm.MaintainFinished(ctx, w.cfg.Retention)
+	// Only completed jobs move to the partitions.
+	res, err := fm.MaintainFinished(ctx, w.cfg.RetentionByState.Completed)
 	switch {
 	case errors.Is(err, queue.ErrRetentionTooShort):
 		*on = false

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,6 +24,17 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	kind := fs.String("kind", "", "list: only this kind")
 	state := fs.String("state", "", "list: only this state (available, scheduled, running, retryable, completed, discarded, cancelled, limited, pending)")
 	limit := fs.Int("limit", 50, "list: at most this many jobs, newest first")
+	tag := fs.String("tag", "", "list: only the jobs with this tag")
+	argsJSON := fs.String("args", "", `list: only the jobs whose args contain this JSON object, e.g. '{"customer":"c1"}'`)
+	metaJSON := fs.String("metadata", "", `list: only the jobs whose metadata holds these pairs, e.g. '{"tenant":"t1"}'`)
+	idemKey := fs.String("key", "", "list: the job with this idempotency key (jobfence-<uuid>)")
+	uniqueKey := fs.String("unique-key", "", "list: the job that holds this unique key")
+	minID := fs.Int64("min-id", 0, "list: only jobs with this ID or above")
+	maxID := fs.Int64("max-id", 0, "list: only jobs with this ID or below")
+	before := fs.Int64("before", 0, "list: the page of jobs older than this ID")
+	createdAfter := fs.String("created-after", "", "list: only jobs enqueued at or after this time (RFC 3339, or a duration ago: 2h)")
+	createdBefore := fs.String("created-before", "", "list: only jobs enqueued before this time (RFC 3339, or a duration ago: 30m)")
+	scan := fs.Int("scan", 0, fmt.Sprintf("list: read at most this many jobs to check --args, --metadata, --key and the time range (default %d)", pgqueue.DefaultScanLimit))
 	force := fs.Bool("force", false, "retry: also run a completed job again, repeating its effects")
 	asJSON := fs.Bool("json", false, "list, show: print JSON (an array, or one object) for scripts")
 	fs.Usage = func() {
@@ -57,24 +69,60 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("--json applies to list and show, not %s", action)
 	}
 	if action == "list" {
-		jobs, err := c.List(ctx, pgqueue.ListParams{Queue: *q, Kind: *kind, State: queue.State(*state), Limit: *limit})
-		if err != nil {
+		p := pgqueue.ListParams{Queue: *q, Kind: *kind, State: queue.State(*state), Limit: *limit, Tag: *tag,
+			IdempotencyKey: *idemKey, UniqueKey: *uniqueKey, MinID: *minID, MaxID: *maxID, Before: *before, ScanLimit: *scan}
+		if *argsJSON != "" {
+			p.Args = []byte(*argsJSON)
+		}
+		if *metaJSON != "" {
+			if err := json.Unmarshal([]byte(*metaJSON), &p.Metadata); err != nil {
+				return fmt.Errorf("--metadata %q: want a JSON object of strings, such as {\"tenant\":\"t1\"}: %w", *metaJSON, err)
+			}
+		}
+		now := time.Now()
+		for _, f := range []struct {
+			name, v string
+			dst     *time.Time
+		}{{"--created-after", *createdAfter, &p.CreatedAfter}, {"--created-before", *createdBefore, &p.CreatedBefore}} {
+			if f.v == "" {
+				continue
+			}
+			t, err := parseWhen(f.v, now)
+			if err != nil {
+				return fmt.Errorf("%s: %w", f.name, err)
+			}
+			*f.dst = t
+		}
+		jobs, err := c.List(ctx, p)
+		if err != nil && !errors.Is(err, pgqueue.ErrSearchTooWide) {
 			return err
 		}
+		// A search that read its bound prints what it found, then says
+		// how to go on (the error).
 		if *asJSON {
-			return writeJSON(stdout, toJobsJSON(jobs))
+			if jerr := writeJSON(stdout, toJobsJSON(jobs)); jerr != nil {
+				return jerr
+			}
+			return err
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tATTEMPT\tFENCE\tSCHEDULED\tLAST ERROR")
+		fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tATTEMPT\tFENCE\tSCHEDULED\tTAGS\tLAST ERROR")
 		for _, j := range jobs {
 			last := "-"
 			if n := len(j.Errors); n > 0 {
 				last = oneLine(j.Errors[n-1].Error, 60)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\n", j.ID, j.Queue, j.Kind, j.State,
-				j.Attempt, j.MaxAttempts, j.Fence, j.ScheduledAt.UTC().Format(time.DateTime), last)
+			tags := "-"
+			if len(j.Tags) > 0 {
+				tags = strings.Join(j.Tags, ",")
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%s\n", j.ID, j.Queue, j.Kind, j.State,
+				j.Attempt, j.MaxAttempts, j.Fence, j.ScheduledAt.UTC().Format(time.DateTime), tags, last)
 		}
-		return tw.Flush()
+		if ferr := tw.Flush(); ferr != nil {
+			return ferr
+		}
+		return err
 	}
 	if len(rest) != 2 {
 		return fmt.Errorf("jobs %s wants exactly one job ID", action)
@@ -105,6 +153,9 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "  created %s, scheduled %s\n", j.CreatedAt.UTC().Format(time.RFC3339), j.ScheduledAt.UTC().Format(time.RFC3339))
 		if j.UniqueKey != "" {
 			fmt.Fprintf(stdout, "  unique key %s\n", j.UniqueKey)
+		}
+		if len(j.Tags) > 0 {
+			fmt.Fprintf(stdout, "  tags %s\n", strings.Join(j.Tags, ", "))
 		}
 		fmt.Fprintf(stdout, "  args %s\n  attempted by %v\n", j.EncodedArgs, j.AttemptedBy)
 		if wait != nil {
@@ -161,6 +212,18 @@ func retryJob(ctx context.Context, c *pgqueue.Client, id int64, force bool, stdo
 	}
 	fmt.Fprintf(stdout, "job %d will run again now\n", id)
 	return nil
+}
+
+// parseWhen reads a time as RFC 3339 or as a duration before now ("2h":
+// two hours ago).
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a duration ago (2h)", s)
 }
 
 // indent puts prefix before every line of s.

@@ -174,3 +174,65 @@ func TestJobsOfTheFinishedTable(t *testing.T) {
 		}
 	}
 }
+
+// TestJobsListSearch: `jobs list` filters by tag and by args containment,
+// shows the tags (and `show` too), refuses args that are not a JSON
+// object, and a search that reads its --scan bound without filling the
+// page prints what it found and says how to go on.
+func TestJobsListSearch(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := pgqueue.New(db.Pool, pgqueue.Config{})
+	var ps []queue.EnqueueParams
+	for i := range 30 {
+		ps = append(ps, queue.EnqueueParams{Kind: "invoice", Args: fmt.Appendf(nil, `{"customer":"c%d"}`, i)})
+	}
+	if _, err := c.EnqueueMany(ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	tagged, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "invoice", Args: []byte(`{"customer":"c7","total":3}`),
+		Tags: []string{"vip", "region:eu"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprint(tagged.ID)
+	jobfence := func(args ...string) (string, string, int) {
+		var out, errb bytes.Buffer
+		code := run(ctx, append([]string{"jobs", "--database-url", db.URL}, args...), &out, &errb)
+		return out.String(), errb.String(), code
+	}
+	out, errOut, code := jobfence("list", "--tag", "vip")
+	if code != 0 || !strings.Contains(out, id+" ") || !strings.Contains(out, "vip,region:eu") || strings.Count(out, "\n") != 2 {
+		t.Fatalf("list --tag vip: exit %d, %q %q; want the tagged job alone, its tags shown", code, out, errOut)
+	}
+	out, _, code = jobfence("list", "--args", `{"customer":"c7"}`)
+	if code != 0 || strings.Count(out, "\n") != 3 {
+		t.Fatalf("list --args: exit %d, %q; want the two jobs of customer c7", code, out)
+	}
+	out, _, code = jobfence("list", "--args", `{"customer":"c7"}`, "--tag", "vip", "--json")
+	if code != 0 || !strings.Contains(out, `"tags": [`) || strings.Count(out, `"id"`) != 1 {
+		t.Fatalf("list --args --tag --json: exit %d, %q", code, out)
+	}
+	out, _, code = jobfence("show", id)
+	if code != 0 || !strings.Contains(out, "tags vip, region:eu") {
+		t.Fatalf("show: exit %d, %q", code, out)
+	}
+	_, errOut, code = jobfence("list", "--args", `["c7"]`)
+	if code != 1 || !strings.Contains(errOut, "is not a JSON object") {
+		t.Fatalf("list --args '[...]': exit %d, %q", code, errOut)
+	}
+	// The newest 10 jobs hold none of customer c3's.
+	out, errOut, code = jobfence("list", "--args", `{"customer":"c3"}`, "--scan", "10")
+	if code != 1 || strings.Count(out, "\n") != 1 || !strings.Contains(errOut, "search too wide: read 10 jobs") ||
+		!strings.Contains(errOut, "narrow it") {
+		t.Fatalf("a search past its bound: exit %d, %q %q", code, out, errOut)
+	}
+	_, errOut, code = jobfence("list", "--created-after", "yesterday")
+	if code != 1 || !strings.Contains(errOut, "--created-after") {
+		t.Fatalf("list --created-after yesterday: exit %d, %q", code, errOut)
+	}
+	out, _, code = jobfence("list", "--created-after", "1h", "--args", `{"customer":"c29"}`)
+	if code != 0 || strings.Count(out, "\n") != 2 {
+		t.Fatalf("list --created-after 1h: exit %d, %q", code, out)
+	}
+}

@@ -42,6 +42,8 @@ type jobJSON struct {
 	Progress   json.RawMessage `json:"progress,omitempty"`
 	WorkflowID string          `json:"workflow_id,omitempty"`
 	TaskName   string          `json:"task_name,omitempty"`
+	// Tags are the job's tags; absent when it has none.
+	Tags []string `json:"tags,omitempty"`
 	// Wait says why a limited job waits (`jobs show` only); absent for
 	// a job that does not wait for a limit.
 	Wait *limitWaitJSON `json:"wait,omitempty"`
@@ -159,7 +161,7 @@ func toJobJSON(j *queue.Job) jobJSON {
 		Args: json.RawMessage(j.EncodedArgs), ScheduledAt: jsonTime(j.ScheduledAt), CreatedAt: jsonTime(j.CreatedAt),
 		AttemptedAt: jsonTime(j.AttemptedAt), LeaseExpiresAt: jsonTime(j.LeaseExpiresAt),
 		AttemptedBy: j.AttemptedBy, Errors: []attemptErrorJSON{},
-		Output: j.Output, Progress: j.Progress, WorkflowID: j.WorkflowID, TaskName: j.TaskName,
+		Output: j.Output, Progress: j.Progress, WorkflowID: j.WorkflowID, TaskName: j.TaskName, Tags: j.Tags,
 	}
 	if len(out.Args) == 0 {
 		out.Args = json.RawMessage("{}")

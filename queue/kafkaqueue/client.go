@@ -19,6 +19,10 @@ import (
 // handler idempotent with Job.IdempotencyKey instead, or use pgqueue.
 var ErrUniqueKeyUnsupported = errors.New("kafkaqueue: EnqueueParams.UniqueKey and Unique are not supported: Kafka cannot refuse a duplicate message; make the handler idempotent on Job.IdempotencyKey()")
 
+// ErrTagsUnsupported reports an enqueue with EnqueueParams.Tags set: the
+// Kafka backend keeps no job to list or search by them.
+var ErrTagsUnsupported = errors.New("kafkaqueue: EnqueueParams.Tags is not supported: the Kafka backend keeps no jobs to search by tag")
+
 // ErrLimitsUnsupported reports an enqueue with EnqueueParams.LimitKey set:
 // the Kafka backend has no concurrency limits, rate limits or sequences
 // (pgqueue's Limit), so the job is not written rather than run unlimited.
@@ -143,6 +147,9 @@ func newMessage(j EnqueueJob, meta map[string]string, now time.Time) (kafka.Mess
 	}
 	if p.LimitKey != "" {
 		return kafka.Message{}, ErrLimitsUnsupported
+	}
+	if len(p.Tags) > 0 {
+		return kafka.Message{}, ErrTagsUnsupported
 	}
 	if !json.Valid(p.Args) {
 		return kafka.Message{}, &queue.InvalidParamsError{Field: "Args", Reason: "is not valid JSON"}

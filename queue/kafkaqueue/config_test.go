@@ -83,6 +83,7 @@ func TestEnqueueErrors(t *testing.T) {
 		{"unique key", queue.EnqueueParams{Queue: topic, Kind: "k", UniqueKey: "u"}, ErrUniqueKeyUnsupported.Error(), ErrUniqueKeyUnsupported},
 		{"unique opts", queue.EnqueueParams{Queue: topic, Kind: "k", Unique: &queue.UniqueOpts{ByArgs: true}}, ErrUniqueKeyUnsupported.Error(), ErrUniqueKeyUnsupported},
 		{"limit key", queue.EnqueueParams{Queue: topic, Kind: "k", LimitKey: "customer-1"}, ErrLimitsUnsupported.Error(), ErrLimitsUnsupported},
+		{"tags", queue.EnqueueParams{Queue: topic, Kind: "k", Tags: []string{"t"}}, ErrTagsUnsupported.Error(), ErrTagsUnsupported},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

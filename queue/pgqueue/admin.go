@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,10 +17,39 @@ import (
 // between the two is found once).
 // Its last column is the job's progress (queue.Job.Progress), which only
 // reads of one job carry: claims do not read it.
-const getSQL = `SELECT ` + jobColumns + `, j.progress FROM jobfence_jobs j WHERE j.id = $1
+const getSQL = `SELECT ` + listColumns + `, j.progress FROM jobfence_jobs j WHERE j.id = $1
 UNION ALL
-SELECT ` + jobColumns + `, j.progress FROM jobfence_jobs_finished j WHERE j.id = $1
+SELECT ` + listColumns + `, j.progress FROM jobfence_jobs_finished j WHERE j.id = $1
 LIMIT 1`
+
+// listColumns are the columns Get and List read: jobColumns and the
+// job's tags, which a claim does not read (see queue.Job.Tags).
+const listColumns = jobColumns + `, j.tags`
+
+// scanListed reads a row of listColumns, then into more.
+func scanListed(row pgx.Row, more ...any) (*queue.Job, error) {
+	var tags []string
+	j, err := scanJob(row, append([]any{&tags}, more...)...)
+	if err != nil {
+		return nil, err
+	}
+	j.Tags = tags
+	return j, nil
+}
+
+// scanListedJobs reads every row of listColumns.
+func scanListedJobs(rows pgx.Rows) ([]*queue.Job, error) {
+	defer rows.Close()
+	var jobs []*queue.Job
+	for rows.Next() {
+		j, err := scanListed(rows)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, rows.Err()
+}
 
 // allJobsSQL is every job, in jobfence_jobs and in jobfence_jobs_finished,
 // with every column of both: a simple UNION ALL, which the planner reads
@@ -34,7 +62,7 @@ const allJobsSQL = `(SELECT state, finalized_at, lease_expires_at, output, ` + f
 // Get returns the stored job id, or an error wrapping queue.ErrJobNotFound.
 func (c *Client) Get(ctx context.Context, id int64) (*queue.Job, error) {
 	var progress []byte
-	j, err := scanJob(c.pool.QueryRow(ctx, getSQL, id), &progress)
+	j, err := scanListed(c.pool.QueryRow(ctx, getSQL, id), &progress)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("pgqueue: job %d: %w", id, queue.ErrJobNotFound)
 	}
@@ -45,118 +73,6 @@ func (c *Client) Get(ctx context.Context, id int64) (*queue.Job, error) {
 		j.Progress = progress
 	}
 	return j, nil
-}
-
-// ListParams filters List; zero fields do not filter.
-type ListParams struct {
-	Queue string
-	Kind  string
-	// State must be one of queue.States(): List refuses an unknown state
-	// rather than find no job in it.
-	State queue.State
-	// UniqueKey finds the job that holds this unique key.
-	UniqueKey string
-	// UnknownKind lists only the jobs waiting for a worker that knows
-	// their kind: put back by one that had no handler for it, and not run
-	// since (see UnknownKindCondition).
-	UnknownKind bool
-	// Before and After page through the jobs by ID (keyset paging, which
-	// costs the same on the last page as on the first, unlike OFFSET):
-	// Before lists the jobs older than ID Before, After the jobs newer than
-	// ID After (the Limit oldest of them). Set one at most.
-	Before, After int64
-	// Limit defaults to 100.
-	Limit int
-}
-
-// listQuery returns List's statement and arguments for p: a condition for
-// each set filter only, so that the planner can use the index that serves
-// it (the unique key's, the primary key's for paging) rather than plan for
-// "$1 = empty OR ..." with any value.
-func listQuery(p ListParams) (string, []any) {
-	where, args := jobFilters(nil, nil, p.Queue, p.Kind, p.State)
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, fmt.Sprintf(cond, len(args)))
-	}
-	if p.UniqueKey != "" {
-		add("j.unique_key = $%d", p.UniqueKey)
-	}
-	if p.UnknownKind {
-		where = append(where, UnknownKindCondition())
-	}
-	order := "DESC"
-	switch {
-	case p.Before > 0:
-		add("j.id < $%d", p.Before)
-	case p.After > 0:
-		add("j.id > $%d", p.After)
-		order = "ASC"
-	}
-	// Only completed jobs are in the finished table: a list of another
-	// state does not read it (its filter would walk every finished job).
-	from := "jobfence_jobs"
-	if (p.State == "" || p.State == queue.StateCompleted) && !p.UnknownKind {
-		from = allJobsSQL
-	}
-	q := `SELECT ` + jobColumns + ` FROM ` + from + ` j`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	args = append(args, p.Limit)
-	q += fmt.Sprintf(" ORDER BY j.id %s LIMIT $%d", order, len(args))
-	if order == "ASC" {
-		// The page just above After, shown newest first like every page.
-		q = `SELECT * FROM (` + q + `) j ORDER BY j.id DESC`
-	}
-	return q, args
-}
-
-// jobFilters appends to where and args a condition for each of queue,
-// kind and state that is set, numbering its parameters after args'.
-func jobFilters(where []string, args []any, q, kind string, state queue.State) ([]string, []any) {
-	for _, f := range []struct{ col, v string }{{"queue", q}, {"kind", kind}, {"state", string(state)}} {
-		if f.v != "" {
-			args = append(args, f.v)
-			where = append(where, fmt.Sprintf("j.%s = $%d", f.col, len(args)))
-		}
-	}
-	return where, args
-}
-
-// List returns stored jobs, newest first. An unknown p.State is an error
-// wrapping queue.ErrUnknownState.
-func (c *Client) List(ctx context.Context, p ListParams) ([]*queue.Job, error) {
-	return ListIn(ctx, c.pool, p)
-}
-
-// ErrBadListParams reports ListParams that contradict each other.
-var ErrBadListParams = errors.New("jobfence: bad list parameters")
-
-// ListIn is List through db, for example inside a transaction that has
-// not committed yet (jobfencetest.RequireInsertedTx reads jobs so).
-func ListIn(ctx context.Context, db DB, p ListParams) ([]*queue.Job, error) {
-	if p.State != "" {
-		if _, err := queue.ParseState(string(p.State)); err != nil {
-			return nil, fmt.Errorf("pgqueue: list: %w", err)
-		}
-	}
-	if p.Before > 0 && p.After > 0 {
-		return nil, fmt.Errorf("pgqueue: list: %w: Before and After both set", ErrBadListParams)
-	}
-	if p.Limit <= 0 {
-		p.Limit = 100
-	}
-	q, args := listQuery(p)
-	rows, err := db.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("pgqueue: list: %w", err)
-	}
-	jobs, err := scanJobs(rows)
-	if err != nil {
-		return nil, fmt.Errorf("pgqueue: list: %w", err)
-	}
-	return jobs, nil
 }
 
 // cancelSQL cancels job $1 unless it has finished, and tells its worker
@@ -301,7 +217,7 @@ WITH m AS (
     SELECT 'available', NULL, NULL, output, run_trace, id, queue, kind, args, priority, now(), attempt, greatest(max_attempts, attempt + 1),
         fence, unique_key, errors, attempted_by, created_at, attempted_at, metadata, trace_context, idempotency_key, deadline,
         timeout_us, unique_hash, unique_states, limit_name, limit_part, NULL, workflow_id, task_name, depends_on, dependents,
-        deps_left, run_anyway, delete_on_complete, cardinality(dependents), run_on_failure, dep_failed, NULL, awaited, progress
+        deps_left, run_anyway, delete_on_complete, cardinality(dependents), run_on_failure, dep_failed, NULL, awaited, progress, tags
     FROM m
     RETURNING queue
 )

@@ -84,7 +84,7 @@ func (c *Client) AwaitJob(ctx context.Context, id int64) (*queue.Job, error) {
 			return false, err
 		}
 		var progress []byte
-		j, err := scanJob(br.QueryRow(), &progress)
+		j, err := scanListed(br.QueryRow(), &progress)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, fmt.Errorf("%w (no job has this ID: it was never inserted, or was deleted, or pruned after it ended)", queue.ErrJobNotFound)
 		}

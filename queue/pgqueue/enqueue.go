@@ -19,9 +19,8 @@ import (
 // back when the unique key is taken. $11 is the job's idempotency key
 // (see newJobKey), $12 its deadline, $13 its timeout (NULL for none), $14
 // and $15 its computed unique hash and states (NULL for none). The
-// conflict clause (%s) names the unique index that decides, or is empty
-// for a job without a key; see insertPlainSQL, insertKeyedSQL,
-// insertHashedSQL and insertDebouncedSQL. inserted tells
+// conflict clause (%[3]s) names the unique index that decides, or is empty
+// for a job without a key; see insertStatements. inserted tells
 // a new job from an existing one that a debounce moved: only the new row
 // has the idempotency key drawn for this insert.
 //
@@ -29,16 +28,20 @@ import (
 // limited, to wait for a slot, unless it waits for a time of its own
 // first; the statement returns its limit's name and partition. $17 is
 // its DeleteOnComplete, stored as NULL when false (see migration 00017).
+// A job with tags is inserted by the tagged statements (%[1]s and %[2]s
+// name the column and $18); one without them by statements that do not
+// name the column, so that its insert sends and checks nothing more than
+// before tags were (see insertStatements).
 //
 // transition: insert
 const insertSQL = `
 WITH ` + limitOfSQL + `, ins AS (
     INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context,
-                               idempotency_key, deadline, timeout_us, unique_hash, unique_states, limit_name, limit_part, delete_on_complete)
+                               idempotency_key, deadline, timeout_us, unique_hash, unique_states, limit_name, limit_part, delete_on_complete%[1]s)
     VALUES ($1, $2, $3, CASE WHEN $4::timestamptz > now() THEN 'scheduled' WHEN EXISTS (SELECT FROM lim) THEN 'limited' ELSE 'available' END,
             $5, COALESCE($4::timestamptz, now()), $6, NULLIF($7, ''), $8, $10, $11, $12, $13, $14, $15,
-            (SELECT name FROM lim), (SELECT part FROM lim), NULLIF($17::boolean, false))
-    %s
+            (SELECT name FROM lim), (SELECT part FROM lim), NULLIF($17::boolean, false)%[2]s)
+    %[3]s
     RETURNING id, queue, state, state = 'available' AS ready, idempotency_key = $11 AS inserted, limit_name, limit_part
 )
 SELECT id, ready, state, inserted, CASE WHEN ready AND $9 <> '' THEN pg_notify($9, queue)::text END, limit_name, limit_part FROM ins`
@@ -63,38 +66,65 @@ const limitOfSQL = `lim AS (
 // that index, and a look-up that repeats it reads that index.
 const uniqueHashArbiter = `(unique_hash) WHERE unique_hash IS NOT NULL AND jobfence_state_in_bitmask(unique_states, state)`
 
-var (
-	// insertPlainSQL inserts a job without a key: nothing can refuse it,
-	// and an insert without ON CONFLICT skips the speculative insertion
-	// (a look in the arbiter index first, and a WAL record more to
-	// confirm the row).
-	insertPlainSQL = fmt.Sprintf(insertSQL, ``)
-	// insertKeyedSQL inserts a job with a UniqueKey, which refuses
-	// duplicates in every state.
-	insertKeyedSQL = fmt.Sprintf(insertSQL, `ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING`)
-	// insertHashedSQL inserts a job with UniqueOpts.
-	insertHashedSQL = fmt.Sprintf(insertSQL, `ON CONFLICT `+uniqueHashArbiter+` DO NOTHING`)
-	// insertDebouncedSQL inserts a job with UniqueOpts.Debounce: a
-	// duplicate that has not started (available, scheduled, or limited:
-	// waiting for a limit's slot) takes the new job's scheduled time and
-	// the state that goes with it (each in every unique job's states, so
-	// the row stays in the index); one that has started is left alone and
-	// no row comes back. Put off to a later time, it is scheduled and
-	// names the slot it had, which it keeps while scheduled where its
-	// limit holds slots through retries (holdingSQL: a sequence's turn is
-	// not passed to a later job), and frees elsewhere; moved to now, an
-	// available job stays available (with its slot), and one that a
-	// limit governs waits for a slot (debouncedState).
-	//
-	// transition: debounce
-	insertDebouncedSQL = fmt.Sprintf(insertSQL, `ON CONFLICT `+uniqueHashArbiter+`
-    DO UPDATE SET scheduled_at = EXCLUDED.scheduled_at, state = `+debouncedState+`,
-        limit_name = CASE WHEN `+debouncedState+` = 'available' THEN jobfence_jobs.limit_name
+// insertStatements are the four statements of insertSQL, by how the job
+// is made unique, for jobs with or without tags.
+type insertStatements struct {
+	// plain inserts a job without a key: nothing can refuse it, and an
+	// insert without ON CONFLICT skips the speculative insertion (a look
+	// in the arbiter index first, and a WAL record more to confirm the
+	// row).
+	plain string
+	// keyed inserts a job with a UniqueKey, which refuses duplicates in
+	// every state.
+	keyed string
+	// hashed inserts a job with UniqueOpts.
+	hashed string
+	// debounced inserts a job with UniqueOpts.Debounce (debounceSQL).
+	debounced string
+}
+
+// newInsertStatements returns insertSQL's statements, with the tags
+// column ($18) when tagged.
+func newInsertStatements(tagged bool) insertStatements {
+	col, val := "", ""
+	if tagged {
+		col, val = ", tags", ", $18::text[]"
+	}
+	stmt := func(conflict string) string { return fmt.Sprintf(insertSQL, col, val, conflict) }
+	return insertStatements{
+		plain:     stmt(``),
+		keyed:     stmt(`ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING`),
+		hashed:    stmt(`ON CONFLICT ` + uniqueHashArbiter + ` DO NOTHING`),
+		debounced: stmt(debounceSQL),
+	}
+}
+
+// debounceSQL is the conflict clause of an insert with
+// UniqueOpts.Debounce: a duplicate that has not started (available,
+// scheduled, or limited: waiting for a limit's slot) takes the new job's
+// scheduled time and the state that goes with it (each in every unique
+// job's states, so the row stays in the index); one that has started is
+// left alone and no row comes back. Put off to a later time, it is
+// scheduled and names the slot it had, which it keeps while scheduled
+// where its limit holds slots through retries (holdingSQL: a sequence's
+// turn is not passed to a later job), and frees elsewhere; moved to now,
+// an available job stays available (with its slot), and one that a limit
+// governs waits for a slot (debouncedState).
+//
+// transition: debounce
+const debounceSQL = `ON CONFLICT ` + uniqueHashArbiter + `
+    DO UPDATE SET scheduled_at = EXCLUDED.scheduled_at, state = ` + debouncedState + `,
+        limit_name = CASE WHEN ` + debouncedState + ` = 'available' THEN jobfence_jobs.limit_name
             ELSE coalesce(jobfence_jobs.limit_name, EXCLUDED.limit_name) END,
-        limit_part = CASE WHEN `+debouncedState+` = 'available' THEN jobfence_jobs.limit_part
+        limit_part = CASE WHEN ` + debouncedState + ` = 'available' THEN jobfence_jobs.limit_part
             ELSE coalesce(jobfence_jobs.limit_part, EXCLUDED.limit_part) END,
-        limit_slot = CASE WHEN `+debouncedState+` IN ('available', 'scheduled') THEN jobfence_jobs.limit_slot END
-    WHERE jobfence_jobs.state IN ('available', 'scheduled', 'limited')`)
+        limit_slot = CASE WHEN ` + debouncedState + ` IN ('available', 'scheduled') THEN jobfence_jobs.limit_slot END
+    WHERE jobfence_jobs.state IN ('available', 'scheduled', 'limited')`
+
+// untaggedInserts and taggedInserts insert jobs without and with tags.
+var (
+	untaggedInserts = newInsertStatements(false)
+	taggedInserts   = newInsertStatements(true)
 )
 
 // debouncedState is the state a debounced duplicate takes: scheduled for
@@ -306,8 +336,12 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]
 // the channel it notifies in its transaction ("" for none) and its
 // uniqueness u. Each call draws a new idempotency key.
 func insertArgs(p queue.EnqueueParams, at *time.Time, md, tc []byte, channel string, u uniqueness) []any {
-	return []any{p.Queue, p.Kind, p.Args, at, p.Priority, p.MaxAttempts, p.UniqueKey, md, channel, tc,
+	args := []any{p.Queue, p.Kind, p.Args, at, p.Priority, p.MaxAttempts, p.UniqueKey, md, channel, tc,
 		newJobKey(), deadlineParam(p.Deadline), timeoutParam(p.Timeout), u.hash, u.states, p.LimitKey, p.DeleteOnComplete}
+	if len(p.Tags) > 0 {
+		args = append(args, queue.MergeTags(p.Tags, nil))
+	}
+	return args
 }
 
 // inserted1 is the result of insertSQL's row, and the limit partition
@@ -343,20 +377,24 @@ func (u uniqueness) String() string {
 
 // uniqueOf returns p's uniqueness; p has its defaults.
 func uniqueOf(p queue.EnqueueParams) (uniqueness, error) {
+	ins := untaggedInserts
+	if len(p.Tags) > 0 {
+		ins = taggedInserts
+	}
 	if p.Unique == nil && p.UniqueKey == "" {
-		return uniqueness{insert: insertPlainSQL}, nil
+		return uniqueness{insert: ins.plain}, nil
 	}
 	if p.Unique == nil {
-		return uniqueness{insert: insertKeyedSQL, existing: existingKeySQL, key: p.UniqueKey}, nil
+		return uniqueness{insert: ins.keyed, existing: existingKeySQL, key: p.UniqueKey}, nil
 	}
 	h, err := p.UniqueHash(time.Now())
 	if err != nil {
 		return uniqueness{}, err
 	}
 	states := queue.StateBitmask(p.Unique.States())
-	u := uniqueness{insert: insertHashedSQL, existing: existingHashSQL, hash: h, states: &states, key: h}
+	u := uniqueness{insert: ins.hashed, existing: existingHashSQL, hash: h, states: &states, key: h}
 	if p.Unique.Debounce {
-		u.insert = insertDebouncedSQL
+		u.insert = ins.debounced
 	}
 	return u, nil
 }

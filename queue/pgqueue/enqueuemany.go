@@ -3,6 +3,7 @@ package pgqueue
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,11 +19,20 @@ import (
 var copyColumns = []string{"queue", "kind", "args", "priority", "max_attempts", "metadata", "trace_context",
 	"idempotency_key", "deadline", "timeout_us", "delete_on_complete"}
 
+// copyTaggedColumns are copyColumns and tags, for a batch whose plain jobs
+// have tags: a batch without them copies no column more than before tags
+// were.
+var copyTaggedColumns = append(append([]string(nil), copyColumns...), "tags")
+
 // insertManySQL inserts the jobs of a batch that COPY cannot: those with a
 // unique key or a ScheduledAt (%[1]s: nothing; the conflict clause names
 // the UniqueKey index) and those with UniqueOpts (%[1]s: their hashes and
 // states; the clause names the computed key's index). DO NOTHING also
 // skips a job whose key an earlier job of the same batch took.
+//
+// Jobs with tags go in statements that also name the tags column (%[5]s
+// and %[6]s), with each job's tags joined by commas (no tag holds one:
+// see queue.ValidateTags), since unnest cannot make rows of arrays.
 //
 // Each job's limit is found as limitOfSQL finds it ($13 the limit keys):
 // a job a limit governs is inserted limited, and the statement returns the
@@ -31,19 +41,36 @@ var copyColumns = []string{"queue", "kind", "args", "priority", "max_attempts", 
 // transition: insert
 const insertManySQL = `
 INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context,
-                           idempotency_key, deadline, timeout_us, limit_name, limit_part, delete_on_complete%[1]s)
+                           idempotency_key, deadline, timeout_us, limit_name, limit_part, delete_on_complete%[1]s%[5]s)
 SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' WHEN lim.name IS NOT NULL THEN 'limited' ELSE 'available' END,
-    p, COALESCE(s, now()), m, NULLIF(u, ''), md, tc, ik, dl, tm, lim.name, lim.part, NULLIF(doc, false)%[2]s
+    p, COALESCE(s, now()), m, NULLIF(u, ''), md, tc, ik, dl, tm, lim.name, lim.part, NULLIF(doc, false)%[2]s%[6]s
 FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[], $8::jsonb[], $9::bytea[],
-            $10::uuid[], $11::timestamptz[], $12::bigint[], $13::text[], $14::boolean[]%[3]s)
-     AS t(q, k, a, p, s, m, u, md, tc, ik, dl, tm, lk, doc%[2]s)
+            $10::uuid[], $11::timestamptz[], $12::bigint[], $13::text[], $14::boolean[]%[3]s%[7]s)
+     AS t(q, k, a, p, s, m, u, md, tc, ik, dl, tm, lk, doc%[2]s%[8]s)
 ` + insertLimitSQL + `
 ON CONFLICT %[4]s DO NOTHING
 RETURNING state = 'limited', limit_name, limit_part`
 
+// insertManyStatement returns insertManySQL for keyed or hashed jobs,
+// with or without tags.
+func insertManyStatement(hashed, tagged bool) string {
+	args := []any{"", "", "", `(unique_key) WHERE unique_key IS NOT NULL`, "", "", "", ""}
+	tagsParam := "$15"
+	if hashed {
+		args = []any{", unique_hash, unique_states", ", uh, us", ", $15::bytea[], $16::smallint[]", uniqueHashArbiter, "", "", "", ""}
+		tagsParam = "$17"
+	}
+	if tagged {
+		args[4], args[5], args[6], args[7] = ", tags", ", string_to_array(NULLIF(tg, ''), ',')", ", "+tagsParam+"::text[]", ", tg"
+	}
+	return fmt.Sprintf(insertManySQL, args...)
+}
+
 var (
-	insertManyKeyedSQL  = fmt.Sprintf(insertManySQL, "", "", "", `(unique_key) WHERE unique_key IS NOT NULL`)
-	insertManyHashedSQL = fmt.Sprintf(insertManySQL, ", unique_hash, unique_states", ", uh, us", ", $15::bytea[], $16::smallint[]", uniqueHashArbiter)
+	insertManyKeyedSQL        = insertManyStatement(false, false)
+	insertManyHashedSQL       = insertManyStatement(true, false)
+	insertManyKeyedTaggedSQL  = insertManyStatement(false, true)
+	insertManyHashedTaggedSQL = insertManyStatement(true, true)
 )
 
 // limitedQueuesSQL says whether a limit governs any of the queues $1: the
@@ -119,6 +146,7 @@ type manyPlan struct {
 	plainKeys        []pgtype.UUID
 	plainMD, plainTC [][]byte
 	copyRows         [][]any // the plain jobs' rows for COPY
+	copyCols         []string
 	debounced        []int
 	keyed, hashed    *manyRows
 	queues           map[string]bool
@@ -177,12 +205,26 @@ func planMany(ps []queue.EnqueueParams, meta map[string]string) (*manyPlan, erro
 		rows.add(p, md, tc, keys[i])
 	}
 	copyRows := make([][]any, len(plain))
+	cols := copyColumns
 	for i, p := range plain {
 		copyRows[i] = []any{p.Queue, p.Kind, p.Args, int16(p.Priority), int32(p.MaxAttempts), plainMD[i], plainTC[i],
 			plainKeys[i], deadlineParam(p.Deadline), timeoutParam(p.Timeout), deleteParam(p.DeleteOnComplete)}
+		if len(p.Tags) > 0 {
+			cols = copyTaggedColumns
+		}
+	}
+	if len(cols) > len(copyColumns) {
+		// A tags column for every row, NULL for a job without tags.
+		for i, p := range plain {
+			var tags []string
+			if len(p.Tags) > 0 {
+				tags = queue.MergeTags(p.Tags, nil)
+			}
+			copyRows[i] = append(copyRows[i], tags)
+		}
 	}
 	return &manyPlan{ps: ps, plain: plain, meta: meta, plainKeys: plainKeys, plainMD: plainMD, plainTC: plainTC,
-		copyRows: copyRows, debounced: debounced, keyed: keyed, hashed: hashed, queues: queues}, nil
+		copyRows: copyRows, copyCols: cols, debounced: debounced, keyed: keyed, hashed: hashed, queues: queues}, nil
 }
 
 // insert inserts the plan's jobs in tx and returns how many it inserted,
@@ -208,7 +250,7 @@ func (pl *manyPlan) insert(ctx context.Context, tx pgx.Tx, notify bool) (int64, 
 				keyed.add(p, plainMD[i], plainTC[i], plainKeys[i])
 			}
 		} else {
-			copied, err := tx.CopyFrom(ctx, pgx.Identifier{"jobfence_jobs"}, copyColumns, pgx.CopyFromRows(pl.copyRows))
+			copied, err := tx.CopyFrom(ctx, pgx.Identifier{"jobfence_jobs"}, pl.copyCols, pgx.CopyFromRows(pl.copyRows))
 			if err != nil {
 				return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: copy: %w", err)
 			}
@@ -274,6 +316,10 @@ type manyRows struct {
 	doc     []bool
 	uh      [][]byte
 	us      []int16
+	// tg holds each job's tags joined by commas ("" for none); tagged
+	// says whether any job has some.
+	tg     []string
+	tagged bool
 }
 
 // add appends p (with its defaults), its encoded metadata and its
@@ -298,6 +344,17 @@ func (r *manyRows) add(p queue.EnqueueParams, md, tc []byte, key pgtype.UUID) {
 	r.tm = append(r.tm, timeoutParam(p.Timeout))
 	r.lk = append(r.lk, p.LimitKey)
 	r.doc = append(r.doc, p.DeleteOnComplete)
+	switch {
+	case len(p.Tags) > 0:
+		// The rows before the first tagged one have none.
+		for len(r.tg) < len(r.q)-1 {
+			r.tg = append(r.tg, "")
+		}
+		r.tg = append(r.tg, strings.Join(queue.MergeTags(p.Tags, nil), ","))
+		r.tagged = true
+	case r.tagged:
+		r.tg = append(r.tg, "")
+	}
 }
 
 // deleteParam is DeleteOnComplete as stored: true, or NULL for false (a
@@ -317,6 +374,13 @@ func (r *manyRows) insert(ctx context.Context, tx pgx.Tx, limited func(*partitio
 	if r.hashed {
 		q = insertManyHashedSQL
 		args = append(args, r.uh, r.us)
+	}
+	if r.tagged {
+		q = insertManyKeyedTaggedSQL
+		if r.hashed {
+			q = insertManyHashedTaggedSQL
+		}
+		args = append(args, r.tg)
 	}
 	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {

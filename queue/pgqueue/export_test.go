@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/jobfence/jobfence/queue"
 )
 
@@ -116,3 +118,14 @@ var (
 // workflow unfinished and is about to wait: a test then knows the waiter
 // is past its first read.
 func SetAwaitHook(c *Client, f func()) { c.awaitHook = f }
+
+// ListQuery is listQuery, for plan tests.
+func ListQuery(p ListParams) (string, []any) {
+	if p.Limit == 0 {
+		p.Limit = 100
+	}
+	if p.ScanLimit == 0 {
+		p.ScanLimit = DefaultScanLimit
+	}
+	return listQuery(p, pgtype.UUID{})
+}

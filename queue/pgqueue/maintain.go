@@ -190,21 +190,28 @@ type scanWith struct {
 
 func (s scanWith) Scan(dest ...any) error { return s.row.Scan(append(dest, s.extra)...) }
 
-// pruneSQL deletes up to $2 final jobs finalized more than the retention
-// ($1) ago, oldest first, through jobfence_jobs_finalized. A completed
-// workflow task is kept while a task that depends on it is still in the
-// table and not completed (waiting, running, or failed and retryable from
-// the CLI): its output is what that task reads (TaskOutput), however long
-// it waits. It goes once they have completed or been pruned themselves.
-// The check probes the task's dependents by primary key, and only for a
-// completed task that has some.
+// pruneSQL deletes up to $2 final jobs finalized more than their state's
+// retention ago ($1 completed, $3 cancelled, $4 discarded), oldest first,
+// through jobfence_jobs_finalized: the shortest retention bounds the
+// index scan, and each row is checked against its own state's. (A scan
+// so passes over the final jobs kept longer than the shortest retention
+// that are older than it: discarded and cancelled jobs are few beside
+// completed ones, which mostly leave for the finished partitions.) A
+// completed workflow task is kept while a task that depends on it is
+// still in the table and not completed (waiting, running, or failed and
+// retryable from the CLI): its output is what that task reads
+// (TaskOutput), however long it waits. It goes once they have completed
+// or been pruned themselves. The check probes the task's dependents by
+// primary key, and only for a completed task that has some.
 //
 // transition: prune
 const pruneSQL = `
 DELETE FROM jobfence_jobs WHERE id IN (
     SELECT j.id FROM jobfence_jobs j
     WHERE j.state IN ('completed', 'discarded', 'cancelled')
-      AND j.finalized_at < now() - $1::bigint * interval '1 microsecond'
+      AND j.finalized_at < now() - least($1::bigint, $3::bigint, $4::bigint) * interval '1 microsecond'
+      AND j.finalized_at < now() - (CASE j.state WHEN 'completed' THEN $1::bigint WHEN 'cancelled' THEN $3::bigint
+                                                 ELSE $4::bigint END) * interval '1 microsecond'
       AND NOT (j.state = 'completed' AND j.dependents IS NOT NULL AND EXISTS (
           SELECT FROM jobfence_jobs d WHERE d.id = ANY(j.dependents) AND d.state <> 'completed'))
     ORDER BY j.finalized_at
@@ -236,20 +243,29 @@ WITH w AS (
 )
 DELETE FROM jobfence_workflow_tasks s USING w WHERE s.workflow_id = w.id`
 
-// Prune implements queue.Maintainer: it deletes up to limit final jobs
-// finalized more than retention ago, then up to limit workflows whose
-// tasks are all pruned (see pruneWorkflowsSQL), in a bounded transaction
-// of its own. A pruned job's unique key is free again, so keep retention
-// longer than any window in which the same key may be enqueued again (the
-// scheduler's catch-up window is bounded by it). It returns the jobs it
-// deleted.
+// Prune implements queue.Maintainer: PruneStates with retention for
+// every state.
 func (c *Client) Prune(ctx context.Context, retention time.Duration, limit int) (int, error) {
-	tag, err := c.pool.Exec(ctx, pruneSQL, retention.Microseconds(), limit)
+	return c.PruneStates(ctx, queue.Retention{Completed: retention, Cancelled: retention, Discarded: retention}, limit)
+}
+
+// PruneStates implements queue.StatePruner: it deletes up to limit final
+// jobs of the jobs table finalized more than their state's retention ago
+// (r's zero fields count as zero: prune at once), then up to limit
+// workflows created more than r.Longest() ago whose tasks are all pruned
+// (see pruneWorkflowsSQL), in a bounded transaction of its own. A pruned
+// job's unique key is free again, so keep each retention longer than any
+// window in which the same key may be enqueued again (the scheduler's
+// catch-up window is bounded by the shortest). It returns the jobs it
+// deleted. Completed jobs in the finished partitions go with their
+// partition (MaintainFinished, given r.Completed).
+func (c *Client) PruneStates(ctx context.Context, r queue.Retention, limit int) (int, error) {
+	tag, err := c.pool.Exec(ctx, pruneSQL, r.Completed.Microseconds(), limit, r.Cancelled.Microseconds(), r.Discarded.Microseconds())
 	if err != nil {
 		return 0, fmt.Errorf("pgqueue: prune: %w", err)
 	}
 	err = c.boundedTx(ctx, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, pruneWorkflowsSQL, retention.Microseconds(), limit)
+		_, err := tx.Exec(ctx, pruneWorkflowsSQL, r.Longest().Microseconds(), limit)
 		return err
 	})
 	if err != nil {

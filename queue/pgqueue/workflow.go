@@ -163,6 +163,9 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		if err := t.Validate(); err != nil {
 			return fail(fmt.Errorf("task %q: %w", p.Tasks[i].Name, err))
 		}
+		if len(t.Tags) > 0 {
+			return fail(fmt.Errorf("%w: task %q: workflow tasks carry no tags", queue.ErrInvalidWorkflow, p.Tasks[i].Name))
+		}
 		p.Tasks[i].Params = t
 	}
 	created := p.ID == ""
