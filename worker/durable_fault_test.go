@@ -17,7 +17,6 @@ import (
 
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/internal/testchild"
-	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 	"github.com/jobfence/jobfence/worker"
@@ -314,19 +313,26 @@ func TestDurableStepsUnderFaults(t *testing.T) {
 		}
 	}()
 
-	testwatch.WaitFor(t, 6*time.Minute, "every job completed, after every fault", func() bool {
-		select {
-		case <-faultsDone:
-		default:
-			return false
-		}
-		var n int
+	// Every job completed, after every fault; on timeout, where the jobs
+	// stand says what went wrong.
+	deadline := time.Now().Add(6 * time.Minute)
+	for {
+		var done int
 		if err := db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM jobfence_jobs WHERE state = 'completed')
-			+ (SELECT count(*) FROM jobfence_jobs_finished WHERE state = 'completed')`).Scan(&n); err != nil {
+			+ (SELECT count(*) FROM jobfence_jobs_finished WHERE state = 'completed')`).Scan(&done); err != nil {
 			t.Fatal(err)
 		}
-		return n == jobs
-	})
+		if done == jobs && channelClosed(faultsDone) {
+			break
+		}
+		if time.Now().After(deadline) {
+			var states []string
+			_ = pgxCollect(ctx, db.Pool, &states, `SELECT state || coalesce(' awaiting ' || awaiting, '') || ': ' || count(*)
+				FROM jobfence_jobs WHERE state <> 'completed' GROUP BY state, awaiting`)
+			t.Fatalf("after 6 minutes, %d of %d jobs completed (the others: %v), faults done: %v", done, jobs, states, channelClosed(faultsDone))
+		}
+		time.Sleep(100 * time.Millisecond) // a poll of the database, bounded by the deadline above
+	}
 	took := time.Since(began)
 	close(stop)
 	wg.Wait()
@@ -443,6 +449,16 @@ func TestDurableStepsUnderFaults(t *testing.T) {
 	// The faults must have landed mid-run, or the test proved nothing.
 	if frozen < faults/2 || killed < faults/2 || stats.mid == 0 || stats.claims <= jobs {
 		t.Errorf("%d frozen, %d killed, %d jobs run by more than one claim, %d claims: the faults did not land mid-run", frozen, killed, stats.mid, stats.claims)
+	}
+}
+
+// channelClosed reports whether c is closed.
+func channelClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
