@@ -36,6 +36,10 @@ func TestMain(m *testing.M) {
 		// Re-executed by TestLimitsUnderFaults as a member of its fleet.
 		os.Exit(limitsChild())
 	}
+	if os.Getenv(durFaultChildEnv) != "" {
+		// Re-executed by TestDurableStepsUnderFaults as a member of its fleet.
+		os.Exit(durFaultChild())
+	}
 	pgtest.Main(m)
 }
 

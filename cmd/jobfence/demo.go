@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/examples/cron-fleet/fleet"
+	"github.com/jobfence/jobfence/examples/durable-steps/durable"
 	"github.com/jobfence/jobfence/examples/inventory/shop"
 	"github.com/jobfence/jobfence/examples/kafka-rebalance/rebalance"
 	"github.com/jobfence/jobfence/examples/killed-worker/killed"
@@ -36,7 +37,7 @@ import (
 // errDemoFailed is returned by the demo when a scenario's invariant failed.
 var errDemoFailed = errors.New("invariant failed")
 
-// scenario is one of the nine scenarios of the demo: the same code as the
+// scenario is one of the ten scenarios of the demo: the same code as the
 // example program of the same scenario under examples/ (see package
 // examples/scenario for why). The units name what its counts count, for
 // the table.
@@ -47,7 +48,8 @@ type scenario struct {
 }
 
 // scenarios lists the demo's scenarios in the order of DESIGN.md, then
-// the rate-limited provider (flow control, issue 29).
+// the rate-limited provider (flow control, issue 29), the workflow and
+// the durable job (issue 51).
 func scenarios() []scenario {
 	return []scenario{
 		{"cron on 20 instances", "enqueues", "jobs", "duplicates", fleet.Run},
@@ -59,6 +61,7 @@ func scenarios() []scenario {
 		{"cold hot key, 1,000 readers", "reads", "computations", "waited", hotkey.Run},
 		{"rate-limited provider, 10 workers", "calls", "completed", "over limit", provider.Run},
 		{"workflow step paused (SIGSTOP)", "task runs", "task effects", "stale", orderflow.Run},
+		{"durable steps, SIGKILL + SIGSTOP", "claims", "step effects", "replayed", durable.Run},
 	}
 }
 
@@ -107,7 +110,7 @@ func writeTable(w io.Writer, results []result) error {
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	only := fs.String("only", "", "comma-separated scenario numbers to run (default: all nine)")
+	only := fs.String("only", "", "comma-separated scenario numbers to run (default: all ten)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 
+	"github.com/jobfence/jobfence/examples/durable-steps/durable"
 	"github.com/jobfence/jobfence/examples/order-workflow/orderflow"
 	harness "github.com/jobfence/jobfence/examples/scenario"
 )
@@ -17,11 +18,11 @@ import (
 // tests).
 const demoChildEnv = "JOBFENCE_DEMO_CHILD"
 
-const demoChildUsage = "usage: demo-child paused|killed|order-workflow (it is run by jobfence demo, with DATABASE_URL set)"
+const demoChildUsage = "usage: demo-child paused|killed|order-workflow|durable-steps (it is run by jobfence demo, with DATABASE_URL set)"
 
 // runDemoChild is the worker process of scenarios 4 and 5 (see
-// scenario.RunShipWorker) and 9 (orderflow.RunChild), on the queue its
-// argument names.
+// scenario.RunShipWorker), 9 (orderflow.RunChild) and 10
+// (durable.RunChild), on the queue its argument names.
 func runDemoChild(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		fmt.Fprintln(stderr, demoChildUsage)
@@ -29,6 +30,9 @@ func runDemoChild(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if len(args) == 1 && args[0] == orderflow.Queue {
 		return orderflow.RunChild(ctx, args[0], stdout)
+	}
+	if len(args) == 1 && args[0] == durable.Queue {
+		return durable.RunChild(ctx, args[0], stdout)
 	}
 	if len(args) != 1 || (args[0] != "paused" && args[0] != "killed") {
 		return fmt.Errorf("%s", demoChildUsage)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,14 +32,17 @@ func TestDemo(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("jobfence demo exited %d", code)
 	}
-	rows := regexp.MustCompile(`(?m)^([1-9])  .*  PASS$`).FindAllStringSubmatch(out.String(), -1)
-	if len(rows) != 9 {
-		t.Fatalf("%d PASS rows in the table, want 9", len(rows))
+	rows := regexp.MustCompile(`(?m)^([0-9]+) +(.*?)  .*  PASS$`).FindAllStringSubmatch(out.String(), -1)
+	if len(rows) != 10 {
+		t.Fatalf("%d PASS rows in the table, want 10", len(rows))
 	}
 	for i, r := range rows {
-		if r[1] != string(rune('1'+i)) {
+		if r[1] != strconv.Itoa(i+1) {
 			t.Fatalf("row %d is scenario %s", i+1, r[1])
 		}
+	}
+	if !strings.Contains(rows[9][2], "durable") {
+		t.Errorf("row 10 is %q, want the durable steps' scenario", rows[9][2])
 	}
 	if strings.Contains(out.String(), "FAIL") {
 		t.Fatal("the output says FAIL")
@@ -90,10 +94,10 @@ func TestDemoBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"demo", "--only", "10"}, `jobfence demo: --only "10": "10" is not a scenario number from 1 to 9` + "\n"},
-		{[]string{"demo", "--only", "4,x"}, `jobfence demo: --only "4,x": "x" is not a scenario number from 1 to 9` + "\n"},
+		{[]string{"demo", "--only", "11"}, `jobfence demo: --only "11": "11" is not a scenario number from 1 to 10` + "\n"},
+		{[]string{"demo", "--only", "4,x"}, `jobfence demo: --only "4,x": "x" is not a scenario number from 1 to 10` + "\n"},
 		{[]string{"demo", "now"}, `jobfence demo: unexpected argument "now" (flags: --only)` + "\n"},
-		{[]string{"demo-child", "sleepy"}, "jobfence demo-child: usage: demo-child paused|killed|order-workflow (it is run by jobfence demo, with DATABASE_URL set)\n"},
+		{[]string{"demo-child", "sleepy"}, "jobfence demo-child: usage: demo-child paused|killed|order-workflow|durable-steps (it is run by jobfence demo, with DATABASE_URL set)\n"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -42,7 +42,7 @@ func commands() map[string]command {
 		"workers":    {"workers list: the worker instances running now, from the registry", runWorkers},
 		"workflows":  {"workflows list|show ID|cancel ID|retry ID: workflows, their tasks and outputs; cancel or resume one", runWorkflows},
 		"dlq":        {"dlq redrive --queue Q: move a Kafka queue's dead letters back to run again", runDLQ},
-		"demo":       {"demo [--only 4,5]: the nine scenarios on a simulated fleet, with a verdict table", runDemo},
+		"demo":       {"demo [--only 4,5]: the ten scenarios on a simulated fleet, with a verdict table", runDemo},
 		"demo-child": {"(internal) a worker process that jobfence demo pauses or kills", runDemoChild},
 		"bench-proc": {"(internal) a worker process of jobfence bench --instances N", runBenchChild},
 		"version":    {"version: the release, module version and VCS revision of this binary (also --version)", runVersion},
