@@ -263,3 +263,45 @@ func TestSignalErrors(t *testing.T) {
 		t.Fatalf("Signal of a completed job = %v, want ErrJobFinished saying it is completed", err)
 	}
 }
+
+// TestPruneTakesStepsAndSignals: a pruned job's steps and signals go
+// with it; another job's stay.
+func TestPruneTakesStepsAndSignals(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	var ids []int64
+	for range 2 {
+		res, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "signup"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.ID)
+		if err := c.Signal(ctx, res.ID, "later", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jobs := claim(t, c, "default", 2, time.Minute)
+	for _, j := range jobs {
+		if _, err := c.RecordStep(ctx, nil, j.Lease(), "a", []byte(`1`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Complete(ctx, jobs[0].Lease()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if n, err := c.PruneStates(ctx, queue.Retention{Completed: time.Millisecond, Cancelled: time.Millisecond, Discarded: time.Millisecond}, 10); err != nil || n != 1 {
+		t.Fatalf("PruneStates = %d, %v; want the completed job", n, err)
+	}
+	for _, tc := range []struct {
+		id   int64
+		want int
+	}{{jobs[0].ID, 0}, {jobs[1].ID, 1}} {
+		var steps, signals int
+		err := c.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM jobfence_steps WHERE job_id = $1),
+            (SELECT count(*) FROM jobfence_signals WHERE job_id = $1)`, tc.id).Scan(&steps, &signals)
+		if err != nil || steps != tc.want || signals != tc.want {
+			t.Errorf("job %d: %d steps, %d signals (%v); want %d of each", tc.id, steps, signals, err, tc.want)
+		}
+	}
+}

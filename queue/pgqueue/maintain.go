@@ -206,6 +206,7 @@ func (s scanWith) Scan(dest ...any) error { return s.row.Scan(append(dest, s.ext
 //
 // transition: prune
 const pruneSQL = `
+WITH d AS (
 DELETE FROM jobfence_jobs WHERE id IN (
     SELECT j.id FROM jobfence_jobs j
     WHERE j.state IN ('completed', 'discarded', 'cancelled')
@@ -217,7 +218,13 @@ DELETE FROM jobfence_jobs WHERE id IN (
     ORDER BY j.finalized_at
     LIMIT $2
     FOR UPDATE OF j SKIP LOCKED
-)`
+) RETURNING id
+), s AS (
+    DELETE FROM jobfence_steps WHERE job_id IN (SELECT id FROM d)
+), g AS (
+    DELETE FROM jobfence_signals WHERE job_id IN (SELECT id FROM d)
+)
+SELECT count(*) FROM d`
 
 // pruneWorkflowsSQL deletes up to $2 workflows created more than the
 // retention ($1) ago whose tasks have all been pruned, with their tasks'
@@ -260,7 +267,8 @@ func (c *Client) Prune(ctx context.Context, retention time.Duration, limit int) 
 // deleted. Completed jobs in the finished partitions go with their
 // partition (MaintainFinished, given r.Completed).
 func (c *Client) PruneStates(ctx context.Context, r queue.Retention, limit int) (int, error) {
-	tag, err := c.pool.Exec(ctx, pruneSQL, r.Completed.Microseconds(), limit, r.Cancelled.Microseconds(), r.Discarded.Microseconds())
+	var pruned int
+	err := c.pool.QueryRow(ctx, pruneSQL, r.Completed.Microseconds(), limit, r.Cancelled.Microseconds(), r.Discarded.Microseconds()).Scan(&pruned)
 	if err != nil {
 		return 0, fmt.Errorf("pgqueue: prune: %w", err)
 	}
@@ -269,7 +277,7 @@ func (c *Client) PruneStates(ctx context.Context, r queue.Retention, limit int) 
 		return err
 	})
 	if err != nil {
-		return int(tag.RowsAffected()), fmt.Errorf("pgqueue: prune workflows: %w", err)
+		return pruned, fmt.Errorf("pgqueue: prune workflows: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return pruned, nil
 }

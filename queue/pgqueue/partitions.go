@@ -330,9 +330,25 @@ func (c *Client) raiseFinishedBound(ctx context.Context, lo time.Time) error {
 	})
 }
 
-// dropPartitionTable drops a partition's table once it is detached.
+// dropPartitionTable drops a partition's table once it is detached,
+// with the durable steps and signals of its jobs (jobfence_steps,
+// jobfence_signals: a completed job's are kept while the job is, for its
+// page, and go with it).
 func (c *Client) dropPartitionTable(ctx context.Context, name string) error {
 	return c.ddlTx(ctx, func(tx pgx.Tx) error {
+		t := pgx.Identifier{name}.Sanitize()
+		var there bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&there); err != nil {
+			return fmt.Errorf("drop partition %s: %w", name, err)
+		}
+		for _, table := range []string{"jobfence_steps", "jobfence_signals"} {
+			if !there {
+				break // dropped already
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE job_id IN (SELECT id FROM `+t+`)`); err != nil {
+				return fmt.Errorf("drop the steps of partition %s: %w", name, err)
+			}
+		}
 		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{name}.Sanitize()); err != nil {
 			return fmt.Errorf("drop partition %s: %w", name, err)
 		}
