@@ -44,6 +44,10 @@ func (r *runner) recordStep(j *queue.Job, name string, out int) {
 	if !ok {
 		return
 	}
+	rows, ok := r.stepRows(j.ID, name)
+	if !ok {
+		return
+	}
 	ctx, cancel := r.opCtx()
 	got, err := r.c.RecordStep(ctx, nil, j.Lease(), name, []byte(strconv.Itoa(out)))
 	cancel()
@@ -54,7 +58,7 @@ func (r *runner) recordStep(j *queue.Job, name string, out int) {
 			r.fail("fence", "job %d: step %s under the current fence %d was refused as stale", j.ID, name, j.Fence)
 			return
 		}
-		r.noRowOfFence(j, name)
+		r.unchanged(j, name, rows)
 		return
 	}
 	if !r.called(fmt.Sprintf("RecordStep %s of job %d fence %d", name, j.ID, j.Fence), err, nil) {
@@ -77,16 +81,23 @@ func (r *runner) recordStep(j *queue.Job, name string, out int) {
 	}
 }
 
-// noRowOfFence checks that claim j, refused as stale, recorded no step
-// name under its fence.
-func (r *runner) noRowOfFence(j *queue.Job, name string) {
+// stepRows reads the rows of job id's step name (and of a wait's timer,
+// name:wait), as one string to compare.
+func (r *runner) stepRows(id int64, name string) (string, bool) {
 	ctx, cancel := r.opCtx()
 	defer cancel()
-	var n int
-	err := r.admin.QueryRow(ctx, `SELECT count(*) FROM jobfence_steps WHERE job_id = $1 AND name LIKE $2 AND fence = $3`,
-		j.ID, name+"%", j.Fence).Scan(&n)
-	if r.called("read steps", err, nil) && n > 0 {
-		r.fail("stale write", "job %d: step %s refused as stale under fence %d left %d rows of that fence", j.ID, name, j.Fence, n)
+	var rows string
+	err := r.admin.QueryRow(ctx, `SELECT coalesce(string_agg(name || '=' || output::text || '@' || fence, ' ' ORDER BY name), '')
+        FROM jobfence_steps WHERE job_id = $1 AND (name = $2 OR name = $2 || ':wait')`, id, name).Scan(&rows)
+	return rows, r.called("read steps", err, nil)
+}
+
+// unchanged checks that claim j's record of step name, refused as stale,
+// left its rows as they were (before).
+func (r *runner) unchanged(j *queue.Job, name, before string) {
+	after, ok := r.stepRows(j.ID, name)
+	if ok && after != before {
+		r.fail("stale write", "job %d: step %s refused as stale under fence %d changed its rows: %q -> %q", j.ID, name, j.Fence, before, after)
 	}
 }
 
@@ -109,6 +120,10 @@ func (r *runner) awaitOp(op Op) {
 		return
 	}
 	key := fmt.Sprintf("jobfence:signal:%s#%d", signalName, info.waits+1)
+	rows, ok := r.stepRows(j.ID, key)
+	if !ok {
+		return
+	}
 	ctx, cancel := r.opCtx()
 	out, until, now, err := r.c.AwaitSignal(ctx, j.Lease(), key, signalName, time.Duration(op.Ms+1)*time.Millisecond)
 	cancel()
@@ -119,7 +134,7 @@ func (r *runner) awaitOp(op Op) {
 			r.fail("fence", "job %d: wait %s under the current fence %d was refused as stale", j.ID, key, j.Fence)
 			return
 		}
-		r.noRowOfFence(j, key)
+		r.unchanged(j, key, rows)
 		return
 	}
 	if !r.called(fmt.Sprintf("AwaitSignal %s of job %d fence %d", key, j.ID, j.Fence), err, nil) {
