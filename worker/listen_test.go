@@ -132,15 +132,15 @@ func TestListenReconnect(t *testing.T) {
 				return len(p) == 1 && p[0] != pids[0]
 			})
 			// The new connection LISTENs on the channels in order, the
-			// pause channel last: once it shows that, all are in place.
+			// signal channel last: once it shows that, all are in place.
 			testwatch.WaitFor(t, 10*time.Second, "the new connection to LISTEN on every channel", func() bool {
 				var n int
-				err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query = 'LISTEN "jobfence_pause"'`, app).Scan(&n)
+				err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query = 'LISTEN "jobfence_signal"'`, app).Scan(&n)
 				return err == nil && n == 1
 			})
 			logs := clientLogs.String()
-			if !strings.Contains(logs, "LISTEN connection lost") || !strings.Contains(logs, "channels=jobfence_cancel,jobfence_insert,jobfence_pause") {
-				t.Fatalf("client logs do not report the lost LISTEN of all three channels:\n%s", logs)
+			if !strings.Contains(logs, "LISTEN connection lost") || !strings.Contains(logs, "channels=jobfence_cancel,jobfence_insert,jobfence_pause,jobfence_signal") {
+				t.Fatalf("client logs do not report the lost LISTEN of all four channels:\n%s", logs)
 			}
 			testwatch.WaitFor(t, 10*time.Second, "the LISTEN connection back, logged", func() bool {
 				return strings.Contains(clientLogs.String(), "LISTEN connection back")

@@ -287,10 +287,13 @@ func TestPauseAfterLostListen(t *testing.T) {
 		}
 		return false
 	})
-	// A new LISTEN is in place, and a resume comes by NOTIFY again.
+	// A new LISTEN is in place, and a resume comes by NOTIFY again. The
+	// channels are LISTENed in order, the signals' after the pauses': the
+	// connection's last statement is either once the pauses' is in place.
 	testwatch.WaitFor(t, 10*time.Second, "a new LISTEN for pauses", func() bool {
 		var n int
-		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND pid <> $2 AND query = 'LISTEN "jobfence_pause"'`, app, pid).Scan(&n)
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND pid <> $2
+            AND query IN ('LISTEN "jobfence_pause"', 'LISTEN "jobfence_signal"')`, app, pid).Scan(&n)
 		return err == nil && n == 1
 	})
 	at = time.Now()

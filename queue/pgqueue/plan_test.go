@@ -61,7 +61,7 @@ func TestBatchStatementsProbeThePrimaryKey(t *testing.T) {
 		args []any
 	}{
 		{"complete", pgqueue.CompleteSQL, []any{ids, fences, errs, errs}},
-		{"finish", pgqueue.FinishSQL, []any{ids, fences, outcomes, delays, errs, errs, errs, delays}},
+		{"finish", pgqueue.FinishSQL, []any{ids, fences, outcomes, delays, errs, errs, errs, delays, make([]*string, len(ids))}},
 		{"release", pgqueue.ReleaseSQL, []any{ids, 1000, "wake"}},
 		{"release range", pgqueue.ReleaseRangeSQL, []any{ids}},
 		{"release and claim", pgqueue.ReleaseClaimSQL, []any{ids, 1000, queues, caps, time.Minute.Microseconds(), "w"}},
