@@ -185,7 +185,10 @@ SELECT pg_notify($2, id::text || ':' || fence::text) FROM c`
 // error naming its state; an unknown ID wraps queue.ErrJobNotFound.
 //
 // A workflow task's pending dependents are cancelled with it, in the same
-// transaction (see releaseSQL), a bounded one (see finishBatch). The job
+// transaction (see releaseSQL), a bounded one (see finishBatch), and so
+// are the child workflows the job started (workflow.StartChild), every
+// task of theirs that has not ended, running ones through their workers,
+// and their children in turn (cancelChildren). The job
 // is read first to tell a task from another job; a failed read fails the
 // cancel, which changes nothing then: taken for a plain job, a task was
 // cancelled without its release, and a dependent that runs anyway waited
@@ -195,16 +198,17 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 	if err != nil {
 		return fmt.Errorf("pgqueue: cancel job %d: %w", id, err)
 	}
-	if j.WorkflowID != "" {
-		err = c.boundedTx(ctx, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, cancelSQL, id, cancelChannel).Scan(nil); err != nil {
+	err = c.boundedTx(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, cancelSQL, id, cancelChannel).Scan(nil); err != nil {
+			return err
+		}
+		if j.WorkflowID != "" {
+			if err := c.releaseFailed(ctx, tx, []int64{id}); err != nil {
 				return err
 			}
-			return c.releaseFailed(ctx, tx, []int64{id})
-		})
-	} else {
-		err = c.pool.QueryRow(ctx, cancelSQL, id, cancelChannel).Scan(nil)
-	}
+		}
+		return c.cancelChildren(ctx, tx, []int64{id})
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		j, gerr := c.Get(ctx, id)
 		if gerr != nil {
