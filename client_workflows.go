@@ -24,6 +24,11 @@ type (
 	// counted by state (Total, Done) and, from Workflows().Get, the tasks
 	// themselves. See pgqueue.WorkflowInfo.
 	WorkflowInfo = pgqueue.WorkflowInfo
+
+	// ChildWorkflow is a workflow that a job started from its handler
+	// (workflow.StartChild): its ID, name and parent job. See
+	// pgqueue.ChildWorkflow.
+	ChildWorkflow = pgqueue.ChildWorkflow
 )
 
 // ErrWorkflowNotFound reports a workflow ID that names no workflow (an
@@ -115,4 +120,12 @@ func (w Workflows) Retry(ctx context.Context, id string) (int, error) {
 		return 0, fmt.Errorf("jobfence: retry workflow: %w", errNoWorkflowID)
 	}
 	return w.c.pg.RetryWorkflow(ctx, id)
+}
+
+// Children returns the child workflows that job id started from its
+// handler (workflow.StartChild), oldest first, 1,000 at most; a
+// workflow's own parent is its WorkflowInfo's ParentJobID, and the
+// children of its tasks its Children (from Get).
+func (w Workflows) Children(ctx context.Context, id int64) ([]ChildWorkflow, error) {
+	return w.c.pg.ChildWorkflows(ctx, id)
 }

@@ -410,3 +410,49 @@ func TestBrowserSearchJobs(t *testing.T) {
 	}
 	events.check(t, "status of 400 (Bad Request) "+d.URL+"/jobs?args=")
 }
+
+// TestBrowserWorkflowLineage opens, in headless Chromium, a workflow whose
+// task started a child workflow: its page links to the child, the child's
+// page to its parent job, and the parent job's page to the child.
+func TestBrowserWorkflowLineage(t *testing.T) {
+	ctx, events := newBrowser(t)
+	d := newDash(t, dashboard.Options{})
+	screenshot := screenshots(t)
+	bg := context.Background()
+	outer, err := d.q.InsertWorkflow(bg, queue.WorkflowParams{Name: "signup 7", Tasks: []queue.WorkflowTask{
+		{Name: "provision", Params: queue.EnqueueParams{Kind: "provision", Queue: "signups"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := d.claim("signups", 1)[0]
+	const childID = "0d9c2f4e-8a6b-4c1d-9e2f-3a4b5c6d7e8f"
+	if _, err := d.q.InsertWorkflow(bg, queue.WorkflowParams{ID: childID, Name: "tenant 7", Parent: parent.Lease(),
+		Tasks: []queue.WorkflowTask{{Name: "db", Params: queue.EnqueueParams{Kind: "db", Queue: "tenants"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	open := func(step, path, sel, name string) (text, href string) {
+		t.Helper()
+		resp, err := chromedp.RunResponse(ctx, chromedp.Navigate(d.URL+path))
+		if err != nil || resp.Status != 200 {
+			t.Fatalf("%s: %v, %v", step, resp, err)
+		}
+		var ok bool
+		if err := chromedp.Run(ctx, chromedp.Text(sel, &text), chromedp.AttributeValue(sel+" a", "href", &href, &ok), screenshot(name)); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		return text, href
+	}
+	text, href := open("open the parent's workflow", "/workflows/"+outer.ID, "#workflow-children", "10-workflow-children")
+	if want := fmt.Sprintf("tenant 7 (by job %d)", parent.ID); text != want || href != "/workflows/"+childID {
+		t.Errorf("the parent's workflow shows children %q linking %q; want %q linking to the child", text, href, want)
+	}
+	text, href = open("open the child workflow", href, "#workflow-parent", "11-workflow-parent")
+	if want := fmt.Sprintf("started by job %d", parent.ID); text != want || href != fmt.Sprintf("/jobs/%d", parent.ID) {
+		t.Errorf("the child workflow shows parent %q linking %q; want %q", text, href, want)
+	}
+	text, href = open("open the parent job", href, "#job-children", "12-job-children")
+	if text != "tenant 7" || href != "/workflows/"+childID {
+		t.Errorf("the parent job shows children %q linking %q; want tenant 7 linking to the child", text, href)
+	}
+	events.check(t)
+}

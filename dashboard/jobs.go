@@ -177,6 +177,9 @@ type jobPage struct {
 	Unique *uniqueness
 	// CanRetry, CanCancel and CanDelete say which actions its state allows.
 	CanRetry, CanCancel, CanDelete bool
+	// Children are the child workflows the job started
+	// (workflow.StartChild).
+	Children []pgqueue.ChildWorkflow
 }
 
 // jobRowSQL reads what the job's page shows beyond queue.Job: when it
@@ -224,6 +227,9 @@ func (h *handler) job(w http.ResponseWriter, r *http.Request) error {
 		if p.Waits, err = h.client.WaitReason(r.Context(), id); err != nil {
 			return err
 		}
+	}
+	if p.Children, err = h.client.ChildWorkflows(r.Context(), id); err != nil {
+		return err
 	}
 	slices.Reverse(p.Attempts)
 	p.Timeline = timeline(j, p.FinalizedAt)

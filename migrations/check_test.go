@@ -130,7 +130,7 @@ func TestCheckBeforeFinishedJobs(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
 	providerAt(t, db.URL, 16)
-	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs.run_trace, jobfence_jobs.delete_on_complete, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_jobs.dependents_released, jobfence_limit_slots.backoff_until, jobfence_cascades, jobfence_jobs.run_on_failure, jobfence_jobs.dep_failed, jobfence_steps, jobfence_signals, jobfence_jobs.awaiting, jobfence_jobs.awaited, jobfence_jobs.progress, jobfence_jobs.tags): run ` + "`jobfence migrate up`"
+	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs.run_trace, jobfence_jobs.delete_on_complete, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_jobs.dependents_released, jobfence_limit_slots.backoff_until, jobfence_cascades, jobfence_jobs.run_on_failure, jobfence_jobs.dep_failed, jobfence_steps, jobfence_signals, jobfence_jobs.awaiting, jobfence_jobs.awaited, jobfence_jobs.progress, jobfence_jobs.tags, jobfence_workflows.parent_job_id, jobfence_workflows.parent_signalled_at): run ` + "`jobfence migrate up`"
 	if err := migrations.Check(ctx, db.Pool); !errors.Is(err, migrations.ErrNotMigrated) || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("Check at version 16 = %v, want prefix %q", err, want)
 	}

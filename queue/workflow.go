@@ -40,6 +40,15 @@ type WorkflowParams struct {
 	Name string
 	// Tasks are the tasks to insert, in any order.
 	Tasks []WorkflowTask
+	// Parent, when its ID is not zero, makes the workflow a child of the
+	// job it leases (workflow.StartChild): the workflow is inserted only
+	// while that job runs under the lease's fence (a stale attempt's
+	// insert fails with a *StaleFenceError), and cancelling the job
+	// cancels it. ID is then required, and names the new workflow: an
+	// insert that finds a child workflow of that ID and parent inserts
+	// nothing and returns it, so that a retried start finds what an
+	// earlier attempt inserted.
+	Parent Lease
 }
 
 // WorkflowResult is what inserting a workflow returns.

@@ -203,6 +203,22 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 	if name == "" || len(name) > maxStepName || strings.HasPrefix(name, reserved) {
 		return zero, fmt.Errorf("jobfence: step %q: %w: a step's name must be 1 to %d bytes and not start with %q", name, ErrBadStepName, maxStepName, reserved)
 	}
+	return step(ctx, name, fn)
+}
+
+// SystemStep is Step for jobfence's own packages (workflow.StartChild
+// records the child workflow it starts as one): its name, "jobfence:"
+// followed by name, is reserved, so that no step of a handler's takes it.
+func SystemStep[T any](ctx context.Context, name string, fn func(ctx context.Context) (T, error)) (T, error) {
+	var zero T
+	if name == "" || len(reserved+name) > maxStepName {
+		return zero, fmt.Errorf("jobfence: step %q: %w: a system step's name must be 1 to %d bytes", name, ErrBadStepName, maxStepName-len(reserved))
+	}
+	return step(ctx, reserved+name, fn)
+}
+
+func step[T any](ctx context.Context, name string, fn func(ctx context.Context) (T, error)) (T, error) {
+	var zero T
 	rc, sb, err := durableOf(ctx, "step "+strconv.Quote(name))
 	if err != nil {
 		return zero, err

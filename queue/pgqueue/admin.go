@@ -84,16 +84,47 @@ func (c *Client) Get(ctx context.Context, id int64) (*queue.Job, error) {
 // hold the row (a heartbeat, the worker's outcome and the rescuer would
 // wait or skip it) for as long as it stayed frozen.
 //
+// The same statement cancels the child workflows the job started
+// (workflow.StartChild), and theirs in turn, 64 generations deep at most:
+// every task of theirs that has not ended, running ones told as the job
+// is, locked in ID order (as a finish locks its task, then its
+// dependents). A plain job without children pays one probe of the
+// partial index of parents (migration 00032).
+//
 // transition: cancel, cancel-waiting
 const cancelSQL = `
-WITH c AS (
+WITH RECURSIVE c AS (
     UPDATE jobfence_jobs
     SET state = 'cancelled', finalized_at = now(), lease_expires_at = NULL,
         errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', now(), 'error', 'cancelled by request'))
     WHERE id = $1 AND state NOT IN ('completed', 'discarded', 'cancelled')
     RETURNING id, fence
+), d(id, depth) AS (
+    SELECT s.job_id, 1 FROM c
+    JOIN jobfence_workflows w ON w.parent_job_id = c.id
+    JOIN jobfence_workflow_tasks s ON s.workflow_id = w.id
+  UNION
+    SELECT s.job_id, d.depth + 1 FROM d
+    JOIN jobfence_workflows w ON w.parent_job_id = d.id
+    JOIN jobfence_workflow_tasks s ON s.workflow_id = w.id
+    WHERE d.depth < 64
+), l AS MATERIALIZED (
+    SELECT j.id FROM jobfence_jobs j
+    WHERE j.id IN (SELECT id FROM d) AND j.state NOT IN ('completed', 'discarded', 'cancelled')
+    ORDER BY j.id
+    FOR UPDATE OF j
+), k AS (
+    UPDATE jobfence_jobs j
+    SET state = 'cancelled', finalized_at = now(), lease_expires_at = NULL,
+        errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(),
+            'error', 'cancelled by request: its parent job was cancelled'))
+    FROM l
+    WHERE j.id = l.id AND j.state NOT IN ('completed', 'discarded', 'cancelled')
+    RETURNING j.id, j.fence
 )
-SELECT pg_notify($2, id::text || ':' || fence::text) FROM c`
+SELECT pg_notify($2, id::text || ':' || fence::text) FROM c
+UNION ALL
+SELECT pg_notify($2, id::text || ':' || fence::text) FROM k`
 
 // Cancel cancels a job that has not finished. A running job's worker is
 // told at once (NOTIFY) and cancels the handler's context; whatever that
@@ -101,7 +132,10 @@ SELECT pg_notify($2, id::text || ':' || fence::text) FROM c`
 // error naming its state; an unknown ID wraps queue.ErrJobNotFound.
 //
 // A workflow task's pending dependents are cancelled with it, in the same
-// transaction (see releaseSQL), a bounded one (see finishBatch). The job
+// transaction (see releaseSQL), a bounded one (see finishBatch), and so
+// are the child workflows the job started (workflow.StartChild), every
+// task of theirs that has not ended, running ones through their workers,
+// and their children in turn, by cancelSQL itself. The job
 // is read first to tell a task from another job; a failed read fails the
 // cancel, which changes nothing then: taken for a plain job, a task was
 // cancelled without its release, and a dependent that runs anyway waited

@@ -146,10 +146,17 @@ RETURNING j.id`
 // made available per queue. It also discards up to limit jobs not started
 // by their deadline (see promoteSQL), which it does not count, and takes
 // up to limit edges of appended workflow tasks whose dependencies have
-// ended (releaseAppended). Any number of instances may run it at once.
+// ended (releaseAppended). Before it, it signals up to limit parents
+// suspended awaiting a child workflow that has ended (childSweepSQL). Any
+// number of instances may run it at once.
 func (c *Client) Promote(ctx context.Context, limit int) (map[string]int, error) {
 	if limit <= 0 {
 		return nil, nil
+	}
+	// First the signals that tell suspended parents their child workflows
+	// ended, so that this pass's promotion wakes them.
+	if _, err := c.sweepChildren(ctx, limit); err != nil {
+		return nil, err
 	}
 	rows, err := c.pool.Query(ctx, promoteSQL, limit)
 	if err != nil {

@@ -150,13 +150,18 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		return fail(fmt.Errorf("%w: no tasks", queue.ErrInvalidWorkflow))
 	}
 	var id pgtype.UUID
-	if p.ID == "" {
-		if p.Name == "" {
-			return fail(fmt.Errorf("%w: a new workflow needs a name", queue.ErrInvalidWorkflow))
-		}
+	child := p.Parent.ID != 0
+	switch {
+	case p.ID == "" && child:
+		return fail(fmt.Errorf("%w: a child workflow needs its ID drawn by the caller", queue.ErrInvalidWorkflow))
+	case (p.ID == "" || child) && p.Name == "":
+		return fail(fmt.Errorf("%w: a new workflow needs a name", queue.ErrInvalidWorkflow))
+	case p.ID == "":
 		id = newJobKey()
-	} else if err := id.Scan(p.ID); err != nil {
-		return fail(fmt.Errorf("%w: workflow ID %q is not a UUID", queue.ErrInvalidWorkflow, p.ID))
+	default:
+		if err := id.Scan(p.ID); err != nil {
+			return fail(fmt.Errorf("%w: workflow ID %q is not a UUID", queue.ErrInvalidWorkflow, p.ID))
+		}
 	}
 	for i := range p.Tasks {
 		t := p.Tasks[i].Params.WithDefaults()
@@ -168,8 +173,13 @@ func insertWorkflow(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams, meta
 		}
 		p.Tasks[i].Params = t
 	}
-	created := p.ID == ""
-	if created {
+	created := p.ID == "" || child
+	if child {
+		res, started, err := insertChildRow(ctx, tx, id, p)
+		if err != nil || started {
+			return res, nil, err
+		}
+	} else if created {
 		tag, err := tx.Exec(ctx, workflowRowSQL, id, p.Name)
 		if err != nil {
 			return fail(err)

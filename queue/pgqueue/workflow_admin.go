@@ -91,6 +91,12 @@ type WorkflowInfo struct {
 	// Tasks holds its tasks, by ID (in dependency order), from Workflow
 	// only.
 	Tasks []*Task
+	// ParentJobID is the job that started it as a child workflow
+	// (workflow.StartChild); zero for a workflow inserted otherwise.
+	ParentJobID int64
+	// Children are the child workflows its tasks started, from Workflow
+	// only (1,000 at most).
+	Children []ChildWorkflow
 	// ReleasesLeft counts the ranges of dependents that its completed
 	// tasks have left to release after their completions (see
 	// Client.ReleaseDependents), from Workflow only: ranges that stay
@@ -172,6 +178,13 @@ func (c *Client) Workflow(ctx context.Context, id string) (*WorkflowInfo, error)
 	if w.ReleasesLeft, err = c.ReleasesLeft(ctx, id); err != nil {
 		return nil, err
 	}
+	ids := make([]int64, len(w.Tasks))
+	for i, t := range w.Tasks {
+		ids[i] = t.ID
+	}
+	if w.Children, err = c.ChildWorkflows(ctx, ids...); err != nil {
+		return nil, err
+	}
 	return w, nil
 }
 
@@ -181,7 +194,11 @@ func (c *Client) workflowRow(ctx context.Context, id string) (*WorkflowInfo, err
 		return nil, fmt.Errorf("pgqueue: workflow %q: %w (not a UUID)", id, queue.ErrWorkflowNotFound)
 	}
 	w := &WorkflowInfo{ID: id}
-	err := c.pool.QueryRow(ctx, `SELECT name, created_at FROM jobfence_workflows WHERE id = $1`, u).Scan(&w.Name, &w.CreatedAt)
+	var parent *int64
+	err := c.pool.QueryRow(ctx, `SELECT name, created_at, parent_job_id FROM jobfence_workflows WHERE id = $1`, u).Scan(&w.Name, &w.CreatedAt, &parent)
+	if parent != nil {
+		w.ParentJobID = *parent
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("pgqueue: workflow %s: %w", id, queue.ErrWorkflowNotFound)
 	}
@@ -265,10 +282,13 @@ UPDATE jobfence_jobs j
 SET state = 'cancelled', finalized_at = now(),
     errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(), 'error', 'cancelled by request: workflow cancelled'))
 FROM l
-WHERE j.id = l.id AND j.state IN ('pending', 'available', 'scheduled', 'retryable')`
+WHERE j.id = l.id AND j.state IN ('pending', 'available', 'scheduled', 'retryable')
+RETURNING j.id`
 
 // CancelWorkflow cancels every task of workflow id that has not started,
-// and returns how many. Tasks running now run to their end.
+// and returns how many. Tasks running now run to their end. The child
+// workflows of the tasks it cancels (a task suspended awaiting one) are
+// cancelled with them, running tasks included (see Cancel).
 func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
 	if _, err := c.workflowRow(ctx, id); err != nil {
 		return 0, err
@@ -283,14 +303,28 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
 		if pass == maxReleasePasses {
 			return total, fmt.Errorf("pgqueue: cancel workflow %s: %w (%d passes)", id, ErrWorkflowGrowing, pass)
 		}
-		tag, err := c.pool.Exec(ctx, cancelWorkflowSQL, id)
+		// A task's child workflows are cancelled with it, in its
+		// transaction: a suspended parent awaiting one is cancelled here.
+		var n int
+		err := c.boundedTx(ctx, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, cancelWorkflowSQL, id)
+			if err != nil {
+				return err
+			}
+			ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			if err != nil {
+				return err
+			}
+			n = len(ids)
+			return c.cancelChildren(ctx, tx, ids)
+		})
 		if err != nil {
 			return total, fmt.Errorf("pgqueue: cancel workflow %s: %w", id, err)
 		}
-		if tag.RowsAffected() == 0 {
+		if n == 0 {
 			return total, nil
 		}
-		total += int(tag.RowsAffected())
+		total += n
 	}
 }
 
