@@ -59,7 +59,7 @@ func (e *JobFailedError) Is(target error) bool { return target == ErrJobFailed }
 // cancelled), as Get returns it, its output included. It is woken by a
 // notification from the transaction that ends the job, which only an
 // awaited job sends (see docs/durable.md), and polls with backoff
-// meanwhile (pgqueue.Config's AwaitPollMin, 50ms, to AwaitPollMax, 1s), so
+// meanwhile (pgqueue.Config's AwaitPollMin to AwaitPollMax), so
 // it works behind PgBouncer in transaction mode too, a ListenURL making it
 // prompt there. An ID that names no job, and a job deleted or pruned (its
 // retention passed) before Wait read it, is an error wrapping

@@ -92,7 +92,7 @@ func (c *Client) Get(ctx context.Context, id int64) (*queue.Job, error) {
 // partial index of parents (migration 00032).
 //
 // transition: cancel, cancel-waiting
-const cancelSQL = `
+var cancelSQL = `
 WITH RECURSIVE c AS (
     UPDATE jobfence_jobs
     SET state = 'cancelled', finalized_at = now(), lease_expires_at = NULL,
@@ -110,7 +110,7 @@ WITH RECURSIVE c AS (
     WHERE d.depth < 64
 ), l AS MATERIALIZED (
     SELECT j.id FROM jobfence_jobs j
-    WHERE j.id IN (SELECT id FROM d) AND j.state NOT IN ('completed', 'discarded', 'cancelled')
+    WHERE j.id IN (SELECT id FROM d) AND j.state NOT IN ` + finalStatesSQL + `
     ORDER BY j.id
     FOR UPDATE OF j
 ), k AS (
@@ -119,7 +119,7 @@ WITH RECURSIVE c AS (
         errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(),
             'error', 'cancelled by request: its parent job was cancelled'))
     FROM l
-    WHERE j.id = l.id AND j.state NOT IN ('completed', 'discarded', 'cancelled')
+    WHERE j.id = l.id AND j.state NOT IN ` + finalStatesSQL + `
     RETURNING j.id, j.fence
 )
 SELECT pg_notify($2, id::text || ':' || fence::text) FROM c

@@ -93,7 +93,7 @@ type Config struct {
 	// interval up to AwaitPollMax, and at once when a notification says it
 	// ended. Behind PgBouncer in transaction mode without a ListenURL, or
 	// with PollOnly, the poll is all there is. Zero means
-	// DefaultAwaitPollMin (50ms) and DefaultAwaitPollMax (1s); an
+	// DefaultAwaitPollMin and DefaultAwaitPollMax; an
 	// AwaitPollMax below AwaitPollMin is AwaitPollMin.
 	AwaitPollMin, AwaitPollMax time.Duration
 }

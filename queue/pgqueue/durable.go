@@ -223,11 +223,11 @@ const MaxSignalBytes = 1 << 20
 // caller runs at once (Signal) or the notification on channel $5 makes a
 // worker run when the transaction commits (SignalTx), so that a caller's
 // transaction holds up no worker, however long it stays open.
-const signalSQL = `
+var signalSQL = `
 WITH j AS (
     SELECT id FROM jobfence_jobs
     WHERE CASE WHEN $1::bigint <> 0 THEN id = $1 ELSE unique_key = $4 END
-      AND state NOT IN ` + "('completed', 'discarded', 'cancelled')" + `
+      AND state NOT IN ` + finalStatesSQL + `
 ), ins AS (
     INSERT INTO jobfence_signals (job_id, name, payload)
     SELECT id, $2, $3 FROM j
