@@ -33,13 +33,18 @@ func TestRunOneFindsDueScheduledJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := time.Now().Add(300 * time.Millisecond)
+	at := time.Now().Add(time.Second)
 	res, err := client.Insert(ctx, laterArgs{}, &queue.InsertOpts{ScheduledAt: at})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.RunOne(ctx, "default"); !errors.Is(err, worker.ErrNoJob) {
-		t.Fatalf("RunOne before the job's time: %v, want ErrNoJob", err)
+	// A job run before its time is the failure; on a machine so loaded
+	// that the insert and the call took past it, running it was right.
+	if ran, err := w.RunOne(ctx, "default"); !errors.Is(err, worker.ErrNoJob) && time.Now().Before(at) {
+		t.Fatalf("RunOne before the job's time: %+v, %v, want ErrNoJob", ran, err)
+	} else if err == nil {
+		t.Logf("the machine took past the job's time before RunOne returned; it ran: %+v", ran)
+		return
 	}
 	time.Sleep(time.Until(at) + 50*time.Millisecond)
 	ran, err := w.RunOne(ctx, "default")
