@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/jobfencetest/devserver"
-	"github.com/jobfence/jobfence/migrations"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
 
@@ -111,7 +110,10 @@ func NewDB(t testing.TB, opts ...Options) *DB {
 }
 
 // OpenDB creates a fresh schema on the server baseURL names, creates
-// jobfence's tables in it (unless Options.NoMigrate) and opens a pool
+// jobfence's tables in it (unless Options.NoMigrate: by replaying, in one
+// transaction, a schema the migrations made once per server, where a
+// pg_dump of the server's version is installed, else by running the
+// migrations) and opens a pool
 // whose search_path is that schema. Close drops the schema. NewDB is
 // OpenDB for a test; OpenDB serves where there is no testing.TB, such as
 // an Example function.
@@ -130,7 +132,7 @@ func OpenDB(ctx context.Context, baseURL string, opts ...Options) (*DB, error) {
 		return nil, err
 	}
 	if !o.NoMigrate {
-		if err := migrations.Up(ctx, db.URL); err != nil {
+		if err := migrate(ctx, baseURL, schema); err != nil {
 			return fail(fmt.Errorf("jobfencetest: migrate: %w", err))
 		}
 	}
