@@ -41,7 +41,7 @@ func (w *Worker) AddQueue(name string, concurrency int) error {
 	w.qmu.Lock()
 	defer w.qmu.Unlock()
 	if n := w.effective(name); n > 0 {
-		return fmt.Errorf("jobfence: worker: add queue %q: %w (concurrency %d); change its concurrency with SetQueue", name, ErrQueueWorked, n)
+		return fmt.Errorf("jobfence: worker: add queue %q: %w (concurrency %d); set its concurrency instead", name, ErrQueueWorked, n)
 	}
 	w.local[name], w.override[name] = concurrency, true
 	w.applyQueue(name)
@@ -62,7 +62,7 @@ func (w *Worker) SetQueue(name string, concurrency int) error {
 	w.qmu.Lock()
 	defer w.qmu.Unlock()
 	if w.effective(name) == 0 {
-		return fmt.Errorf("jobfence: worker: set queue %q: %w; start it with AddQueue", name, ErrQueueNotWorked)
+		return fmt.Errorf("jobfence: worker: set queue %q: %w; add it instead", name, ErrQueueNotWorked)
 	}
 	w.local[name], w.override[name] = concurrency, true
 	w.applyQueue(name)
