@@ -52,8 +52,8 @@ type queueFetch struct {
 	out chan claimed
 	// wake is the backend's wake-up, poke this worker's promoter's. wake
 	// changes when a removed queue is added again: read it with wakeCh.
-	wake     atomic.Pointer[<-chan struct{}]
-	poke     chan struct{}
+	wake atomic.Pointer[<-chan struct{}]
+	poke chan struct{}
 	// stuckFreed counts the queue's stuck handlers, still running, whose
 	// slots went to new runners (see Worker.abandonRun). Guarded by
 	// Worker.mu.
