@@ -361,9 +361,10 @@ func (w *Worker) applyStored(settings []queue.QueueSetting) {
 // watchQueues follows the fleet's stored queue settings on a backend
 // that stores them (queue.QueueWatcher), or the paused queues on one that
 // only pauses them (queue.PauseWatcher: the queues the worker starts
-// with). It reports whether it could; before it returns, the settings
-// already known are applied to w.stored and w.pausedSet, so that Start
-// starts the queues as they say. w.qmu and w.mu are held.
+// with). Before it returns, the settings already known are recorded in
+// w.stored and w.pausedSet, so that Start starts the queues as they say;
+// later ones are applied as they come (applyStored, applyPaused). w.qmu
+// and w.mu are held.
 func (w *Worker) watchQueues(ctx context.Context) {
 	if qw, ok := w.backend.(queue.QueueWatcher); ok {
 		ch, err := qw.WatchQueues(ctx)
