@@ -177,9 +177,32 @@ func (c *Client) Handlers() *Registry { return c.reg }
 // Telemetry's instrumentation; the zero worker.Config for an insert-only
 // client. jobfencetest.NewWorker builds its worker from it.
 func (c *Client) WorkerConfig() worker.Config {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	cfg := c.wcfg
 	cfg.Queues = maps.Clone(c.wcfg.Queues)
 	return cfg
+}
+
+// newWorker builds the worker of a Start after Stop from the
+// configuration as the local queue changes (Queues().Add, Set, Remove)
+// left it. With every queue removed it works none: a worker.Config
+// without queues would work "default".
+func (c *Client) newWorker() (*worker.Worker, error) {
+	cfg := c.WorkerConfig()
+	if len(cfg.Queues) > 0 {
+		return worker.New(c.pg, c.reg, cfg)
+	}
+	cfg.Queues = map[string]int{queue.DefaultQueue: 1}
+	w, err := worker.New(c.pg, c.reg, cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Not started: this edits its queues and waits for nothing.
+	if err := w.RemoveQueue(context.Background(), queue.DefaultQueue); err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // Start starts the scheduler, which records the schedules and enqueues the
@@ -211,7 +234,7 @@ func (c *Client) Start(ctx context.Context) error {
 		return fmt.Errorf("jobfence: start: %w", err)
 	}
 	if w != nil && used {
-		nw, err := worker.New(c.pg, c.reg, c.wcfg)
+		nw, err := c.newWorker()
 		if err != nil {
 			return fmt.Errorf("jobfence: start: %w", err)
 		}

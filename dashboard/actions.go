@@ -63,7 +63,8 @@ func actionError(err error) error {
 	switch {
 	case errors.As(err, &he), errors.Is(err, queue.ErrJobNotFound), errors.Is(err, queue.ErrWorkflowNotFound):
 		return err
-	case errors.Is(err, queue.ErrUnknownState), errors.Is(err, pgqueue.ErrNoQueueName):
+	case errors.Is(err, queue.ErrUnknownState), errors.Is(err, pgqueue.ErrNoQueueName),
+		errors.Is(err, queue.ErrBadConcurrency), errors.Is(err, pgqueue.ErrUnknownQueue):
 		status = http.StatusBadRequest
 	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err):
 		status = http.StatusGatewayTimeout
@@ -171,6 +172,36 @@ func (h *handler) resumeQueue(r *http.Request, actor string) (string, []any, err
 	return "/queues?done=resumed", []any{"queue", q}, h.client.ResumeQueue(r.Context(), q, actor)
 }
 
+// fleetQueue changes a queue's stored fleet setting: the form's op is
+// set, add, remove or reset, and set and add take its concurrency.
+func (h *handler) fleetQueue(r *http.Request, actor string) (string, []any, error) {
+	q, op := r.PostFormValue("queue"), r.PostFormValue("op")
+	attrs := []any{"queue", q, "op", op}
+	var n int
+	if op == "set" || op == "add" {
+		s := strings.TrimSpace(r.PostFormValue("concurrency"))
+		var err error
+		if n, err = strconv.Atoi(s); err != nil {
+			return "", attrs, badRequest("concurrency %q is not a whole number", s)
+		}
+		attrs = append(attrs, "concurrency", n)
+	}
+	var err error
+	switch op {
+	case "set":
+		err = h.client.SetQueueConcurrency(r.Context(), q, n, actor)
+	case "add":
+		err = h.client.StartQueue(r.Context(), q, n, actor)
+	case "remove":
+		err = h.client.StopQueue(r.Context(), q, actor)
+	case "reset":
+		err = h.client.ResetQueue(r.Context(), q, actor)
+	default:
+		return "", attrs, badRequest("unknown queue operation %q: want set, add, remove or reset", op)
+	}
+	return "/queues?done=fleet-" + op, attrs, err
+}
+
 // flash says what the action that redirected here did. It knows a fixed
 // set of outcomes, so a link cannot make the page say anything else.
 func flash(r *http.Request) string {
@@ -192,6 +223,14 @@ func flash(r *http.Request) string {
 		return "The queue is paused: workers stop claiming its jobs within about a second; running jobs finish."
 	case "resumed":
 		return "The queue is resumed."
+	case "fleet-set":
+		return "The queue's concurrency is set: every worker that works it follows within about a second; running jobs go on."
+	case "fleet-add":
+		return "The queue is added: workers with FleetQueues start it within about a second, at its concurrency."
+	case "fleet-remove":
+		return "The queue is removed: every worker stops claiming its jobs within about a second; running jobs finish."
+	case "fleet-reset":
+		return "The queue's fleet setting is cleared: every worker goes back to its own configuration."
 	}
 	if s := limitFlash(r.URL.Query().Get("done")); s != "" {
 		return s

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jobfence/jobfence/dashboard"
 	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
 )
 
 // discardedJob enqueues a job of queue q and discards it: a job that
@@ -267,4 +268,68 @@ func TestBasePath(t *testing.T) {
 	if code != http.StatusSeeOther || loc != fmt.Sprintf("/admin/jobs/jobs/%d?done=retried", id) {
 		t.Errorf("retry under the base = %d to %q", code, loc)
 	}
+}
+
+// TestFleetQueueAction: the queue page's fleet form stores a queue's
+// concurrency, adds, removes and resets it, naming who did it; it needs
+// the form's CSRF token, and bad input gets a message that says what is
+// wrong.
+func TestFleetQueueAction(t *testing.T) {
+	d := newDash(t, dashboard.Options{})
+	d.enqueue(queue.EnqueueParams{Kind: "mail", Queue: "email"})
+	token := d.token("/queues")
+	if code, _, body := d.post("/queues/fleet", url.Values{"queue": {"email"}, "op": {"set"}, "concurrency": {"3"}}); code != http.StatusForbidden ||
+		!strings.Contains(body, "CSRF token is missing or wrong") {
+		t.Errorf("fleet set without the CSRF token = %d:\n%s", code, body)
+	}
+	stored := func() pgqueue.QueueInfo {
+		t.Helper()
+		qs, err := d.q.Queues(context.Background())
+		if err != nil || len(qs) == 0 {
+			t.Fatalf("queues: %+v, %v", qs, err)
+		}
+		return qs[0]
+	}
+	if q := stored(); q.Concurrency != 0 || q.Run != queue.RunConfigured {
+		t.Fatalf("a refused action stored %+v", q)
+	}
+	for _, tc := range []struct {
+		form url.Values
+		done string
+		conc int
+		run  queue.QueueRun
+	}{
+		{url.Values{"op": {"set"}, "concurrency": {"3"}}, "fleet-set", 3, queue.RunConfigured},
+		{url.Values{"op": {"add"}, "concurrency": {" 5 "}}, "fleet-add", 5, queue.RunStarted},
+		{url.Values{"op": {"remove"}}, "fleet-remove", 5, queue.RunStopped},
+		{url.Values{"op": {"reset"}}, "fleet-reset", 0, queue.RunConfigured},
+	} {
+		tc.form.Set("csrf", token)
+		tc.form.Set("queue", "email")
+		code, loc, body := d.post("/queues/fleet", tc.form)
+		if code != http.StatusSeeOther || loc != "/queues?done="+tc.done {
+			t.Fatalf("%v = %d to %q:\n%s", tc.form, code, loc, body)
+		}
+		if q := stored(); q.Concurrency != tc.conc || q.Run != tc.run || q.UpdatedBy != "anonymous@127.0.0.1" {
+			t.Errorf("after %s: concurrency %d, run %q, by %q; want %d, %q", tc.form.Get("op"), q.Concurrency, q.Run, q.UpdatedBy, tc.conc, tc.run)
+		}
+	}
+	for _, tc := range []struct {
+		form url.Values
+		code int
+		want string
+	}{
+		{url.Values{"queue": {"email"}, "op": {"set"}, "concurrency": {"many"}}, http.StatusBadRequest, "concurrency &#34;many&#34; is not a whole number"},
+		{url.Values{"queue": {"email"}, "op": {"add"}, "concurrency": {"0"}}, http.StatusBadRequest,
+			"jobfence: bad queue concurrency: queue &#34;email&#34;: concurrency 0 is out of range: it must be between 1 and 10000"},
+		{url.Values{"queue": {""}, "op": {"set"}, "concurrency": {"2"}}, http.StatusBadRequest, "a queue name is required"},
+		{url.Values{"queue": {"nosuch"}, "op": {"remove"}}, http.StatusBadRequest, "unknown queue: no worker works it and nothing is stored for it"},
+		{url.Values{"queue": {"email"}, "op": {"explode"}}, http.StatusBadRequest, "unknown queue operation &#34;explode&#34;: want set, add, remove or reset"},
+	} {
+		tc.form.Set("csrf", token)
+		if code, _, body := d.post("/queues/fleet", tc.form); code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("%v = %d, want %d and %q:\n%s", tc.form, code, tc.code, tc.want, body)
+		}
+	}
+	mustContain(t, "the log", d.Log.String(), `action=/queues/fleet path=/queues/fleet by=anonymous@127.0.0.1 queue=email op=set concurrency=3`)
 }

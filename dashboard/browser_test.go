@@ -235,6 +235,23 @@ VALUES ('email', 'welcome', 'limited', now(), NULL, 'smtp', '', NULL, NULL, NULL
 	if st := d.state(id); st != queue.StateAvailable {
 		t.Errorf("in the database the job is %s, want available", st)
 	}
+
+	// The queue page's fleet form: set email's concurrency for the fleet.
+	var fleetFlash, fleetCell string
+	navigate("open the queues", chromedp.Click(`nav a[href="/queues"]`))
+	run("type a concurrency", chromedp.SendKeys(`tr[data-queue="email"] input[name="concurrency"]`, "3"))
+	navigate("set it for the fleet", chromedp.Click(`tr[data-queue="email"] button.fleet-set`))
+	run("read the queues",
+		chromedp.Text(`p.flash`, &fleetFlash),
+		chromedp.Text(`tr[data-queue="email"] td.fleet`, &fleetCell),
+		screenshot("5-queue-fleet-set"))
+	if fleetFlash != "The queue's concurrency is set: every worker that works it follows within about a second; running jobs go on." ||
+		strings.TrimSpace(fleetCell) != "set to 3" {
+		t.Errorf("after Set: flash %q, fleet cell %q; want the set flash and \"set to 3\"", fleetFlash, fleetCell)
+	}
+	if qs, err := d.q.Queues(context.Background()); err != nil || len(qs) < 2 || qs[1].Name != "email" || qs[1].Concurrency != 3 {
+		t.Errorf("stored after Set: %+v, %v; want email at 3", qs, err)
+	}
 	events.check(t)
 }
 

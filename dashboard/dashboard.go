@@ -124,6 +124,7 @@ func (h *handler) routes() {
 	post("/jobs/delete", h.deleteMatching)
 	post("/queues/pause", h.pauseQueue)
 	post("/queues/resume", h.resumeQueue)
+	post("/queues/fleet", h.fleetQueue)
 	post("/schedules/pause", h.pauseSchedule)
 	post("/schedules/resume", h.resumeSchedule)
 	post("/schedules/trigger", h.triggerSchedule)

@@ -31,14 +31,15 @@ type pages struct {
 // so a parse error is a bug that every test of the package finds.
 func parsePages() *pages {
 	funcs := template.FuncMap{
-		"ts":          formatTime,
-		"ago":         ago,
-		"pretty":      prettyJSON,
-		"states":      queue.States,
-		"lastError":   lastError,
-		"short":       short,
-		"navItems":    navItems,
-		"stateCounts": stateCounts,
+		"ts":             formatTime,
+		"ago":            ago,
+		"pretty":         prettyJSON,
+		"states":         queue.States,
+		"maxConcurrency": func() int { return queue.MaxConcurrency },
+		"lastError":      lastError,
+		"short":          short,
+		"navItems":       navItems,
+		"stateCounts":    stateCounts,
 	}
 	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
 	names, err := fs.Glob(templateFS, "templates/*.html")

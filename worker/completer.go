@@ -149,14 +149,13 @@ func (w *Worker) count(batch []pending, fs []queue.Finish, stale []queue.Lease) 
 // for any claim, as without a FinishClaimer.
 func (w *Worker) reserveNext(batch []pending, fs []queue.Finish) map[*queueFetch]int {
 	var reserved map[*queueFetch]int
-	w.mu.Lock()
-	fetches := w.fetches
-	w.mu.Unlock()
 	for i, p := range batch {
 		if fs[i].Limit == "" {
 			continue
 		}
-		if f := fetches[p.r.job.Queue]; f != nil && f.reserve() {
+		// The job's own queue: a queue's fetch state is kept once made,
+		// removed or not (a removed queue has no slot free).
+		if f := p.r.fetch; f != nil && f.reserve() {
 			if reserved == nil {
 				reserved = map[*queueFetch]int{}
 			}

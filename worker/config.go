@@ -17,6 +17,16 @@ type Config struct {
 	// Queues maps each queue to work to how many of its jobs may run at
 	// once. Default: {"default": 100}.
 	Queues map[string]int
+	// FleetQueues lets the fleet's stored settings start queues in this
+	// worker that Queues does not name: a queue added for the fleet
+	// (`jobfence queues add`, Client.Queues().FleetAdd) is worked here at
+	// its stored concurrency. Every worker, opted in or not, follows the
+	// stored concurrency of the queues it works and stops those removed
+	// for the fleet (see queue.QueueWatcher). Opt in only where the
+	// handlers of the kinds such queues hold are registered: a job of a
+	// kind without one goes back to its queue without spending an attempt
+	// (see Registry), for an instance that knows the kind. Default: false.
+	FleetQueues bool
 	// ID names this worker in jobs' AttemptedBy. Default: host-pid-random.
 	ID string
 	// Lease is how long a claim holds without a heartbeat. A worker that is

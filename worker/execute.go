@@ -42,15 +42,16 @@ func (e timeoutError) Error() string {
 	return "jobfence: job timed out after " + time.Duration(e).String()
 }
 
-// execute runs one claimed job and queues its outcome. It reports that
-// the worker gave up on the handler (see settle): the runner must leave.
-func (w *Worker) execute(job *queue.Job, until time.Time) (leave bool) {
+// execute runs one claimed job of f (nil for RunOne) and queues its
+// outcome. It reports that the worker gave up on the handler (see
+// settle): the runner must leave.
+func (w *Worker) execute(f *queueFetch, job *queue.Job, until time.Time) (leave bool) {
 	// Not derived from a worker-wide context: thousands of handlers
 	// registering with one parent contend on its lock. Stop cancels them
 	// one by one through the in-flight map instead.
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	r := &running{job: job, lease: job.Lease(), cancel: cancel, leaseUntil: until}
+	r := &running{job: job, fetch: f, lease: job.Lease(), cancel: cancel, leaseUntil: until}
 	r.rc = &runCtx{r: r, w: w, backend: w.backend, max: w.cfg.MaxOutputBytes, recorded: &w.stats.stepsRecorded, replayed: &w.stats.stepsReplayed}
 	// Whatever path the attempt ends by, no progress timer outlives it
 	// (the outcome's paths flush it first: see finishing).

@@ -14,9 +14,32 @@ import (
 type queueFetch struct {
 	name   string
 	paused *gate
-	// slots holds a token for each of the queue's jobs claimed and not
-	// yet ended: its capacity is the queue's concurrency.
-	slots chan struct{}
+	// taken counts the queue's slots taken: jobs claimed, or about to
+	// be, and not yet ended. size is the queue's concurrency now; it
+	// changes while the worker runs (Worker.SetQueue), and a slot is
+	// taken only while taken < size, so shrinking cancels nothing: it
+	// stops claims until enough running jobs have ended. A removed queue
+	// has size 0.
+	taken, size atomic.Int64
+	// resize serialises changes of size with runners, the queue's
+	// runners counted: there are never fewer runners than size (grown
+	// before size), and a runner leaves after a job while there are more
+	// (see leaveIfSpare).
+	resize  sync.Mutex
+	runners atomic.Int64
+	// loops counts the fetch loops started, at most Config.Fetchers and
+	// the largest size the queue has had; loopsWG waits for them before
+	// out is closed. Guarded by Worker.mu.
+	loops   int
+	loopsWG sync.WaitGroup
+	// emptied, when not nil, is closed once taken is back to 0 (see
+	// waitEmpty). Guarded by resize.
+	emptied chan struct{}
+	// listed is set while the queue is worked (size > 0 by the worker's
+	// choice), so that it is reported to the registry; stopWake ends its
+	// wake-up subscription. Guarded by Worker.mu.
+	listed   bool
+	stopWake context.CancelFunc
 	// freed tells the lead loop, and helped the helper loops, that slots
 	// came free (a job ended, or a claim found fewer jobs than it
 	// reserved slots for). Each side has a channel of its own, so that
@@ -27,8 +50,10 @@ type queueFetch struct {
 	fast atomic.Bool
 	// out takes claimed jobs to the runners.
 	out chan claimed
-	// wake is the backend's wake-up, poke this worker's promoter's.
-	wake, poke <-chan struct{}
+	// wake is the backend's wake-up, poke this worker's promoter's. wake
+	// changes when a removed queue is added again: read it with wakeCh.
+	wake atomic.Pointer[<-chan struct{}]
+	poke chan struct{}
 	// stuckFreed counts the queue's stuck handlers, still running, whose
 	// slots went to new runners (see Worker.abandonRun). Guarded by
 	// Worker.mu.
@@ -43,19 +68,83 @@ type queueFetch struct {
 	}
 }
 
-func newQueueFetch(name string, concurrency int, paused *gate, wake, poke <-chan struct{}) *queueFetch {
-	return &queueFetch{
+func newQueueFetch(name string, concurrency int, paused *gate, wake <-chan struct{}) *queueFetch {
+	f := &queueFetch{
 		name: name, paused: paused,
-		slots: make(chan struct{}, concurrency),
 		freed: make(chan struct{}, 1), helped: make(chan struct{}, 1),
 		out:  make(chan claimed, concurrency),
-		wake: wake, poke: poke,
+		poke: make(chan struct{}, 1),
+	}
+	f.setWake(wake)
+	return f
+}
+
+// setWake makes ch the queue's wake-up channel.
+func (f *queueFetch) setWake(ch <-chan struct{}) { f.wake.Store(&ch) }
+
+// wakeCh returns the queue's wake-up channel (nil: none).
+func (f *queueFetch) wakeCh() <-chan struct{} { return *f.wake.Load() }
+
+// pokeNow wakes the queue's fetch loops: jobs were made ready.
+func (f *queueFetch) pokeNow() {
+	select {
+	case f.poke <- struct{}{}:
+	default:
+	}
+}
+
+// take takes up to n free slots and returns how many it took.
+func (f *queueFetch) take(n int) int {
+	for {
+		t := f.taken.Load()
+		k := min(int64(n), f.size.Load()-t)
+		if k <= 0 {
+			return 0
+		}
+		if f.taken.CompareAndSwap(t, t+k) {
+			return int(k)
+		}
+	}
+}
+
+// give frees k slots taken.
+func (f *queueFetch) give(k int) {
+	if k <= 0 {
+		return
+	}
+	if f.taken.Add(-int64(k)) == 0 {
+		f.resize.Lock()
+		if f.emptied != nil {
+			close(f.emptied)
+			f.emptied = nil
+		}
+		f.resize.Unlock()
+	}
+}
+
+// waitEmpty waits, within ctx, until no slot of the queue is taken.
+func (f *queueFetch) waitEmpty(ctx context.Context) error {
+	f.resize.Lock()
+	if f.taken.Load() == 0 {
+		f.resize.Unlock()
+		return nil
+	}
+	if f.emptied == nil {
+		f.emptied = make(chan struct{})
+	}
+	ch := f.emptied
+	f.resize.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
 }
 
 // release frees one slot, when a runner is done with a job.
 func (f *queueFetch) release() {
-	<-f.slots
+	f.give(1)
 	f.signal()
 }
 
@@ -74,15 +163,7 @@ func (f *queueFetch) reserveUpTo(n int) int {
 	if f.handoff.closing || f.paused.wait() != nil {
 		return 0
 	}
-	k := 0
-	for ; k < n; k++ {
-		select {
-		case f.slots <- struct{}{}:
-		default:
-			f.handoff.inFlight += k
-			return k
-		}
-	}
+	k := f.take(n)
 	f.handoff.inFlight += k
 	return k
 }
@@ -98,12 +179,12 @@ func (f *queueFetch) handOver(n int, jobs []*queue.Job, until time.Time) {
 	defer f.handoff.Unlock()
 	jobs = jobs[:min(len(jobs), n)]
 	for _, j := range jobs {
-		f.out <- claimed{job: j, until: until} // never blocks: a slot is reserved for each job
+		// A slot is reserved for each job, and a runner is free for each
+		// slot (runners are never fewer than size): at most a moment's wait.
+		f.out <- claimed{job: j, until: until}
 	}
 	if unused := n - len(jobs); unused > 0 {
-		for range unused {
-			<-f.slots
-		}
+		f.give(unused)
 		f.signal()
 	}
 	f.handoff.inFlight -= n
@@ -155,10 +236,6 @@ const helperMaxPerJob = 100 * time.Microsecond
 // per instance and queue.
 func (w *Worker) fetchLoop(ctx context.Context, f *queueFetch, helper bool) {
 	defer w.fetchWG.Done()
-	n := cap(f.slots)
-	// Claiming a handful of jobs at a time wastes round trips when many
-	// slots turn over: wait until a useful batch of slots is free.
-	threshold := max(1, min(n, w.cfg.FetchLimit)/4)
 	backoff := 50 * time.Millisecond
 	// force claims whatever is free after a wake-up or a poll interval,
 	// so slots below the threshold do not idle while jobs are ready.
@@ -189,8 +266,27 @@ func (w *Worker) fetchLoop(ctx context.Context, f *queueFetch, helper bool) {
 			}
 			continue
 		}
-		free := n - len(f.slots)
+		// The queue's size changes while it runs (Worker.SetQueue): read
+		// it at each turn. Claiming a handful of jobs at a time wastes
+		// round trips when many slots turn over: wait until a useful
+		// batch of slots is free.
+		n := int(f.size.Load())
+		threshold := max(1, min(n, w.cfg.FetchLimit)/4)
+		free := n - int(f.taken.Load())
 		switch {
+		case n == 0:
+			// Removed: nothing to claim until it is added again, which
+			// signals.
+			ch := f.freed
+			if helper {
+				ch = f.helped
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-ch:
+			}
+			continue
 		case helper && (free < threshold || !f.fast.Load()):
 			select {
 			case <-ctx.Done():
@@ -198,13 +294,13 @@ func (w *Worker) fetchLoop(ctx context.Context, f *queueFetch, helper bool) {
 			case <-f.helped:
 			}
 			continue
-		case !helper && (free == 0 || (free < threshold && !force)):
+		case !helper && (free <= 0 || (free < threshold && !force)):
 			poll.Reset(wait)
 			select {
 			case <-ctx.Done():
 				return
 			case <-f.freed:
-			case <-f.wake:
+			case <-f.wakeCh():
 				force = true
 			case <-f.poke:
 				force = true
@@ -217,16 +313,7 @@ func (w *Worker) fetchLoop(ctx context.Context, f *queueFetch, helper bool) {
 		limit := min(free, w.cfg.FetchLimit)
 		// Reserve the slots before claiming so side-by-side loops never
 		// claim more than the queue's concurrency.
-		reserved := 0
-		for reserved < limit {
-			select {
-			case f.slots <- struct{}{}:
-				reserved++
-				continue
-			default:
-			}
-			break
-		}
+		reserved := f.take(limit)
 		if reserved == 0 {
 			continue
 		}
@@ -247,9 +334,7 @@ func (w *Worker) fetchLoop(ctx context.Context, f *queueFetch, helper bool) {
 			f.fast.Store(len(jobs) >= threshold && took < time.Duration(len(jobs))*perJob)
 		}
 		if unused := limit - len(jobs); unused > 0 {
-			for range unused {
-				<-f.slots
-			}
+			f.give(unused)
 			f.signal()
 		}
 		if err != nil {
@@ -277,7 +362,7 @@ func (w *Worker) fetchLoop(ctx context.Context, f *queueFetch, helper bool) {
 		// than claimStart, so it holds at least until claimStart+Lease.
 		until := claimStart.Add(w.cfg.Lease)
 		for _, j := range jobs {
-			f.out <- claimed{job: j, until: until} // never blocks: a slot is reserved for each job
+			f.out <- claimed{job: j, until: until} // a slot is reserved and a runner free for each job
 		}
 		if len(jobs) == limit || helper {
 			continue
@@ -286,7 +371,7 @@ func (w *Worker) fetchLoop(ctx context.Context, f *queueFetch, helper bool) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-f.wake:
+		case <-f.wakeCh():
 		case <-f.poke:
 		case <-poll.C:
 		}

@@ -10,19 +10,19 @@ import (
 // instance is this worker's report to a queue.Registrar.
 func (w *Worker) instance() queue.Instance {
 	w.mu.Lock()
-	running := len(w.inflight)
+	running, queues := len(w.inflight), w.queueNames
 	w.mu.Unlock()
 	s := w.stats.snapshot()
 	return queue.Instance{
 		ID: w.cfg.ID, Host: w.host, PID: w.pid,
-		Queues:  w.queueNames,
+		Queues:  queues,
 		Running: running, Completed: s.Completed, Stale: s.Stale, Lost: s.Lost,
 		StartedAt: w.startedAt, Interval: w.cfg.HeartbeatInterval,
 	}
 }
 
-// registryLoop reports this worker to r at once and then at every
-// heartbeat interval, so `jobfence workers list` and the dashboard show it.
+// registryLoop reports this worker to r at once, then at every
+// heartbeat interval and whenever the queues it works change, so `jobfence workers list` and the dashboard show it.
 // It runs beside the heartbeats, not in their loop: a slow registry must
 // not delay the lease extensions.
 func (w *Worker) registryLoop(ctx context.Context, r queue.Registrar) {
@@ -46,6 +46,8 @@ func (w *Worker) registryLoop(ctx context.Context, r queue.Registrar) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-w.registryKick:
+			// The queues worked changed: report them now.
 		}
 	}
 }

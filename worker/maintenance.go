@@ -213,12 +213,7 @@ func (w *Worker) promote(ctx context.Context, p queue.Promoter) error {
 		n := 0
 		for q, k := range byQueue {
 			n += k
-			if ch := w.pokes[q]; ch != nil {
-				select {
-				case ch <- struct{}{}:
-				default:
-				}
-			}
+			w.pokeQueue(q)
 		}
 		w.stats.promoted.Add(int64(n))
 		if n < promoteBatch {
@@ -238,11 +233,8 @@ func (w *Worker) promote(ctx context.Context, p queue.Promoter) error {
 // poke wakes this worker's fetch loops of the queues that got jobs.
 func (w *Worker) poke(byQueue map[string]int) {
 	for q, k := range byQueue {
-		if ch := w.pokes[q]; ch != nil && k > 0 {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
+		if k > 0 {
+			w.pokeQueue(q)
 		}
 	}
 }

@@ -96,7 +96,7 @@ func (w *Worker) RunOne(ctx context.Context, q string) (*Ran, error) {
 	// Counters tell a transactional handler's outcome, settled inside
 	// execute, from a lost job's: nothing else touches them meanwhile.
 	before := w.stats.snapshot()
-	w.execute(job, claimStart.Add(w.cfg.Lease))
+	w.execute(nil, job, claimStart.Add(w.cfg.Lease))
 	ran := &Ran{Job: job}
 	select {
 	case p := <-w.finishCh:

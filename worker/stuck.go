@@ -61,7 +61,10 @@ func (w *Worker) abandonRun(r *running, now time.Time, fromHeartbeat bool) bool 
 	var f *queueFetch
 	if fromHeartbeat {
 		to = runStuck
-		if f = w.fetches[r.job.Queue]; f != nil && f.stuckFreed < cap(f.slots) {
+		// A removed queue (size 0) still lets one stuck handler's slot go,
+		// so that its Remove is not held by a handler that ignores its
+		// context.
+		if f = r.fetch; f != nil && f.stuckFreed < max(int(f.size.Load()), 1) {
 			to = runFreed
 		}
 	}
@@ -132,7 +135,7 @@ func (w *Worker) settle(r *running) (leave bool) {
 			r.aside = false
 		}
 	case runFreed:
-		w.fetches[r.job.Queue].stuckFreed--
+		r.fetch.stuckFreed--
 		leave = true
 	default:
 		leave = true

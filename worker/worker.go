@@ -31,9 +31,33 @@ type Worker struct {
 	// newer claim of their job replaced it, or the worker gave up on them
 	// but they kept their slot (see abandonRun). Stop gives up on these too.
 	aside map[*running]struct{}
-	// fetches are the queues' fetch states, by queue: a stuck handler's
-	// slot goes back to its queue. Set by Start, read-only after.
+	// fetches are the queues' fetch states, by queue, each queue's kept
+	// once made (a removed queue has size 0). Made by Start; changed
+	// under mu.
 	fetches map[string]*queueFetch
+	// pausedSet is the last set of paused queues known, for the gates of
+	// queues added later. Guarded by mu.
+	pausedSet []string
+
+	// qmu serialises the changes of the queues worked: the local calls
+	// (AddQueue, SetQueue, RemoveQueue) and the stored settings' watcher.
+	// It is taken before mu, and held while a queue's wake-up
+	// subscription is set up, which mu never is (but in Start).
+	qmu sync.Mutex
+	// local holds the queues of this worker's configuration as its local
+	// calls changed them, with their concurrency (0: removed); override
+	// marks the queues a local call changed since their stored setting
+	// last changed; stored holds the fleet's settings last read. Guarded
+	// by qmu.
+	local    map[string]int
+	override map[string]bool
+	stored   map[string]queue.QueueSetting
+	// fetchCtx ends the fetch loops and bgCtx the background loops and
+	// wake-up subscriptions, at Stop. Set by Start.
+	fetchCtx, bgCtx context.Context
+	// registryKick has the registry loop report the worker at once: the
+	// queues it works changed.
+	registryKick chan struct{}
 
 	finishCh chan pending
 	// giveUp is closed when Stop's deadline passes while outcomes are still
@@ -64,13 +88,9 @@ type Worker struct {
 	helperMaxPerJob time.Duration
 	// one serialises RunOne calls, which read the outcome they queued.
 	one sync.Mutex
-	// pokes wake each queue's fetch loops when this worker's promoter
-	// made jobs of the queue available: the backend's wake-up (NOTIFY)
-	// may be off (poll-only) or down. Set by Start, read-only after.
-	pokes map[string]chan struct{}
 
-	// host, pid, queueNames (the queues, sorted) and startedAt are
-	// reported to a queue.Registrar.
+	// host, pid, queueNames (the queues worked, sorted; guarded by mu)
+	// and startedAt are reported to a queue.Registrar.
 	host       string
 	pid        int
 	queueNames []string
@@ -80,6 +100,8 @@ type Worker struct {
 // running is one job whose handler is running.
 type running struct {
 	job *queue.Job
+	// fetch is the queue the job was claimed for (nil for RunOne).
+	fetch *queueFetch
 	// rc is what the handler's context carries (RecordOutput's output).
 	rc     *runCtx
 	lease  queue.Lease
@@ -146,18 +168,22 @@ func New(backend queue.Backend, reg *Registry, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	return &Worker{
-		backend:     backend,
-		reg:         reg,
-		cfg:         cfg,
-		log:         log,
-		inflight:    map[int64]*running{},
-		aside:       map[*running]struct{}{},
-		finishCh:    make(chan pending, 4*cfg.FinishBatch),
-		giveUp:      make(chan struct{}),
-		leaseMargin: min(cfg.Lease/10, time.Second),
-		host:        host,
-		pid:         os.Getpid(),
-		queueNames:  slices.Sorted(maps.Keys(cfg.Queues)),
+		backend:      backend,
+		reg:          reg,
+		cfg:          cfg,
+		log:          log,
+		inflight:     map[int64]*running{},
+		aside:        map[*running]struct{}{},
+		finishCh:     make(chan pending, 4*cfg.FinishBatch),
+		giveUp:       make(chan struct{}),
+		leaseMargin:  min(cfg.Lease/10, time.Second),
+		host:         host,
+		pid:          os.Getpid(),
+		queueNames:   slices.Sorted(maps.Keys(cfg.Queues)),
+		local:        maps.Clone(cfg.Queues),
+		override:     map[string]bool{},
+		stored:       map[string]queue.QueueSetting{},
+		registryKick: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -210,6 +236,8 @@ func (w *Worker) Stats() Stats { return w.stats.snapshot() }
 // wrapping queue.ErrNotSetUp that says what to do. The worker runs until
 // Stop; ctx bounds only the start itself.
 func (w *Worker) Start(ctx context.Context) error {
+	w.qmu.Lock()
+	defer w.qmu.Unlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.started {
@@ -225,9 +253,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.startedAt = time.Now()
 
 	bgCtx, bgCancel := context.WithCancel(context.Background())
-	w.bgCancel = bgCancel
+	w.bgCtx, w.bgCancel = bgCtx, bgCancel
 	fetchCtx, fetchCancel := context.WithCancel(context.Background())
-	w.fetchCancel = fetchCancel
+	w.fetchCtx, w.fetchCancel = fetchCtx, fetchCancel
 
 	for range w.cfg.Completers {
 		w.finishWG.Add(1)
@@ -247,11 +275,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.bgWG.Add(1)
 		go w.maintenanceLoop(bgCtx, m)
 	}
-	w.fetches = make(map[string]*queueFetch, len(w.cfg.Queues))
-	w.pokes = make(map[string]chan struct{}, len(w.cfg.Queues))
-	for q := range w.cfg.Queues {
-		w.pokes[q] = make(chan struct{}, 1)
-	}
+	w.fetches = make(map[string]*queueFetch, len(w.local))
 	if p, ok := w.backend.(queue.Promoter); ok {
 		w.bgWG.Add(1)
 		go w.promoteLoop(bgCtx, p)
@@ -260,41 +284,22 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.bgWG.Add(1)
 		go w.refillLoop(bgCtx, g)
 	}
+	// The stored settings first: a queue paused, resized or stopped for
+	// the fleet starts as they say.
+	w.watchQueues(bgCtx)
+	queues := map[string]int{}
+	for _, q := range w.known() {
+		if n := w.effective(q); n > 0 {
+			queues[q] = n
+			wake, stop := w.subscribeWake(q)
+			w.startQueueLocked(q, n, wake, stop)
+		}
+	}
 	if r, ok := w.backend.(queue.Registrar); ok {
 		w.bgWG.Add(1)
 		go w.registryLoop(bgCtx, r)
 	}
-	gates := w.watchPauses(bgCtx)
-	for q, n := range w.cfg.Queues {
-		var wake <-chan struct{}
-		if wk, ok := w.backend.(queue.Waker); ok {
-			ch, err := wk.Wake(bgCtx, q)
-			if err != nil {
-				w.log.Warn("jobfence: no wake-ups; polling", "queue", q, "err", err)
-			}
-			wake = ch
-		}
-		f := newQueueFetch(q, n, gates[q], wake, w.pokes[q])
-		w.fetches[q] = f
-		// Long-lived runners, one per slot, keep their grown stacks (see
-		// runnerStackReserve): a goroutine per job would grow a fresh
-		// stack for every job.
-		for range n {
-			w.jobsWG.Add(1)
-			go w.runner(f)
-		}
-		var loops sync.WaitGroup
-		for i := range min(w.cfg.Fetchers, n) {
-			loops.Add(1)
-			w.fetchWG.Add(1)
-			go func() {
-				defer loops.Done()
-				w.fetchLoop(fetchCtx, f, i > 0)
-			}()
-		}
-		go func() { loops.Wait(); f.closeOut() }()
-	}
-	w.log.Info("jobfence: worker started", "queues", w.cfg.Queues, "kinds", w.reg.Kinds())
+	w.log.Info("jobfence: worker started", "queues", queues, "kinds", w.reg.Kinds())
 	return nil
 }
 
@@ -405,10 +410,14 @@ func (w *Worker) runner(f *queueFetch) {
 	var reserve [runnerStackReserve]byte
 	holdStack(reserve[:])
 	for c := range f.out {
-		if w.execute(c.job, c.until) {
+		if w.execute(f, c.job, c.until) {
 			return
 		}
 		f.release()
+		if f.leaveIfSpare() {
+			w.jobsWG.Done()
+			return
+		}
 	}
 	w.jobsWG.Done()
 }

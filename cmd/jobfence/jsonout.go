@@ -118,6 +118,10 @@ type queueJSON struct {
 	PausedBy  string     `json:"paused_by"`
 	UpdatedAt *time.Time `json:"updated_at"`
 	UpdatedBy string     `json:"updated_by"`
+	// Concurrency is the concurrency stored for the fleet (0: each
+	// worker's own); Run is "started", "stopped" or "" (as configured).
+	Concurrency int    `json:"concurrency"`
+	Run         string `json:"run"`
 	// Counts has every state, those without jobs at zero; a state in
 	// CountsAtLeast has at least its count (counting stopped at a cap).
 	Counts            map[string]int64 `json:"counts"`
@@ -211,7 +215,8 @@ func toQueuesJSON(qs []pgqueue.QueueInfo) []queueJSON {
 		}
 		out = append(out, queueJSON{
 			Name: q.Name, Paused: q.Paused, PausedAt: jsonTime(q.PausedAt), PausedBy: q.PausedBy,
-			UpdatedAt: jsonTime(q.UpdatedAt), UpdatedBy: q.UpdatedBy, Counts: counts, CountsAtLeast: atLeast,
+			UpdatedAt: jsonTime(q.UpdatedAt), UpdatedBy: q.UpdatedBy, Concurrency: q.Concurrency, Run: string(q.Run),
+			Counts: counts, CountsAtLeast: atLeast,
 			OldestAvailableAt: jsonTime(q.OldestAvailable),
 		})
 	}

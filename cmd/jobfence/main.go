@@ -37,7 +37,7 @@ func commands() map[string]command {
 		"jobs":       {"jobs list|show ID|retry ID|cancel ID: inspect and steer jobs", runJobs},
 		"schedules":  {"schedules list|add|pause|resume|delete|trigger: cron schedules, changed while the fleet runs", runSchedules},
 		"ui":         {"ui [--listen ADDR] [--read-only] [--basic-auth USER:PASS]: the web dashboard", runUI},
-		"queues":     {"queues list|pause NAME|resume NAME: queue counts, and pausing queues fleet-wide", runQueues},
+		"queues":     {"queues list|pause|resume|set|add|remove|reset NAME: queue counts; pausing, resizing, adding and removing queues fleet-wide", runQueues},
 		"limits":     {"limits list|set NAME|delete NAME: concurrency and rate limits and sequences, changed while the fleet runs", runLimits},
 		"workers":    {"workers list: the worker instances running now, from the registry", runWorkers},
 		"workflows":  {"workflows list|show ID|cancel ID|retry ID: workflows, their tasks and outputs; cancel or resume one", runWorkflows},

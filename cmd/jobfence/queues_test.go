@@ -62,7 +62,7 @@ SELECT 'reports', 'k', 'pending', now(), w.id, 'summary', 1 FROM w`); err != nil
 	if code != 0 || len(lines) != 3 {
 		t.Fatalf("list: exit %d, stderr %q, stdout:\n%s\nwant a header and two rows", code, errs, out)
 	}
-	if got, want := words(lines[0]), "QUEUE STATUS AVAILABLE SCHEDULED LIMITED PENDING RUNNING RETRYABLE COMPLETED DISCARDED CANCELLED OLDEST READY PAUSED SINCE PAUSED BY"; got != want {
+	if got, want := words(lines[0]), "QUEUE STATUS AVAILABLE SCHEDULED LIMITED PENDING RUNNING RETRYABLE COMPLETED DISCARDED CANCELLED OLDEST READY PAUSED SINCE PAUSED BY FLEET"; got != want {
 		t.Errorf("header %q, want %q", got, want)
 	}
 	qs, err := c.Queues(ctx)
@@ -70,14 +70,14 @@ SELECT 'reports', 'k', 'pending', now(), w.id, 'summary', 1 FROM w`); err != nil
 		t.Fatal(err)
 	}
 	mail := strings.Fields(lines[1])
-	if want := "mail paused 2 0 143 0 0 0 0 0 0"; strings.Join(mail[:11], " ") != want || mail[len(mail)-1] != "alice@ops" ||
+	if want := "mail paused 2 0 143 0 0 0 0 0 0"; strings.Join(mail[:11], " ") != want || mail[len(mail)-2] != "alice@ops" || mail[len(mail)-1] != "-" ||
 		strings.Join(mail[12:14], " ") != formatTime(qs[0].PausedAt) {
 		t.Errorf("mail row %q, want %q, an age, paused since %s by alice@ops", lines[1], want, formatTime(qs[0].PausedAt))
 	}
 	if _, err := time.ParseDuration(mail[11]); err != nil {
 		t.Errorf("mail row %q: oldest ready %q is not an age: %v", lines[1], mail[11], err)
 	}
-	if got, want := words(lines[2]), "reports running 0 1 0 1 0 0 0 0 0 - - -"; got != want {
+	if got, want := words(lines[2]), "reports running 0 1 0 1 0 0 0 0 0 - - - -"; got != want {
 		t.Errorf("reports row %q, want %q", got, want)
 	}
 
@@ -125,18 +125,25 @@ SELECT 'reports', 'k', 'pending', now(), w.id, 'summary', 1 FROM w`); err != nil
 func TestQueuesBadInput(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	usage := "usage: jobfence queues [--database-url URL] [--json] [--by WHO] list | pause NAME | resume NAME\n"
+	usage := "usage: jobfence queues [--database-url URL] [--json] [--by WHO] list | pause NAME | resume NAME |\n"
 	tests := []struct {
 		args []string
 		want string
 	}{
-		{[]string{"queues"}, "jobfence queues: want an action: list, pause NAME or resume NAME\n"},
+		{[]string{"queues"}, "jobfence queues: want an action: list, pause, resume, set, add, remove or reset\n"},
 		{[]string{"queues", "pause"}, "jobfence queues: pause wants the queue's name\n"},
 		{[]string{"queues", "resume", ""}, "jobfence queues: resume wants the queue's name\n"},
-		{[]string{"queues", "frobnicate"}, `jobfence queues: unknown queues action "frobnicate": want list, pause or resume` + "\n"},
+		{[]string{"queues", "frobnicate"}, `jobfence queues: unknown queues action "frobnicate": want list, pause, resume, set, add, remove or reset` + "\n"},
+		{[]string{"queues", "set", "mail"}, "jobfence queues: set wants the queue's name and its concurrency: jobfence queues set mail CONCURRENCY\n"},
+		{[]string{"queues", "add", "mail", "lots"}, `jobfence queues: add mail: concurrency "lots" is not a whole number` + "\n"},
+		{[]string{"queues", "set", "mail", "0"}, `jobfence queues: set: jobfence: bad queue concurrency: queue "mail": concurrency 0 is out of range: it must be between 1 and 10000` + "\n"},
+		{[]string{"queues", "add", "mail", "1000000"}, `jobfence queues: add: jobfence: bad queue concurrency: queue "mail": concurrency 1000000 is out of range: it must be between 1 and 10000` + "\n"},
+		{[]string{"queues", "remove"}, "jobfence queues: remove wants the queue's name\n"},
+		{[]string{"queues", "remove", "nosuch"}, `jobfence queues: pgqueue: stop queue "nosuch": jobfence: unknown queue: no worker works it and nothing is stored for it` + "\n"},
+		{[]string{"queues", "set", "mail", "2", "3"}, `jobfence queues: unexpected arguments after set: ["3"]` + "\n"},
 		{[]string{"queues", "pause", "a", "b"}, `jobfence queues: unexpected arguments after pause: ["b"]` + "\n"},
 		{[]string{"queues", "pause", "a", "--json"}, "jobfence queues: --json applies to list, not pause\n"},
-		{[]string{"queues", "list", "--by", "me"}, "jobfence queues: --by applies to pause and resume, not list\n"},
+		{[]string{"queues", "list", "--by", "me"}, "jobfence queues: --by applies to pause, resume, set, add, remove and reset, not list\n"},
 		{[]string{"workers"}, "jobfence workers: want an action: list\n"},
 		{[]string{"workers", "kill", "w1"}, `jobfence workers: unknown workers action "kill": want list` + "\n"},
 		{[]string{"workers", "list", "w1"}, `jobfence workers: unexpected arguments after list: ["w1"]` + "\n"},

@@ -43,7 +43,22 @@ func (c *Client) PausedQueues(ctx context.Context, queues []string) ([]string, e
 // sent.
 func (c *Client) WatchPaused(ctx context.Context, queues []string) (<-chan []string, error) {
 	queues = slices.Clone(queues)
-	out := make(chan []string, 1)
+	return watchStored(ctx, c, "which queues are paused",
+		func(payload string) bool { return slices.Contains(queues, payload) },
+		func(ctx context.Context) ([]string, error) { return c.PausedQueues(ctx, queues) },
+		slices.Equal[[]string]), nil
+}
+
+// watchStored follows a value stored in jobfence_queues, as WatchPaused
+// describes: it reads it before it returns (within a few seconds), then
+// again when a notification on pauseChannel whose payload match accepts
+// arrives, when the LISTEN is back after a loss, at least every
+// pauseSafetyPolls PausePollIntervals while it listens, and every
+// PausePollInterval while it does not. A value is sent when it differs
+// (equal) from the last one sent; what names it in the logs.
+func watchStored[T any](ctx context.Context, c *Client, what string, match func(string) bool,
+	read func(context.Context) (T, error), equal func(a, b T) bool) <-chan T {
+	out := make(chan T, 1)
 	kick := make(chan struct{}, 1)
 	refresh := func() {
 		select {
@@ -54,13 +69,13 @@ func (c *Client) WatchPaused(ctx context.Context, queues []string) (<-chan []str
 	var listening atomic.Bool
 	if !c.cfg.PollOnly {
 		c.listen(ctx, pauseChannel, func(payload string) {
-			if slices.Contains(queues, payload) {
+			if match(payload) {
 				refresh()
 			}
 		}, func(up bool) {
-			// Either way the set is re-read: a new LISTEN may have missed
-			// notifications, and a lost one must switch the watcher to
-			// polling at once, not at the end of its slow safety wait.
+			// Either way the value is re-read: a new LISTEN may have
+			// missed notifications, and a lost one must switch the watcher
+			// to polling at once, not at the end of its slow safety wait.
 			listening.Store(up)
 			refresh()
 		})
@@ -72,21 +87,22 @@ func (c *Client) WatchPaused(ctx context.Context, queues []string) (<-chan []str
 	default:
 	}
 	first, cancel := context.WithTimeout(ctx, 5*time.Second)
-	paused, err := c.PausedQueues(first, queues)
+	v, err := read(first)
 	cancel()
-	var sent []string
+	var sent T
 	if err == nil {
-		out <- paused
-		sent = paused
+		out <- v
+		sent = v
 	}
-	go c.watchPaused(ctx, queues, out, kick, &listening, sent, err)
-	return out, nil
+	go watchStoredLoop(ctx, c, what, read, equal, out, kick, &listening, sent, err)
+	return out
 }
 
-// watchPaused re-reads the paused set on kick or poll and sends it when it
-// changed; sent is the last set sent (nil if none was), and err the first
-// read's failure.
-func (c *Client) watchPaused(ctx context.Context, queues []string, out chan []string, kick <-chan struct{}, listening *atomic.Bool, sent []string, err error) {
+// watchStoredLoop re-reads the value on kick or poll and sends it when it
+// changed; sent is the last value sent (the zero value if none was), and
+// err the first read's failure.
+func watchStoredLoop[T any](ctx context.Context, c *Client, what string, read func(context.Context) (T, error), equal func(a, b T) bool,
+	out chan T, kick <-chan struct{}, listening *atomic.Bool, sent T, err error) {
 	interval := c.cfg.PausePollInterval
 	wait := func() time.Duration {
 		if listening.Load() {
@@ -98,13 +114,13 @@ func (c *Client) watchPaused(ctx context.Context, queues []string, out chan []st
 	report := func(err error) {
 		if err == nil {
 			if failing {
-				c.cfg.Logger.Info("jobfence: reading paused queues again")
+				c.cfg.Logger.Info("jobfence: reading " + what + " again")
 			}
 			failing = false
 			return
 		}
 		if !failing && ctx.Err() == nil {
-			c.cfg.Logger.Warn("jobfence: cannot read which queues are paused; keeping the last known set until it can", "queues", queues, "err", err)
+			c.cfg.Logger.Warn("jobfence: cannot read "+what+"; keeping the last known until it can", "err", err)
 		}
 		failing = true
 	}
@@ -120,18 +136,18 @@ func (c *Client) watchPaused(ctx context.Context, queues []string, out chan []st
 		case <-t.C:
 		}
 		rctx, cancel := context.WithTimeout(ctx, max(interval, 5*time.Second))
-		paused, err := c.PausedQueues(rctx, queues)
+		v, err := read(rctx)
 		cancel()
 		report(err)
-		if err == nil && (first || !slices.Equal(paused, sent)) {
+		if err == nil && (first || !equal(v, sent)) {
 			first = false
 			// The only sender: replacing an unread value never blocks.
 			select {
 			case <-out:
 			default:
 			}
-			out <- paused
-			sent = paused
+			out <- v
+			sent = v
 		}
 		t.Reset(wait())
 	}

@@ -123,7 +123,8 @@ const oldClaimIndex = `to_regclass('jobfence_jobs_claim') IS NOT NULL`
 //	  an hour (1 or 0)
 //	queue '' (what 'tasks'): the number of tasks read, the number of
 //	  workflows (at most {limit})
-//	queue: -, -, -, paused_at, updated_at, paused_by, updated_by
+//	queue: stored concurrency (0: none), run state (0 none, 1 started,
+//	  2 stopped), -, paused_at, updated_at, paused_by, updated_by
 const queuesSQL = `
 WITH RECURSIVE avail(queue) AS (
     (SELECT queue FROM jobfence_jobs WHERE state = 'available' AND NOT ` + oldClaimIndex + ` ORDER BY queue LIMIT 1)
@@ -225,7 +226,8 @@ SELECT '', 'finished', count(*),
        NULL, NULL, NULL, NULL
 FROM finished
 UNION ALL
-SELECT name, 'queue', 0, 0, 0, paused_at, updated_at, paused_by, updated_by FROM jobfence_queues`
+SELECT name, 'queue', coalesce(concurrency, 0), CASE run_state WHEN 'started' THEN 1 WHEN 'stopped' THEN 2 ELSE 0 END, 0,
+       paused_at, updated_at, paused_by, updated_by FROM jobfence_queues`
 
 // oldIndexShare is the share of the cap that each queue's waiting jobs are
 // counted up to under the claim index of migrations 1 to 5. That index
@@ -377,6 +379,8 @@ func assembleQueues(rows []queueRow, limit, waiting int64) []QueueInfo {
 			q.Paused = r.at != nil
 			q.PausedAt, q.UpdatedAt = deref(r.at), deref(r.at2)
 			q.PausedBy, q.UpdatedBy = deref(r.by1), deref(r.by2)
+			q.Concurrency = int(r.n)
+			q.Run = [...]queue.QueueRun{queue.RunConfigured, queue.RunStarted, queue.RunStopped}[min(max(r.n5m, 0), 2)]
 		case "available", "discarded":
 			if r.n > 0 {
 				q.Counts[queue.State(r.what)] = capped(r.n)

@@ -2,7 +2,6 @@ package pgqueue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -16,8 +15,9 @@ import (
 // nothing.
 const pauseChannel = "jobfence_pause"
 
-// ErrNoQueueName reports a pause or resume without a queue name.
-var ErrNoQueueName = errors.New("jobfence: a queue name is required")
+// ErrNoQueueName reports a queue operation without a queue name: it is
+// queue.ErrNoQueueName.
+var ErrNoQueueName = queue.ErrNoQueueName
 
 // pauseSQL marks queue $1 paused by $2 unless it already is (then its first
 // pauser stays on record), and tells every worker in the same statement:
@@ -82,10 +82,18 @@ type QueueInfo struct {
 	// it runs.
 	PausedAt time.Time
 	PausedBy string
-	// UpdatedAt and UpdatedBy say when and by whom it was last paused or
-	// resumed; zero for a queue that never was.
+	// UpdatedAt and UpdatedBy say when and by whom it was last paused,
+	// resumed or set for the fleet (SetQueueConcurrency, StartQueue,
+	// StopQueue, ResetQueue); zero for a queue that never was.
 	UpdatedAt time.Time
 	UpdatedBy string
+	// Concurrency is its concurrency stored for the fleet, which every
+	// worker working it follows; zero: each worker's own.
+	Concurrency int
+	// Run says which workers work it, as stored for the fleet: those
+	// configured for it (queue.RunConfigured), those too that opted in
+	// to fleet queues (queue.RunStarted), or none (queue.RunStopped).
+	Run queue.QueueRun
 	// Counts holds how many of its jobs are in each state, counted up to
 	// Config.CountCap; a state absent has none. A count is a lower bound
 	// (Count.AtLeast) where counting stopped: at the cap for a queue's
