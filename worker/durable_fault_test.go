@@ -151,7 +151,7 @@ func durHandler(pool *pgxpool.Pool, pid int) func(ctx context.Context, job *work
 // runs the long one.
 func TestDurableStepsUnderFaults(t *testing.T) {
 	long := os.Getenv(durFaultLongEnv) != ""
-	jobs, fleet, faults := 2000, 4, 16
+	jobs, fleet, faults := 1000, 4, 12
 	if long {
 		jobs, faults = 5000, 40
 	}

@@ -98,9 +98,9 @@ func countEffects(t *testing.T, pool *pgxpool.Pool) (rows, distinct int) {
 }
 
 // TestFourWorkersExactlyOnce: 4 workers, each on its own pool, burn down
-// 20,000 jobs whose effect (a row) commits with the fenced completion.
+// 8,000 jobs whose effect (a row) commits with the fenced completion.
 func TestFourWorkersExactlyOnce(t *testing.T) {
-	const total = 20000
+	const total = 8000
 	db := pgtest.New(t)
 	makeEffects(t, db.Pool)
 	ctx := context.Background()

@@ -14,13 +14,13 @@ import (
 	"github.com/jobfence/jobfence/queue"
 )
 
-// TestRebalanceEveryEffectOnce runs 20,000 jobs on 8 partitions with 3
+// TestRebalanceEveryEffectOnce runs 8,000 jobs on 8 partitions with 3
 // members, closes one mid-stream and adds another, and checks that every
 // job's effect is in Postgres once and every offset is committed.
 func TestRebalanceEveryEffectOnce(t *testing.T) {
 	const (
 		partitions = 8
-		jobs       = 20000
+		jobs       = 8000
 	)
 	db := pgtest.New(t)
 	setupEffects(t, db.Pool)
