@@ -34,6 +34,9 @@ type Worker struct {
 	// fetches are the queues' fetch states, by queue: a stuck handler's
 	// slot goes back to its queue. Set by Start, read-only after.
 	fetches map[string]*queueFetch
+	// batchers gather the jobs of the batch handlers' kinds into
+	// batches, by kind. Set by New, read-only after.
+	batchers map[string]*batcher
 
 	finishCh chan pending
 	// giveUp is closed when Stop's deadline passes while outcomes are still
@@ -145,8 +148,13 @@ func New(backend queue.Backend, reg *Registry, cfg Config) (*Worker, error) {
 	if err := checkTx(backend, reg, cfg, log); err != nil {
 		return nil, err
 	}
+	concurrency := 0
+	for _, n := range cfg.Queues {
+		concurrency += n
+	}
 	return &Worker{
 		backend:     backend,
+		batchers:    newBatchers(reg, concurrency),
 		reg:         reg,
 		cfg:         cfg,
 		log:         log,
