@@ -254,6 +254,7 @@ func TestBatchStaleMemberRefusedAlone(t *testing.T) {
 	// paused process would not. Three slots, all held by the batch.
 	backend := &blockingHeartbeats{Client: pgqueue.New(db.NewPool(t, 4), pgqueue.Config{Logger: quietLogger()}), release: make(chan struct{})}
 	w := startWorker(t, backend, reg, worker.Config{Lease: time.Minute, DisableMaintenance: true, Queues: map[string]int{"stale": 3}})
+	t.Cleanup(func() { close(backend.release) }) // before the worker's Stop
 	select {
 	case <-started:
 	case <-time.After(time.Minute):
@@ -286,7 +287,6 @@ func TestBatchStaleMemberRefusedAlone(t *testing.T) {
 	if s := w.Stats(); s.Completed != 2 {
 		t.Fatalf("worker stats %+v; want 2 completed", s)
 	}
-	close(backend.release)
 }
 
 // TestBatchWrongResultCount: a result slice that is not one per job
