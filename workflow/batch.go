@@ -1,10 +1,12 @@
 package workflow
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -221,5 +223,6 @@ func BatchMembers(ctx context.Context) ([]Member, error) {
 		}
 		out = append(out, Member{Index: i, TaskResult: t})
 	}
+	slices.SortStableFunc(out, func(a, b Member) int { return cmp.Compare(a.Index, b.Index) })
 	return out, nil
 }
