@@ -69,6 +69,33 @@ func (c *Client) InsertWorkflowTx(ctx context.Context, tx pgx.Tx, wf *workflow.W
 	return r, nil
 }
 
+// BatchResult is what InsertBatch did: the batch's workflow ID, its
+// members' job IDs in order, its callback's. See workflow.BatchResult.
+type BatchResult = workflow.BatchResult
+
+// InsertBatch inserts b (workflow.NewBatch, its members added, its
+// callback set with OnComplete) in one transaction of its own, every job
+// or none: the callback runs once, when every member has ended, and
+// reads how each ended with workflow.BatchMembers. A batch without
+// members or callback is an error wrapping workflow.ErrInvalid.
+func (c *Client) InsertBatch(ctx context.Context, b *workflow.Batch) (BatchResult, error) {
+	r, err := workflow.InsertBatch(ctx, c.pg, b)
+	if err != nil {
+		return r, fmt.Errorf("jobfence: insert batch: %w", err)
+	}
+	return r, nil
+}
+
+// InsertBatchTx is InsertBatch inside the caller's transaction: the batch
+// exists only if tx commits.
+func (c *Client) InsertBatchTx(ctx context.Context, tx pgx.Tx, b *workflow.Batch) (BatchResult, error) {
+	r, err := workflow.InsertBatchTx(ctx, c.pg, tx, b)
+	if err != nil {
+		return r, fmt.Errorf("jobfence: insert batch: %w", err)
+	}
+	return r, nil
+}
+
 // Workflows returns the handle on the stored workflows: read, list,
 // cancel and retry them. Every client has it, insert-only included.
 func (c *Client) Workflows() Workflows { return Workflows{c: c} }

@@ -45,6 +45,12 @@ type (
 	// HandlerOptions tunes one kind's handler (its timeout). See
 	// worker.HandlerOptions.
 	HandlerOptions = worker.HandlerOptions
+
+	// BatchOpts tunes a batch handler (AddBatchHandler): the most jobs
+	// one call gets (MaxSize, default 100), how long a batch waits to
+	// fill (Linger, default 100ms), each job's timeout. See
+	// worker.BatchOpts.
+	BatchOpts = worker.BatchOpts
 )
 
 // Job is a claimed job with its arguments decoded, as a handler gets it:
@@ -69,6 +75,27 @@ func AddHandler[T Args](r *Registry, fn func(ctx context.Context, job *Job[T]) e
 // panics if the kind is registered already.
 func AddHandlerTx[T Args](r *Registry, fn func(ctx context.Context, tx pgx.Tx, job *Job[T]) error, opts ...HandlerOptions) {
 	worker.AddTx(r, fn, opts...)
+}
+
+// AddBatchHandler registers fn as the batch handler of T's kind, as
+// worker.AddBatch does: a worker hands up to opts.MaxSize claimed jobs of
+// the kind to one call of fn (one bulk API call for many jobs), waiting
+// at most opts.Linger to fill a batch. Each job keeps its own claim,
+// fence, attempt and outcome: fn returns one result per job, in order
+// (nil completes it; an error, JobSnooze or JobCancel is that job's
+// alone), and a job whose claim was lost meanwhile has its outcome
+// refused alone. A result slice of the wrong length fails every job with
+// an error wrapping ErrBatchResults; a panic fails every job. It panics
+// if the kind is registered already or opts are invalid.
+func AddBatchHandler[T Args](r *Registry, fn func(ctx context.Context, jobs []*Job[T]) []error, opts ...BatchOpts) {
+	worker.AddBatch(r, fn, opts...)
+}
+
+// RecordBatchOutput stores v (as JSON) as the output of job, one of the
+// jobs of the batch whose handler's context ctx is, written with that
+// job's fenced completion. See worker.RecordBatchOutput.
+func RecordBatchOutput(ctx context.Context, job *queue.Job, v any) error {
+	return worker.RecordBatchOutput(ctx, job, v)
 }
 
 // JobRateLimited returns an error that, returned by a handler, reports
@@ -119,6 +146,9 @@ var (
 	// ErrJobCancelled is the cause of a handler's context when the job
 	// was cancelled while it ran.
 	ErrJobCancelled = worker.ErrJobCancelled
+	// ErrBatchResults is wrapped by the error of every job of a batch
+	// whose handler returned a result slice of the wrong length.
+	ErrBatchResults = worker.ErrBatchResults
 	// ErrProgressTooLarge is wrapped by Progress's error for a value whose
 	// JSON is longer than Worker.MaxProgressBytes: nothing is stored.
 	ErrProgressTooLarge = worker.ErrProgressTooLarge

@@ -206,3 +206,26 @@ func (p WorkflowParams) TopoOrder(existing func(name string) bool) ([]int, error
 	}
 	return order, nil
 }
+
+// TaskResult is how a workflow task ended, as its dependent reads it
+// (workflow.BatchMembers): its job, its state, what it recorded.
+type TaskResult struct {
+	// Name is the task's name in its workflow.
+	Name string
+	// JobID is the task's job.
+	JobID int64
+	// Kind is the job's kind.
+	Kind string
+	// State is the job's state: completed, discarded or cancelled once
+	// the task ended; empty for a task gone from the database (pruned
+	// after its retention).
+	State State
+	// Attempt is the job's last attempt.
+	Attempt int
+	// Output is what the task recorded (worker.RecordOutput), nil if
+	// nothing.
+	Output []byte
+	// Error is the last error recorded on the job (the handler's, or the
+	// reason it was cancelled), empty if none.
+	Error string
+}

@@ -21,7 +21,9 @@
 // that was paused past its lease and woke up changes nothing: its outcome is
 // counted as stale and logged. A handler's own writes are protected the same
 // way by AddTx (its writes and the fenced completion commit in one
-// transaction) or by fencing them with job.Fence.
+// transaction) or by fencing them with job.Fence. A batch handler (AddBatch)
+// gets many jobs of its kind in one call, each with its own claim, fence
+// and outcome.
 //
 // See docs/handlers.md for handlers, transactions and stopping, and
 // docs/guarantees.md for what a lease and a put-back promise.

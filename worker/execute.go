@@ -115,6 +115,12 @@ func (w *Worker) execute(f *queueFetch, job *queue.Job, until time.Time) (leave 
 			w.untrack(r)
 			return w.settle(r)
 		}
+	} else if h.runBatch != nil {
+		stack, err = w.call(ctx, func(ctx context.Context, job *queue.Job) error { return w.joinBatch(ctx, job, r) }, job)
+		// A panic of the batch's handler reaches each job as its error.
+		if pe := (*PanicError)(nil); stack == "" && errors.As(err, &pe) {
+			stack = pe.Stack
+		}
 	} else {
 		stack, err = w.call(ctx, h.run, job)
 	}

@@ -55,6 +55,11 @@ func RecordOutput(ctx context.Context, v any) error {
 	if rc == nil {
 		return fmt.Errorf("jobfence: record output: %w", ErrNotInHandler)
 	}
+	return rc.record(v)
+}
+
+// record stores v's JSON as the output of rc's job.
+func (rc *runCtx) record(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("jobfence: record output of job %d: %w", rc.r.job.ID, err)

@@ -41,6 +41,11 @@ type handler struct {
 	run HandlerFunc
 	// runTx is set for transactional handlers instead of run.
 	runTx func(ctx context.Context, tx pgx.Tx, job *queue.Job) error
+	// runBatch is set for batch handlers (AddBatch) instead of run: it
+	// returns one result per job. batch holds their options, defaults
+	// set.
+	runBatch func(ctx context.Context, jobs []*queue.Job) []error
+	batch    *BatchOpts
 }
 
 // Registry maps job kinds to handlers. Register every kind before the

@@ -59,6 +59,10 @@ type Worker struct {
 	// queues it works changed.
 	registryKick chan struct{}
 
+	// batchers gather the jobs of the batch handlers' kinds into
+	// batches, by kind. Set by New, read-only after.
+	batchers map[string]*batcher
+
 	finishCh chan pending
 	// giveUp is closed when Stop's deadline passes while outcomes are still
 	// being recorded: each remaining batch gets one last try.
@@ -167,8 +171,13 @@ func New(backend queue.Backend, reg *Registry, cfg Config) (*Worker, error) {
 	if err := checkTx(backend, reg, cfg, log); err != nil {
 		return nil, err
 	}
+	concurrency := 0
+	for _, n := range cfg.Queues {
+		concurrency += n
+	}
 	return &Worker{
 		backend:      backend,
+		batchers:     newBatchers(reg, concurrency),
 		reg:          reg,
 		cfg:          cfg,
 		log:          log,

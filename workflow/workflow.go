@@ -11,7 +11,8 @@
 // output. No leader or scheduler is involved. A task whose dependency was
 // discarded or cancelled is cancelled with the reason, unless it runs
 // anyway (TaskOpts.RunAnyway); a compensation (TaskOpts.RunOnFailure)
-// runs only in that case.
+// runs only in that case. A batch (NewBatch) is a workflow of members
+// and a callback that runs once they have all ended.
 //
 // Workflows need the PostgreSQL backend (pgqueue); see docs/workflows.md.
 package workflow

@@ -244,9 +244,48 @@ const (
 
 func (r *runner) finish(o int, j *queue.Job, out queue.Outcome, delay time.Duration, via how) {
 	r.s.drop(o, j)
-	before, ok := r.readRow(j.ID)
+	p, ok := r.prepare(j, out, delay, via)
 	if !ok {
 		return
+	}
+	var stale []queue.Lease
+	var err error
+	if via == inTx {
+		err = r.finishTx(p.f)
+		if errors.Is(err, queue.ErrStaleFence) {
+			stale, err = []queue.Lease{p.f.Lease}, nil
+		}
+	} else {
+		ctx, cancel := r.opCtx()
+		stale, err = r.c.Finish(ctx, []queue.Finish{p.f})
+		cancel()
+	}
+	if !r.called(fmt.Sprintf("Finish %s of job %d fence %d", out, j.ID, j.Fence), err, nil) {
+		// The outcome may or may not have landed: its lease runs out
+		// unless it did, and an expiry and a rescue move it on.
+		r.s.abandoned = append(r.s.abandoned, j)
+		return
+	}
+	r.judge(p, len(stale) > 0)
+}
+
+// outcome is one outcome on its way to the real system: its Finish, and
+// what the judge compares the row with afterwards.
+type outcome struct {
+	j      *queue.Job
+	out    queue.Outcome
+	f      queue.Finish
+	before row
+	bo     *backoffReport
+}
+
+// prepare reads job j's row and builds the Finish of its outcome out;
+// ok is false where the row could not be read (or a backoff's partition
+// not judged).
+func (r *runner) prepare(j *queue.Job, out queue.Outcome, delay time.Duration, via how) (outcome, bool) {
+	before, ok := r.readRow(j.ID)
+	if !ok {
+		return outcome{}, false
 	}
 	f := queue.Finish{Lease: j.Lease(), Outcome: out, Delay: delay, Workflow: j.WorkflowID != "",
 		Limit: j.Limit, LimitPartition: j.LimitPartition, Queue: j.Queue, Dependents: j.Dependents}
@@ -262,33 +301,23 @@ func (r *runner) finish(o int, j *queue.Job, out queue.Outcome, delay time.Durat
 	if via == rateLimited {
 		f.Backoff = delay
 		if bo = r.beforeBackoff(j, delay); bo == nil {
-			return
+			return outcome{}, false
 		}
 	}
-	var stale []queue.Lease
-	var err error
-	if via == inTx {
-		err = r.finishTx(f)
-		if errors.Is(err, queue.ErrStaleFence) {
-			stale, err = []queue.Lease{f.Lease}, nil
-		}
-	} else {
-		ctx, cancel := r.opCtx()
-		stale, err = r.c.Finish(ctx, []queue.Finish{f})
-		cancel()
-	}
-	if !r.called(fmt.Sprintf("Finish %s of job %d fence %d", out, j.ID, j.Fence), err, nil) {
-		// The outcome may or may not have landed: its lease runs out
-		// unless it did, and an expiry and a rescue move it on.
-		r.s.abandoned = append(r.s.abandoned, j)
-		return
-	}
+	return outcome{j: j, out: out, f: f, before: before, bo: bo}, true
+}
+
+// judge checks the fence on an outcome the real system recorded or
+// refused: a write under a claim that is no longer current must be
+// refused and change nothing; one under the current claim must land.
+func (r *runner) judge(p outcome, refused bool) {
+	j, out, before := p.j, p.out, p.before
 	after, ok := r.readRow(j.ID)
 	if !ok {
 		return
 	}
 	current := before.state == "running" && before.fence == j.Fence
-	if len(stale) > 0 {
+	if refused {
 		r.s.stats.StaleRefused++
 		if current {
 			r.fail("fence", "job %d: %s under the current fence %d was refused as stale (row %+v)", j.ID, out, j.Fence, before)
@@ -304,8 +333,8 @@ func (r *runner) finish(o int, j *queue.Job, out queue.Outcome, delay time.Durat
 	if info := r.s.jobs[j.ID]; info != nil && out == queue.OutcomeSnooze && info.lastAttempt > 0 {
 		info.lastAttempt-- // a snooze gives the attempt back
 	}
-	if bo != nil {
-		r.s.backedOff(bo)
+	if p.bo != nil {
+		r.s.backedOff(p.bo)
 	}
 }
 

@@ -144,8 +144,9 @@ type wfInfo struct {
 type Stats struct {
 	Ops, Faults, Starts, Inserts, Debounced, StaleRefused, Tolerated, Drained, Skipped int
 	// Suspended counts the waits that suspended their job; Signals the
-	// signals sent.
-	Suspended, Signals int
+	// signals sent; Batches the batches of outcomes reported in one
+	// Finish (OpBatch).
+	Suspended, Signals, Batches int
 	// SkippedBy counts the skipped violations by rule, and SkippedFirst
 	// is the first of each rule.
 	SkippedBy    map[string]int
@@ -165,6 +166,7 @@ func (s *Stats) Add(o Stats) {
 	s.Skipped += o.Skipped
 	s.Suspended += o.Suspended
 	s.Signals += o.Signals
+	s.Batches += o.Batches
 	for k, n := range o.SkippedBy {
 		if s.SkippedBy == nil {
 			s.SkippedBy = map[string]int{}

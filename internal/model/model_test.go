@@ -112,8 +112,8 @@ func TestModel(t *testing.T) {
 		report(t, failed.seed, failed.ops, failed.v)
 		return
 	}
-	t.Logf("%d operations and %d faults from %d seeds (%d starts, %d inserts, %d debounced, %d stale writes refused, %d suspensions, %d signals, %d calls failed by faults, %d jobs drained, %d violations of skipped rules) in %v: no violation",
-		total.Ops, total.Faults, total.Ops / *opsFlag, total.Starts, total.Inserts, total.Debounced, total.StaleRefused, total.Suspended, total.Signals, total.Tolerated, total.Drained, total.Skipped, time.Since(began).Round(time.Second))
+	t.Logf("%d operations and %d faults from %d seeds (%d starts, %d inserts, %d debounced, %d stale writes refused, %d suspensions, %d signals, %d batches of outcomes, %d calls failed by faults, %d jobs drained, %d violations of skipped rules) in %v: no violation",
+		total.Ops, total.Faults, total.Ops / *opsFlag, total.Starts, total.Inserts, total.Debounced, total.StaleRefused, total.Suspended, total.Signals, total.Batches, total.Tolerated, total.Drained, total.Skipped, time.Since(began).Round(time.Second))
 	if total.Skipped > 0 {
 		t.Logf("skipped violations by rule: %v", total.SkippedBy)
 		for rule, first := range total.SkippedFirst {

@@ -41,6 +41,7 @@ const (
 	OpStep        Kind = "step"        // a live claim records step "s<N%3>" (jobfence.Step's record)
 	OpAwait       Kind = "await"       // a live claim waits for the signal, Ms+1 ms at most; none there: it suspends awaiting it
 	OpSignal      Kind = "signal"      // Client.Signal of job Pick (Flag: of workflow task Pick), payload N
+	OpBatch       Kind = "batch"       // owner Owner claims up to N of Queue as a batch handler's worker does, and reports the outcomes of all its claims (stale ones too) in one Finish, mixed by Pick
 	// Faults.
 	OpExpire    Kind = "expire"    // the lease of claim Pick (any owner's) runs out
 	OpFreeze    Kind = "freeze"    // Owner stops: no heartbeat, no writes
@@ -121,7 +122,7 @@ var weighted = []struct {
 	{OpCancel, 1}, {OpRetry, 3}, {OpRetryForce, 2},
 	{OpPromote, 6}, {OpGrant, 3}, {OpRescue, 3}, {OpHeartbeat, 2}, {OpSleep, 5},
 	{OpSetLimit, 2}, {OpDeleteLimit, 1}, {OpPause, 1}, {OpResume, 1},
-	{OpStep, 3}, {OpAwait, 2}, {OpSignal, 2},
+	{OpStep, 3}, {OpAwait, 2}, {OpSignal, 2}, {OpBatch, 4},
 	{OpExpire, 3}, {OpFreeze, 1}, {OpThaw, 2}, {OpKill, 1}, {OpTerminate, 1},
 }
 
@@ -191,6 +192,9 @@ func draw(r *rand.Rand, k Kind) Op {
 	case OpClaim:
 		o.Queue = r.IntN(len(world))
 		o.N = 1 + r.IntN(3)
+	case OpBatch:
+		o.Queue = r.IntN(len(world))
+		o.N = 2 + r.IntN(4)
 	case OpComplete:
 		o.Flag = r.IntN(3) == 0
 	case OpFail, OpSnooze, OpPutBack:

@@ -218,6 +218,8 @@ func (r *runner) exec(op Op) {
 		r.appendEnd(op.Flag)
 	case OpClaim:
 		r.claim(op.Owner%owners, world[op.Queue%len(world)].name, max(1, op.N))
+	case OpBatch:
+		r.batchOp(op)
 	case OpComplete, OpFail, OpDiscard, OpSnooze, OpPutBack, OpRateLimited:
 		claims, by := s.liveClaims()
 		if len(claims) == 0 {
