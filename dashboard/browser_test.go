@@ -235,6 +235,45 @@ VALUES ('email', 'welcome', 'limited', now(), NULL, 'smtp', '', NULL, NULL, NULL
 	if st := d.state(id); st != queue.StateAvailable {
 		t.Errorf("in the database the job is %s, want available", st)
 	}
+
+	// The charts over time, from a short workload with failures and
+	// retries run by a worker (the current minute) after an hour of
+	// made-up minutes: on the overview, then on the queue's own page,
+	// reached from the queues page and switched to a day by keyboard.
+	d.workload()
+	d.history()
+	var jobsPath, newest, figures, tooltip string
+	navigate("open the overview with charts", chromedp.Navigate(d.URL+"/"))
+	run("read the charts",
+		chromedp.WaitVisible(`#chart-jobs svg`),
+		chromedp.AttributeValue(`#chart-jobs path.s-completed`, "d", &jobsPath, nil),
+		chromedp.Text(`#chart-wait figcaption`, &tooltip),
+		chromedp.ScrollIntoView(`#charts`),
+		screenshot("12-overview-charts"))
+	navigate("open the queues", chromedp.Click(`nav a[href="/queues"]`))
+	navigate("open the queue's charts", chromedp.Click(`a.queue-charts[href="/queues/reports"]`))
+	run("focus the day's range", chromedp.Focus(`#chart-ranges a[href^="/queues/reports?range=24h"]`))
+	navigate("switch to a day by keyboard", chromedp.KeyEvent("\r"))
+	run("read the queue's charts",
+		chromedp.WaitVisible(`#chart-depth svg`),
+		chromedp.Click(`#chart-figures summary`),
+		chromedp.Text(`#chart-figures tbody tr:first-child`, &newest),
+		chromedp.Text(`#chart-ranges a.current`, &figures),
+		screenshot("13-queue-charts"))
+	if n := strings.Count(jobsPath, " L"); n != 59 {
+		t.Errorf("the completed line has %d segments, want 59 (an hour by the minute): %q", n, jobsPath)
+	}
+	if !strings.Contains(tooltip, "Enqueue to start") {
+		t.Errorf("the wait chart is captioned %q", tooltip)
+	}
+	if figures != "24h" {
+		t.Errorf("the queue's page shows the range %q after the keyboard chose 24h", figures)
+	}
+	// The newest 10 minutes hold the workload (and some made-up minutes):
+	// at least its 14 enqueued and 12 completed jobs.
+	if f := strings.Fields(newest); len(f) < 8 || f[2] == "0" || f[3] == "0" {
+		t.Errorf("the queue's newest figures read %q, want the workload's counts", newest)
+	}
 	events.check(t)
 }
 
