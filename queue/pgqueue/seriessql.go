@@ -85,7 +85,7 @@ const flushSeriesSQL = `
 WITH counts AS (
     INSERT INTO jobfence_stats_minute AS s (minute, queue, kind, enqueued, completed, failed, retried, discarded, wait_ms)
     SELECT r.minute, r.queue, r.kind, r.enqueued, r.completed, r.failed, r.retried, r.discarded,
-           ($9::bigint[])[(r.i - 1) * {n} + 1 : r.i * {n}]
+           ($9::bigint[])[(r.i::int - 1) * {n} + 1 : r.i::int * {n}]
     FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[])
          WITH ORDINALITY AS r(minute, queue, kind, enqueued, completed, failed, retried, discarded, i)
     ORDER BY r.minute, r.queue, r.kind
@@ -236,7 +236,7 @@ type Series struct {
 // the queues and kinds that counted ('q', 'k').
 const readSeriesSQL = `
 WITH s AS (
-    SELECT to_timestamp(floor(extract(epoch FROM minute) / $2) * $2) AS t, *
+    SELECT to_timestamp(floor(extract(epoch FROM minute)::float8 / $2::float8) * $2::float8) AS t, *
     FROM jobfence_stats_minute
     WHERE minute >= $1 AND ($3 = '' OR queue = $3) AND ($4 = '' OR kind = $4)
 )
@@ -248,14 +248,15 @@ SELECT 'w', t, 0, 0, 0, 0, 0, array_agg(n ORDER BY i), NULL
 FROM (SELECT s.t, u.i, sum(u.c)::bigint AS n FROM s, unnest(s.wait_ms) WITH ORDINALITY AS u(c, i) GROUP BY s.t, u.i) w
 GROUP BY t
 UNION ALL
-SELECT 'd', to_timestamp(floor(extract(epoch FROM minute) / $2) * $2), max(available), max(scheduled), max(limited), 0, 0, NULL, NULL
+SELECT 'd', to_timestamp(floor(extract(epoch FROM minute)::float8 / $2::float8) * $2::float8),
+       max(available)::bigint, max(scheduled)::bigint, max(limited)::bigint, 0, 0, NULL, NULL
 FROM (SELECT minute, sum(available) AS available, sum(scheduled) AS scheduled, sum(limited) AS limited
       FROM jobfence_depth_minute WHERE minute >= $1 AND ($3 = '' OR queue = $3) GROUP BY minute) d
 GROUP BY 2
 UNION ALL
-SELECT DISTINCT 'q', NULL::timestamptz, 0, 0, 0, 0, 0, NULL, queue FROM jobfence_stats_minute WHERE minute >= $1
+SELECT DISTINCT 'q', NULL::timestamptz, 0, 0, 0, 0, 0, NULL::bigint[], queue FROM jobfence_stats_minute WHERE minute >= $1
 UNION ALL
-SELECT DISTINCT 'k', NULL::timestamptz, 0, 0, 0, 0, 0, NULL, kind FROM jobfence_stats_minute
+SELECT DISTINCT 'k', NULL::timestamptz, 0, 0, 0, 0, 0, NULL::bigint[], kind FROM jobfence_stats_minute
 WHERE minute >= $1 AND ($3 = '' OR queue = $3)`
 
 // Series reads the fleet's per-minute series over p.Span back from now,
@@ -365,7 +366,7 @@ func waitQuantile(counts []int64, q float64) time.Duration {
 		}
 		upper := waitBoundsMs[i]
 		ms := float64(lower) + float64(upper-lower)*(rank-float64(seen))/float64(c)
-		return time.Duration(ms * float64(time.Millisecond))
+		return time.Duration(ms * float64(time.Millisecond)).Round(time.Microsecond)
 	}
 	return time.Duration(waitBoundsMs[len(waitBoundsMs)-1]) * time.Millisecond
 }
