@@ -52,8 +52,8 @@ type benchConfig struct {
 	otelSample  float64
 	// noSeries turns off the per-minute series (pgqueue.Config.NoSeries),
 	// to measure what they cost.
-	noSeries bool
-	statements  bool
+	noSeries   bool
+	statements bool
 	// latency mode
 	rate      float64
 	producers int
