@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/queue"
@@ -246,11 +249,14 @@ func TestSeriesRead(t *testing.T) {
 INSERT INTO jobfence_stats_minute (minute, queue, kind, completed, failed, retried, wait_ms) VALUES
   (date_trunc('minute', now()) - interval '2 minutes', 'mail', 'welcome', 10, 0, 0, $1),
   (date_trunc('minute', now()) - interval '2 minutes', 'bill', 'charge', 0, 2, 2, '{}'),
-  (date_trunc('minute', now()) - interval '1 minute', 'mail', 'welcome', 5, 0, 0, $2);
+  (date_trunc('minute', now()) - interval '1 minute', 'mail', 'welcome', 5, 0, 0, $2)`,
+		buckets(3, 10), buckets(len(pgqueue.WaitBucketBounds()), 5)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `
 INSERT INTO jobfence_depth_minute (minute, queue, available, scheduled, limited) VALUES
   (date_trunc('minute', now()) - interval '2 minutes', 'mail', 7, 1, 0),
-  (date_trunc('minute', now()) - interval '1 minute', 'mail', 9, 0, 2)`,
-		buckets(3, 10), buckets(len(pgqueue.WaitBucketBounds()), 5)); err != nil {
+  (date_trunc('minute', now()) - interval '1 minute', 'mail', 9, 0, 2)`); err != nil {
 		t.Fatal(err)
 	}
 	s, err := c.Series(ctx, pgqueue.SeriesParams{Span: time.Hour})
@@ -355,4 +361,30 @@ func TestWaitQuantile(t *testing.T) {
 			t.Errorf("quantile %v of %v = %v, want %v", tc.q, tc.counts, got, tc.want)
 		}
 	}
+}
+
+// BenchmarkRecordAttempt measures what the series add to each attempt's
+// end (queue.SeriesRecorder): from parallel goroutines, over 8 queues and
+// kinds, as a worker's runners record them.
+func BenchmarkRecordAttempt(b *testing.B) {
+	// A pool that connects nowhere: the first record of a minute starts a
+	// flush, which fails (and is logged, to nowhere) without a database.
+	pool, err := pgxpool.New(context.Background(), "postgres://127.0.0.1:1/none?connect_timeout=1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	c := pgqueue.New(pool, pgqueue.Config{Logger: slog.New(slog.DiscardHandler)})
+	now := time.Now()
+	var jobs []*queue.Job
+	for i := range 8 {
+		jobs = append(jobs, &queue.Job{Queue: fmt.Sprint("q", i%2), Kind: fmt.Sprint("k", i), ScheduledAt: now, AttemptedAt: now.Add(3 * time.Millisecond)})
+	}
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			c.RecordAttempt(jobs[i%len(jobs)], queue.OutcomeComplete, false)
+			i++
+		}
+	})
 }
