@@ -80,8 +80,10 @@ type series struct {
 	// yet: a recorder that loaded one before it ended may still add to it.
 	old []*seriesMinute
 
-	// flushing is held by the flush in progress.
+	// flushing is held by the flush in progress; again asks the
+	// asynchronous flush in progress for one more (see flushAsync).
 	flushing sync.Mutex
+	again    atomic.Bool
 }
 
 // cell returns the cell of q and k in the current minute, and whether

@@ -37,18 +37,32 @@ const flushTimeout = 10 * time.Second
 // flushAsync writes the minute that just ended, and what else is counted,
 // without waiting: the first record of a minute calls it, so that a
 // client that only inserts (no worker flushes for it) writes its counts
-// too, a minute at most after them. A flush already in progress makes it
-// do nothing (its counts wait for the next one).
+// too, a minute at most after them. While a flush is in progress, the
+// call asks it to flush once more when it is done (again), so that a
+// minute that ended during it is written too.
 func (c *Client) flushAsync() {
-	if !c.series.flushing.TryLock() {
+	s := c.series
+	s.again.Store(true)
+	if !s.flushing.TryLock() {
 		return
 	}
 	go func() {
-		defer c.series.flushing.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
-		defer cancel()
-		if err := c.writeSeries(ctx, false); err != nil {
-			c.cfg.Logger.Warn("pgqueue: writing the per-minute series failed; the next flush tries again", "err", err)
+		for {
+			for s.again.Swap(false) {
+				ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+				err := c.writeSeries(ctx, false)
+				cancel()
+				if err != nil {
+					c.cfg.Logger.Warn("pgqueue: writing the per-minute series failed; the next flush tries again", "err", err)
+					break
+				}
+			}
+			s.flushing.Unlock()
+			// A call between the last Swap and the Unlock found the lock
+			// held: take it back for its flush.
+			if !s.again.Load() || !s.flushing.TryLock() {
+				return
+			}
 		}
 	}()
 }
