@@ -256,10 +256,10 @@ VALUES ('email', 'welcome', 'limited', now(), NULL, 'smtp', '', NULL, NULL, NULL
 	navigate("switch to a day by keyboard", chromedp.KeyEvent("\r"))
 	run("read the queue's charts",
 		chromedp.WaitVisible(`#chart-depth svg`),
-		chromedp.Click(`#chart-figures summary`),
-		chromedp.Text(`#chart-figures tbody tr:first-child`, &newest),
 		chromedp.Text(`#chart-ranges a.current`, &figures),
-		screenshot("13-queue-charts"))
+		screenshot("13-queue-charts"),
+		chromedp.Click(`#chart-figures summary`),
+		chromedp.Text(`#chart-figures tbody tr:first-child`, &newest))
 	if n := strings.Count(jobsPath, " L"); n != 59 {
 		t.Errorf("the completed line has %d segments, want 59 (an hour by the minute): %q", n, jobsPath)
 	}
