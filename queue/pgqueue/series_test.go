@@ -352,7 +352,7 @@ func TestWaitQuantile(t *testing.T) {
 	}{
 		{h(), 0.5, 0},
 		{h(0, 100), 0.5, 500 * time.Microsecond},        // within 0-1 ms
-		{h(0, 50, 9, 50), 0.99, 980 * time.Millisecond}, // bucket 9: 500 ms-1 s, 49/50 in
+		{h(0, 50, 9, 50), 0.99, 990 * time.Millisecond}, // bucket 9: 500 ms-1 s, 49/50 in
 		{h(0, 99, 12, 1), 0.5, 505 * time.Microsecond},  // the median in the first bucket
 		{h(int64(n-1), 4), 0.99, time.Hour},             // beyond the last bound: its lower bound
 		{h(2, 1), 1, 5 * time.Millisecond},              // the maximum: the bucket's upper bound
