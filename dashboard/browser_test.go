@@ -244,13 +244,51 @@ VALUES ('email', 'welcome', 'limited', now(), NULL, 'smtp', '', NULL, NULL, NULL
 	run("read the queues",
 		chromedp.Text(`p.flash`, &fleetFlash),
 		chromedp.Text(`tr[data-queue="email"] td.fleet`, &fleetCell),
-		screenshot("5-queue-fleet-set"))
+		screenshot("14-queue-fleet-set"))
 	if fleetFlash != "The queue's concurrency is set: every worker that works it follows within about a second; running jobs go on." ||
 		strings.TrimSpace(fleetCell) != "set to 3" {
 		t.Errorf("after Set: flash %q, fleet cell %q; want the set flash and \"set to 3\"", fleetFlash, fleetCell)
 	}
 	if qs, err := d.q.Queues(context.Background()); err != nil || len(qs) < 2 || qs[1].Name != "email" || qs[1].Concurrency != 3 {
 		t.Errorf("stored after Set: %+v, %v; want email at 3", qs, err)
+	}
+	// The charts over time, from a short workload with failures and
+	// retries run by a worker (the current minute) after an hour of
+	// made-up minutes: on the overview, then on the queue's own page,
+	// reached from the queues page and switched to a day by keyboard.
+	d.workload()
+	d.history()
+	var jobsPath, newest, figures, tooltip string
+	navigate("open the overview with charts", chromedp.Navigate(d.URL+"/"))
+	run("read the charts",
+		chromedp.WaitVisible(`#chart-jobs svg`),
+		chromedp.AttributeValue(`#chart-jobs path.s-completed`, "d", &jobsPath, nil),
+		chromedp.Text(`#chart-wait figcaption`, &tooltip),
+		chromedp.ScrollIntoView(`#charts`),
+		screenshot("12-overview-charts"))
+	navigate("open the queues", chromedp.Click(`nav a[href="/queues"]`))
+	navigate("open the queue's charts", chromedp.Click(`a.queue-charts[href="/queues/reports"]`))
+	run("focus the day's range", chromedp.Focus(`#chart-ranges a[href^="/queues/reports?range=24h"]`))
+	navigate("switch to a day by keyboard", chromedp.KeyEvent("\r"))
+	run("read the queue's charts",
+		chromedp.WaitVisible(`#chart-depth svg`),
+		chromedp.Text(`#chart-ranges a.current`, &figures),
+		screenshot("13-queue-charts"),
+		chromedp.Click(`#chart-figures summary`),
+		chromedp.Text(`#chart-figures tbody tr:first-child`, &newest))
+	if n := strings.Count(jobsPath, " L"); n != 59 {
+		t.Errorf("the completed line has %d segments, want 59 (an hour by the minute): %q", n, jobsPath)
+	}
+	if !strings.Contains(tooltip, "Enqueue to start") {
+		t.Errorf("the wait chart is captioned %q", tooltip)
+	}
+	if figures != "24h" {
+		t.Errorf("the queue's page shows the range %q after the keyboard chose 24h", figures)
+	}
+	// The newest 10 minutes hold the workload (and some made-up minutes):
+	// at least its 14 enqueued and 12 completed jobs.
+	if f := strings.Fields(newest); len(f) < 8 || f[2] == "0" || f[3] == "0" {
+		t.Errorf("the queue's newest figures read %q, want the workload's counts", newest)
 	}
 	events.check(t)
 }

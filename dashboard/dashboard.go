@@ -104,6 +104,7 @@ func (h *handler) routes() {
 	get("/jobs/new", h.newJob)
 	get("/jobs/{id}", h.job)
 	get("/queues", h.queues)
+	get("/queues/{name}", h.queue)
 	get("/schedules", h.schedules)
 	get("/workers", h.workers)
 	get("/keys", h.keys)

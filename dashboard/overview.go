@@ -13,10 +13,14 @@ type overviewPage struct {
 	// Cap is the client's count cap, for the note that explains "10,000+"
 	// (a Count, for its thousands separators).
 	Cap pgqueue.Count
+	// Charts are the fleet's series over time (or a queue's and kind's,
+	// as filtered).
+	Charts chartsView
 }
 
 // overview serves /: every queue's counts, recent completions, oldest
-// waiting job and pause, and the fleet's live workers and stale outcomes.
+// waiting job and pause, the fleet's live workers and stale outcomes, and
+// the charts over time (readCharts).
 // The counts are pgqueue.Client.Queues', bounded, so the page costs the
 // same at a million jobs as at a thousand.
 func (h *handler) overview(w http.ResponseWriter, r *http.Request) error {
@@ -28,5 +32,10 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return h.render(w, r, http.StatusOK, "overview", "Overview", f.Now, overviewPage{fleet: f, Queues: qs, Cap: pgqueue.Count{N: int64(h.client.CountCap())}})
+	charts, err := h.readCharts(r, "/", "")
+	if err != nil {
+		return err
+	}
+	return h.render(w, r, http.StatusOK, "overview", "Overview", f.Now,
+		overviewPage{fleet: f, Queues: qs, Cap: pgqueue.Count{N: int64(h.client.CountCap())}, Charts: charts})
 }

@@ -52,6 +52,7 @@ var relations = []string{
 	"jobfence_steps", "jobfence_signals", "jobfence_jobs.awaiting", "jobfence_jobs.awaited", "jobfence_jobs.progress", "jobfence_jobs.tags", "jobfence_jobs_finished.tags",
 	"jobfence_workflows.parent_job_id", "jobfence_workflows.parent_signalled_at",
 	"jobfence_queues.concurrency", "jobfence_queues.run_state",
+	"jobfence_stats_minute", "jobfence_depth_minute",
 }
 
 // Querier is what Check needs of a connection: a *pgxpool.Pool, a *pgx.Conn

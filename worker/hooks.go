@@ -131,19 +131,33 @@ func (w *Worker) logJob(ctx context.Context, level slog.Level, msg string, job *
 	w.log.LogAttrs(ctx, level, msg, jobAttrs(job, more...)...)
 }
 
-// ended reports r's end to the JobEnd hook. Each job reaches it on one
-// path only: stale or committed in its transaction, lost while running, or
-// its outcome recorded (or given up on) by a completer; a handler the
-// worker gave up on reaches it first from endGivenUp.
+// ended reports r's end to the backend's per-minute series
+// (queue.SeriesRecorder) and to the JobEnd hook. Each job reaches it on
+// one path only: stale or committed in its transaction, lost while
+// running, or its outcome recorded (or given up on) by a completer; a
+// handler the worker gave up on reaches it first from endGivenUp.
 func (w *Worker) ended(r *running, end JobEnd) {
-	// A handler given up on had its end reported then (see abandonRun).
-	if w.cfg.Hooks.JobEnd == nil || !r.endReported.CompareAndSwap(false, true) {
+	if w.cfg.Hooks.JobEnd == nil && w.series == nil {
 		return
 	}
-	end.Duration = r.took
+	// A handler given up on had its end reported then (see abandonRun).
+	if !r.endReported.CompareAndSwap(false, true) {
+		return
+	}
 	if end.Err == nil {
 		end.Err = r.err
 	}
+	if w.series != nil {
+		o := end.Outcome
+		if end.Stale || end.Lost {
+			o = 0
+		}
+		w.series.RecordAttempt(r.job, o, end.Err != nil && (o == queue.OutcomeRetry || o == queue.OutcomeDiscard))
+	}
+	if w.cfg.Hooks.JobEnd == nil {
+		return
+	}
+	end.Duration = r.took
 	end.Panicked = r.panicked
 	w.cfg.Hooks.JobEnd(r.ctx, r.job, end)
 }

@@ -32,6 +32,16 @@ func (w *Worker) maintenanceLoop(ctx context.Context, m queue.Maintainer) {
 	prune := time.NewTimer(jitter(w.cfg.PruneInterval))
 	defer rescue.Stop()
 	defer prune.Stop()
+	// The per-minute series are written a few seconds after each minute
+	// (instances spread over them), so that a minute's row gets most of
+	// its counts at once.
+	var flush *time.Timer
+	var flushC <-chan time.Time
+	if w.series != nil {
+		flush = time.NewTimer(untilNextMinute(time.Now()))
+		defer flush.Stop()
+		flushC = flush.C
+	}
 	partitions := true // until the backend says the retention is too short
 	// Make the finished-jobs partitions now rather than a prune interval
 	// from now: until they exist, completions leave their jobs in the jobs
@@ -60,8 +70,33 @@ func (w *Worker) maintenanceLoop(ctx context.Context, m queue.Maintainer) {
 				}
 				return m.Prune(ctx, w.cfg.RetentionByState.Longest(), pruneBatch)
 			})
+			w.pruneSeries(ctx)
 			prune.Reset(jitter(w.cfg.PruneInterval))
+		case <-flushC:
+			if err := w.series.FlushSeries(ctx); err != nil {
+				w.maintenanceFailed(ctx, "series", err)
+			}
+			flush.Reset(untilNextMinute(time.Now()))
 		}
+	}
+}
+
+// untilNextMinute is how long from now until a moment in the first five
+// seconds of the next minute, picked at random: instances spread their
+// flushes of the per-minute series over those seconds, each after most
+// of the minute's counts.
+func untilNextMinute(now time.Time) time.Duration {
+	return now.Truncate(time.Minute).Add(time.Minute).Sub(now) + rand.N(5*time.Second)
+}
+
+// pruneSeries deletes the backend's per-minute series older than the
+// longest retention, if it keeps them (queue.SeriesRecorder).
+func (w *Worker) pruneSeries(ctx context.Context) {
+	if w.series == nil {
+		return
+	}
+	if _, err := w.series.PruneSeries(ctx, w.cfg.RetentionByState.Longest()); err != nil {
+		w.maintenanceFailed(ctx, "prune series", err)
 	}
 }
 

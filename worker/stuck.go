@@ -105,11 +105,17 @@ func (w *Worker) abandonRun(r *running, now time.Time, fromHeartbeat bool) bool 
 // endGivenUp reports the end of the handlers given up on: the worker will
 // record nothing more of these attempts unless they return.
 func (w *Worker) endGivenUp(rs []*running, now time.Time) {
-	if w.cfg.Hooks.JobEnd == nil {
+	if w.cfg.Hooks.JobEnd == nil && w.series == nil {
 		return
 	}
 	for _, r := range rs {
-		if r.endReported.CompareAndSwap(false, true) {
+		if !r.endReported.CompareAndSwap(false, true) {
+			continue
+		}
+		if w.series != nil {
+			w.series.RecordAttempt(r.job, 0, false)
+		}
+		if w.cfg.Hooks.JobEnd != nil {
 			w.cfg.Hooks.JobEnd(r.ctx, r.job, JobEnd{Lost: true, Stuck: true, Err: ErrHandlerStuck, Duration: now.Sub(r.tracked)})
 		}
 	}

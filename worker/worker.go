@@ -22,6 +22,9 @@ type Worker struct {
 	cfg     Config
 	log     *slog.Logger
 	stats   counters
+	// series is the backend's per-minute series (queue.SeriesRecorder),
+	// nil when it keeps none.
+	series queue.SeriesRecorder
 
 	mu       sync.Mutex
 	started  bool
@@ -171,6 +174,7 @@ func New(backend queue.Backend, reg *Registry, cfg Config) (*Worker, error) {
 	if err := checkTx(backend, reg, cfg, log); err != nil {
 		return nil, err
 	}
+	series, _ := backend.(queue.SeriesRecorder)
 	concurrency := 0
 	for _, n := range cfg.Queues {
 		concurrency += n
@@ -178,6 +182,7 @@ func New(backend queue.Backend, reg *Registry, cfg Config) (*Worker, error) {
 	return &Worker{
 		backend:      backend,
 		batchers:     newBatchers(reg, concurrency),
+		series:       series,
 		reg:          reg,
 		cfg:          cfg,
 		log:          log,
@@ -387,6 +392,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	w.bgCancel()
 	w.bgWG.Wait()
+	if w.series != nil {
+		// The counts since the last minute's flush.
+		if err := w.series.FlushSeries(ctx); err != nil {
+			w.log.Warn("jobfence: worker stopped before its last per-minute counts were written", "err", err)
+		}
+	}
 	if r, ok := w.backend.(queue.Registrar); ok {
 		w.deregister(ctx, r)
 	}

@@ -50,7 +50,10 @@ type benchConfig struct {
 	completers  int
 	otel        bool
 	otelSample  float64
-	statements  bool
+	// noSeries turns off the per-minute series (pgqueue.Config.NoSeries),
+	// to measure what they cost.
+	noSeries   bool
+	statements bool
 	// latency mode
 	rate      float64
 	producers int
@@ -115,6 +118,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.fetchers, "fetchers", 0, "claim loops per queue (0: the worker's default)")
 	fs.IntVar(&cfg.fetchLimit, "fetch-limit", 0, "jobs per claim (0: the worker's default, 1000)")
 	fs.IntVar(&cfg.completers, "completers", 0, "outcome batches in flight (0: the worker's default)")
+	fs.BoolVar(&cfg.noSeries, "no-series", false, "turn off the per-minute series of the dashboard's charts (pgqueue.Config.NoSeries), to measure what they cost (one worker in this process)")
 	fs.BoolVar(&cfg.otel, "otel", false, "attach telemetry with the OpenTelemetry SDK and exporters that drop everything, to measure its cost")
 	fs.Float64Var(&cfg.otelSample, "otel-sample", 1, "with --otel: the fraction of traces sampled (ParentBased(TraceIDRatioBased))")
 	fs.BoolVar(&cfg.statements, "statements", false, "print the five statements that took the most server time in each run, with their rows, buffers and WAL records (needs pg_stat_statements)")
@@ -319,6 +323,9 @@ func (bf benchFlags) validate(cfg benchConfig) error {
 	}
 	if bf.mode == "fanout" && cfg.instances > 0 {
 		return errors.New("--mode fanout runs one worker in this process, whose completions it counts: leave out --instances")
+	}
+	if cfg.noSeries && cfg.instances > 0 {
+		return errors.New("--no-series turns the series off in this process's worker: leave out --instances")
 	}
 	if bf.mode != "fanout" && bf.set["tasks"] {
 		return fmt.Errorf("--tasks is for --mode fanout, not --mode %s", bf.mode)

@@ -171,7 +171,7 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, setti
 		tel = newBenchTelemetry(cfg.otelSample)
 		defer tel.shutdown(context.Background())
 	}
-	clientCfg := pgqueue.Config{Logger: log}
+	clientCfg := pgqueue.Config{Logger: log, NoSeries: cfg.noSeries}
 	if err := tel.attach(&clientCfg, nil); err != nil {
 		return benchResult{}, err
 	}
@@ -205,7 +205,7 @@ func benchOnce(ctx context.Context, baseURL, mode string, cfg benchConfig, setti
 	if err := tel.attach(nil, &wcfg); err != nil {
 		return benchResult{}, err
 	}
-	w, err := worker.New(pgqueue.New(p, pgqueue.Config{Logger: quiet}), reg, wcfg)
+	w, err := worker.New(pgqueue.New(p, pgqueue.Config{Logger: quiet, NoSeries: cfg.noSeries}), reg, wcfg)
 	if err != nil {
 		return benchResult{}, err
 	}

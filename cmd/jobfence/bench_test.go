@@ -28,6 +28,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"bench", "--instances", "2", "--hold-horizon"}, "--hold-horizon runs one worker in this process"},
 		{[]string{"bench", "--mode", "fast"}, `unknown --mode "fast": want burndown, continuous, both, latency, claim, heartbeat, soak or fanout`},
 		{[]string{"bench", "--mode", "fanout", "--instances", "2"}, "--mode fanout runs one worker in this process"},
+		{[]string{"bench", "--no-series", "--instances", "2"}, "--no-series turns the series off in this process's worker: leave out --instances"},
 		{[]string{"bench", "--mode", "burndown", "--tasks", "10"}, "--tasks is for --mode fanout, not --mode burndown"},
 		{[]string{"bench", "--mode", "fanout", "--tasks", "0"}, "--tasks 0: want at least 1"},
 		{[]string{"bench", "--mode", "soak", "--instances", "2"}, "--mode soak runs one worker in this process, whose pruning it measures"},

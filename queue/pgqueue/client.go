@@ -65,6 +65,12 @@ type Config struct {
 	// them costs the same at a million jobs as at a thousand. Zero means
 	// DefaultCountCap (10,000).
 	CountCap int
+	// NoSeries turns off the per-minute series of enqueues, attempts and
+	// waits that the dashboard charts (docs/dashboard.md "Charts"): the
+	// client counts nothing, and FlushSeries writes nothing. By default
+	// (false) every enqueue and attempt adds to in-memory counters, which
+	// FlushSeries (a worker's, once a minute) writes with one statement.
+	NoSeries bool
 	// LimitSettle bounds how long SetLimit waits for the transactions that
 	// were open when it stored a limit: an insert in one of them read the
 	// limits before the new one existed, and its job would run unlimited.
@@ -148,6 +154,9 @@ type Client struct {
 	wakes *wakes
 	// releases runs the releases of dependents after completions.
 	releases *releases
+	// series counts enqueues and attempts per minute until FlushSeries
+	// writes them; nil with Config.NoSeries.
+	series *series
 	// awaitHook, set by tests only, is called each time an await has
 	// found its job or workflow unfinished and is about to wait.
 	awaitHook func()
@@ -182,6 +191,9 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 	}
 	cfg.AwaitPollMax = max(cfg.AwaitPollMax, cfg.AwaitPollMin)
 	c := &Client{pool: pool, cfg: cfg, releases: newReleases()}
+	if !cfg.NoSeries {
+		c.series = &series{now: time.Now}
+	}
 	c.refills.wake = make(chan struct{}, 1)
 	c.listener = newListener(cfg.Logger, c.listenConn)
 	c.wakes = newWakes(cfg.Logger, func(ctx context.Context, q string) error {

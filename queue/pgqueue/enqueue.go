@@ -170,7 +170,7 @@ func (c *Client) Enqueue(ctx context.Context, p queue.EnqueueParams) (queue.Enqu
 // it unset, to measure what the one round trip saves.
 func (c *Client) enqueueOne(ctx context.Context, p queue.EnqueueParams, oneTrip bool) (queue.EnqueueResult, error) {
 	var res queue.EnqueueResult
-	_, err := queue.Observe(ctx, c.cfg.InsertHook, []queue.EnqueueParams{p}, func(ctx context.Context, meta map[string]string) (int64, error) {
+	_, err := c.observe(ctx, []queue.EnqueueParams{p}, func(ctx context.Context, meta map[string]string) (int64, error) {
 		var ready bool
 		var err error
 		var lim *partition
@@ -247,7 +247,7 @@ func (c *Client) wakeDone(ctx context.Context, q string) {
 // server, prefer Enqueue, or EnqueueManyTx for many jobs at once.
 func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, p queue.EnqueueParams) (queue.EnqueueResult, error) {
 	var res queue.EnqueueResult
-	_, err := queue.Observe(ctx, c.cfg.InsertHook, []queue.EnqueueParams{p}, func(ctx context.Context, meta map[string]string) (int64, error) {
+	_, err := c.observe(ctx, []queue.EnqueueParams{p}, func(ctx context.Context, meta map[string]string) (int64, error) {
 		var err error
 		// A limited job waits for the workers' next grant pass: a grant
 		// here would hold its slots' rows for as long as tx stays open.

@@ -94,7 +94,7 @@ var boundedBegin = txbound.Begin(txbound.Idle, txbound.LockWait)
 // UniqueOpts.Debounce are inserted one by one (a round trip each), in
 // order, in the batch's transaction: a debounced duplicate is not counted.
 func (c *Client) EnqueueMany(ctx context.Context, ps []queue.EnqueueParams) (int64, error) {
-	return queue.Observe(ctx, c.cfg.InsertHook, ps, func(ctx context.Context, meta map[string]string) (int64, error) {
+	return c.observe(ctx, ps, func(ctx context.Context, meta map[string]string) (int64, error) {
 		// The batch is encoded before its transaction begins: the
 		// transaction's idle bound (txbound) counts the time between its
 		// statements, which a big batch's encoding on a busy machine could
@@ -125,7 +125,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ps []queue.EnqueueParams) (int
 
 // EnqueueManyTx is EnqueueMany inside the caller's transaction.
 func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams) (int64, error) {
-	return queue.Observe(ctx, c.cfg.InsertHook, ps, func(ctx context.Context, meta map[string]string) (int64, error) {
+	return c.observe(ctx, ps, func(ctx context.Context, meta map[string]string) (int64, error) {
 		// Limited jobs wait for the workers' next grant pass (see
 		// EnqueueTx).
 		pl, err := planMany(ps, meta)

@@ -129,3 +129,10 @@ func ListQuery(p ListParams) (string, []any) {
 	}
 	return listQuery(p, pgtype.UUID{})
 }
+
+// SetSeriesClock makes c's per-minute series read the time from now, so
+// that a test can move to the next minute.
+func SetSeriesClock(c *Client, now func() time.Time) { c.series.now = now }
+
+// WaitQuantile is waitQuantile, for the unit test of the quantiles.
+var WaitQuantile = waitQuantile

@@ -136,7 +136,7 @@ func (c *Client) observeWorkflow(ctx context.Context, p queue.WorkflowParams, in
 	for i, t := range p.Tasks {
 		ps[i] = t.Params
 	}
-	_, err := queue.Observe(ctx, c.cfg.InsertHook, ps, insert)
+	_, err := c.observe(ctx, ps, insert)
 	return err
 }
 
