@@ -260,6 +260,20 @@ type ProgressRecorder interface {
 	RecordProgress(ctx context.Context, l Lease, progress []byte) error
 }
 
+// LogRecorder is implemented by backends that store the log records an
+// attempt's handler wrote (worker.Logger) with the attempt.
+type LogRecorder interface {
+	// RecordLogs stores logs as the logs of the attempt l names, only while
+	// the job is running under l's fence, and deletes the job's logs of
+	// earlier attempts past the keep latest (this one included), counting
+	// them in logs.Pruned. It returns a *StaleFenceError (errors.Is
+	// ErrStaleFence) and stores nothing when the job is no longer running
+	// under that fence: a stale attempt's logs never replace or join those
+	// of the attempt that holds the job. A backend may store nothing for a
+	// job whose record goes when it completes (EnqueueParams.DeleteOnComplete).
+	RecordLogs(ctx context.Context, l Lease, logs AttemptLogs, keep int) error
+}
+
 // ErrNotSetUp reports a backend that cannot run jobs until someone sets it
 // up: for PostgreSQL, jobfence's tables are missing (run `jobfence migrate
 // up`). Waiting does not help, unlike with an unreachable server.

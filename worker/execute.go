@@ -55,6 +55,7 @@ func (w *Worker) execute(job *queue.Job, until time.Time) (leave bool) {
 	// Whatever path the attempt ends by, no progress timer outlives it
 	// (the outcome's paths flush it first: see finishing).
 	defer r.endProgress(false)
+	defer r.endLogs(false)
 	ctx = context.WithValue(ctx, runCtxKey{}, r.rc)
 	r.ctx = ctx
 	if w.cfg.Hooks.JobStart != nil {
@@ -358,11 +359,13 @@ func (w *Worker) reportRun(job *queue.Job, r *running, o queue.Outcome, delay ti
 }
 
 // finishing marks r as past its handler, and writes the progress its
-// handler reported and the throttle held back (see Progress), under the
-// fence, before the outcome is sent.
+// handler reported and the throttle held back (see Progress) and the
+// records it logged (see Logger), under the fence, before the outcome is
+// sent.
 func (w *Worker) finishing(r *running) {
 	r.finishing.Store(true)
 	r.endProgress(true)
+	r.endLogs(true)
 }
 
 // taskTrace is what Hooks.TaskTrace says of a workflow task's completing

@@ -148,6 +148,10 @@ type Client struct {
 	wakes *wakes
 	// releases runs the releases of dependents after completions.
 	releases *releases
+	// redactor removes the passwords of the pool's and the listener's
+	// connection strings, and any in a URL or a password=... pair, from
+	// the log records handlers store (RecordLogs).
+	redactor *Redactor
 	// awaitHook, set by tests only, is called each time an await has
 	// found its job or workflow unfinished and is about to wait.
 	awaitHook func()
@@ -181,7 +185,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 		cfg.AwaitPollMax = DefaultAwaitPollMax
 	}
 	cfg.AwaitPollMax = max(cfg.AwaitPollMax, cfg.AwaitPollMin)
-	c := &Client{pool: pool, cfg: cfg, releases: newReleases()}
+	c := &Client{pool: pool, cfg: cfg, releases: newReleases(), redactor: NewRedactor(pool.Config().ConnString(), cfg.ListenURL)}
 	c.refills.wake = make(chan struct{}, 1)
 	c.listener = newListener(cfg.Logger, c.listenConn)
 	c.wakes = newWakes(cfg.Logger, func(ctx context.Context, q string) error {
