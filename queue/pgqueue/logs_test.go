@@ -94,9 +94,10 @@ func TestRecordLogsIsFenced(t *testing.T) {
 // TestRecordLogsKeepsTheLastAttempts: storing an attempt's logs deletes
 // the job's logs of the attempts before the last keep, and the latest
 // entry counts them; Get returns the kept ones oldest first, each with
-// its attempt.
+// its attempt. A job deleted on completion stores none (nothing would
+// prune them), and that is no stale fence.
 func TestRecordLogsKeepsTheLastAttempts(t *testing.T) {
-	c, _ := newClient(t)
+	c, db := newClient(t)
 	ctx := context.Background()
 	res, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", MaxAttempts: 10})
 	if err != nil {
@@ -119,5 +120,17 @@ func TestRecordLogsKeepsTheLastAttempts(t *testing.T) {
 	if len(logs) != 2 || logs[0].Attempt != 3 || logs[1].Attempt != 4 || logs[0].Records[0].Message != "try 3" ||
 		logs[1].Records[0].Message != "try 4" || logs[1].Pruned != 2 {
 		t.Fatalf("logs %+v, want attempts 3 and 4, the latest counting 2 pruned", logs)
+	}
+	gone, err := c.Enqueue(ctx, queue.EnqueueParams{Kind: "k", Queue: "gone", DeleteOnComplete: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := claimOne(t, c, "gone")
+	if err := c.RecordLogs(ctx, j.Lease(), queue.AttemptLogs{Attempt: j.Attempt, Records: line("m", "")}, 2); err != nil {
+		t.Fatalf("logs of a job deleted on completion: %v, want nil", err)
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_attempt_logs WHERE job_id = $1`, gone.ID).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d logs stored for a job deleted on completion (%v), want none", n, err)
 	}
 }
