@@ -322,7 +322,7 @@ func TestBrowserJobProgress(t *testing.T) {
 		{At: time.Date(2030, 1, 2, 3, 4, 5, 6e6, time.UTC), Level: "INFO", Message: "reading <img src=x onerror=alert(2)>", Attrs: "rows=1200"},
 		{At: time.Date(2030, 1, 2, 3, 4, 6, 0, time.UTC), Level: "WARN", Message: "slow disk"},
 	}}
-	if err := d.q.RecordLogs(context.Background(), j.Lease(), logs, 10); err != nil {
+	if _, err := d.q.RecordLogs(context.Background(), []queue.LogsWrite{{Lease: j.Lease(), Logs: logs}}, 10); err != nil {
 		t.Fatal(err)
 	}
 	read := func(step, name string) (state, progress string) {

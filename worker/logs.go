@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -270,37 +269,55 @@ func appendAttr(sb *strings.Builder, prefix string, a slog.Attr) {
 	sb.WriteString(s)
 }
 
-// endLogs ends r's attempt's records and, with flush, stores them under
-// the fence (bounded by the lease; best effort: a failure is logged, the
-// records being in the process's log already). A handler that never
-// logged, or whose records the backend does not store, costs nothing.
-func (r *running) endLogs(flush bool) {
+// takeLogs ends r's attempt's records and returns what it kept, nil if it
+// kept nothing (its handler never logged, or its records are not
+// stored). A handler that never called Logger costs a pointer load.
+func (r *running) takeLogs() *queue.AttemptLogs {
 	if r.rc == nil {
-		return
+		return nil
 	}
 	l := r.rc.logger.Load()
 	if l == nil {
-		return
+		return nil
 	}
 	h, ok := l.Handler().(*attemptHandler)
 	if !ok {
-		return
+		return nil
 	}
 	records, dropped, some := h.buf.take()
-	if !flush || !some {
+	if !some {
+		return nil
+	}
+	return &queue.AttemptLogs{Attempt: r.job.Attempt, Fence: r.job.Fence, Records: records, Dropped: dropped}
+}
+
+// recordLogs stores the logs of the batch's attempts that kept some, in
+// one round trip before their outcomes are sent, bounded by the lease;
+// best effort: a failure is logged (the records are in the process's log
+// already) and the outcomes go on. An attempt whose job was lost stores
+// nothing. A batch whose handlers logged nothing sends nothing.
+func (w *Worker) recordLogs(batch []pending) {
+	var writes []queue.LogsWrite
+	for _, p := range batch {
+		if p.logs != nil {
+			writes = append(writes, queue.LogsWrite{Lease: p.f.Lease, Logs: *p.logs})
+		}
+	}
+	if len(writes) == 0 {
 		return
 	}
-	w := r.rc.w
-	// The handler's context may have ended (a timeout) while its job is
-	// still ours to finish; the fence, not the context, decides.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), w.cfg.Lease)
+	rec, ok := w.backend.(queue.LogRecorder)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Lease)
 	defer cancel()
-	logs := queue.AttemptLogs{Attempt: r.job.Attempt, Fence: r.job.Fence, Records: records, Dropped: dropped}
-	err := h.buf.rec.RecordLogs(ctx, r.lease, logs, w.cfg.AttemptLogs.Attempts)
-	switch {
-	case errors.Is(err, queue.ErrStaleFence):
-		w.logJob(ctx, slog.LevelDebug, "jobfence: the attempt's logs were not stored: the job was lost (they are in this log)", r.job)
-	case err != nil:
-		w.logJob(ctx, slog.LevelWarn, "jobfence: storing the attempt's logs failed (they are in this log)", r.job, slog.Any("err", err))
+	stale, err := rec.RecordLogs(ctx, writes, w.cfg.AttemptLogs.Attempts)
+	if err != nil {
+		w.log.Warn("jobfence: storing the attempts' logs failed (they are in this log)", "jobs", len(writes), "err", err)
+		return
+	}
+	for _, l := range stale {
+		w.log.Debug("jobfence: an attempt's logs were not stored: the job was lost (they are in this log)", "job", l.ID, "fence", l.Fence)
 	}
 }

@@ -32,13 +32,11 @@ type countingLogs struct {
 	writes, stale atomic.Int32
 }
 
-func (c *countingLogs) RecordLogs(ctx context.Context, l queue.Lease, logs queue.AttemptLogs, keep int) error {
-	err := c.Client.RecordLogs(ctx, l, logs, keep)
-	c.writes.Add(1)
-	if errors.Is(err, queue.ErrStaleFence) {
-		c.stale.Add(1)
-	}
-	return err
+func (c *countingLogs) RecordLogs(ctx context.Context, writes []queue.LogsWrite, keep int) ([]queue.Lease, error) {
+	stale, err := c.Client.RecordLogs(ctx, writes, keep)
+	c.writes.Add(int32(len(writes)))
+	c.stale.Add(int32(len(stale)))
+	return stale, err
 }
 
 // syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.

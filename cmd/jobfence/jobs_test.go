@@ -123,7 +123,7 @@ func TestJobsShowProgress(t *testing.T) {
 	}
 	logs := queue.AttemptLogs{Attempt: 1, Dropped: 2, Records: []queue.LogRecord{
 		{At: time.Date(2030, 1, 2, 3, 4, 5, 6e6, time.UTC), Level: "INFO", Message: "imported", Attrs: "rows=1200"}}}
-	if err := c.RecordLogs(ctx, jobs[0].Lease(), logs, 10); err != nil {
+	if _, err := c.RecordLogs(ctx, []queue.LogsWrite{{Lease: jobs[0].Lease(), Logs: logs}}, 10); err != nil {
 		t.Fatal(err)
 	}
 	if stale, err := c.Finish(ctx, []queue.Finish{{Lease: jobs[0].Lease(), Outcome: queue.OutcomeComplete}}); err != nil || len(stale) > 0 {

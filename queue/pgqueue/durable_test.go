@@ -286,7 +286,7 @@ func TestPruneTakesStepsAndSignals(t *testing.T) {
 			t.Fatal(err)
 		}
 		logs := queue.AttemptLogs{Attempt: j.Attempt, Records: []queue.LogRecord{{At: time.Now(), Level: "INFO", Message: "m"}}}
-		if err := c.RecordLogs(ctx, j.Lease(), logs, 10); err != nil {
+		if _, err := c.RecordLogs(ctx, []queue.LogsWrite{{Lease: j.Lease(), Logs: logs}}, 10); err != nil {
 			t.Fatal(err)
 		}
 	}

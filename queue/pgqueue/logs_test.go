@@ -2,7 +2,6 @@ package pgqueue_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -22,6 +21,17 @@ func logsOf(t *testing.T, c *pgqueue.Client, id int64) []queue.AttemptLogs {
 	return j.Logs
 }
 
+// record stores logs for the attempt l names, failing t on an error, and
+// returns the stale leases.
+func record(t *testing.T, c *pgqueue.Client, keep int, ws ...queue.LogsWrite) []queue.Lease {
+	t.Helper()
+	stale, err := c.RecordLogs(context.Background(), ws, keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stale
+}
+
 // line is one record of message m.
 func line(m, attrs string) []queue.LogRecord {
 	return []queue.LogRecord{{At: time.Now().UTC(), Level: "INFO", Message: m, Attrs: attrs}}
@@ -29,9 +39,9 @@ func line(m, attrs string) []queue.LogRecord {
 
 // TestRecordLogsIsFenced: an attempt's logs are stored only while the
 // job runs under its fence, keyed by it. Once the first attempt's lease
-// ran out and a second attempt claimed the job, the first's write returns
-// a *queue.StaleFenceError and stores nothing; each attempt's logs read
-// back by Get beside its number and fence, oldest first, with their
+// ran out and a second attempt claimed the job, the first's write, in
+// one batch with the second's, is reported stale and stores nothing;
+// the second's reads back by Get beside its number and fence, with its
 // dropped count, passwords removed, also once the completed job moved to
 // the finished jobs' table; a write after the completion is stale too.
 func TestRecordLogsIsFenced(t *testing.T) {
@@ -58,24 +68,17 @@ func TestRecordLogsIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	cur := claimOne(t, c, "default")
-	err = c.RecordLogs(ctx, old.Lease(), queue.AttemptLogs{Attempt: old.Attempt, Records: line("stale", "")}, 10)
-	var sf *queue.StaleFenceError
-	if !errors.As(err, &sf) || sf.Fence != old.Fence ||
-		err.Error() != fmt.Sprintf("jobfence: job %d: fence %d is stale: the claim was lost to a newer owner; nothing was written", old.ID, old.Fence) {
-		t.Fatalf("the stale attempt's logs = %v, want a StaleFenceError of fence %d", err, old.Fence)
-	}
-	if logs := logsOf(t, c, res.ID); logs != nil {
-		t.Fatalf("logs after the stale attempt's write: %+v, want none", logs)
-	}
 	secret := "postgres://app:s3cretpass@db.internal/app"
-	if err := c.RecordLogs(ctx, cur.Lease(), queue.AttemptLogs{Attempt: cur.Attempt, Records: line("charging", "dsn="+secret), Dropped: 3}, 10); err != nil {
-		t.Fatal(err)
+	stale := record(t, c, 10, queue.LogsWrite{Lease: old.Lease(), Logs: queue.AttemptLogs{Attempt: old.Attempt, Records: line("stale", "")}},
+		queue.LogsWrite{Lease: cur.Lease(), Logs: queue.AttemptLogs{Attempt: cur.Attempt, Records: line("charging", "dsn="+secret), Dropped: 3}})
+	if len(stale) != 1 || stale[0] != old.Lease() {
+		t.Fatalf("stale leases %v, want the first attempt's %v", stale, old.Lease())
 	}
 	if stale := finish(t, c, queue.Finish{Lease: cur.Lease(), Outcome: queue.OutcomeComplete}); len(stale) > 0 {
 		t.Fatalf("completion stale: %v", stale)
 	}
-	if err := c.RecordLogs(ctx, cur.Lease(), queue.AttemptLogs{Attempt: cur.Attempt, Records: line("after", "")}, 10); !errors.Is(err, queue.ErrStaleFence) {
-		t.Fatalf("logs after the completion = %v, want a stale fence", err)
+	if stale := record(t, c, 10, queue.LogsWrite{Lease: cur.Lease(), Logs: queue.AttemptLogs{Attempt: cur.Attempt, Records: line("after", "")}}); len(stale) != 1 {
+		t.Fatalf("logs after the completion: stale %v, want its lease", stale)
 	}
 	var moved int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_jobs_finished WHERE id = $1`, res.ID).Scan(&moved); err != nil || moved != 1 {
@@ -105,8 +108,8 @@ func TestRecordLogsKeepsTheLastAttempts(t *testing.T) {
 	}
 	for i := 1; i <= 4; i++ {
 		j := claimOne(t, c, "default")
-		if err := c.RecordLogs(ctx, j.Lease(), queue.AttemptLogs{Attempt: j.Attempt, Records: line(fmt.Sprintf("try %d", i), "")}, 2); err != nil {
-			t.Fatal(err)
+		if stale := record(t, c, 2, queue.LogsWrite{Lease: j.Lease(), Logs: queue.AttemptLogs{Attempt: j.Attempt, Records: line(fmt.Sprintf("try %d", i), "")}}); len(stale) > 0 {
+			t.Fatalf("stale %v", stale)
 		}
 		if stale := finish(t, c, queue.Finish{Lease: j.Lease(), Outcome: queue.OutcomeRetry,
 			Error: &queue.AttemptError{Attempt: j.Attempt, At: time.Now(), Error: "boom"}}); len(stale) > 0 {
@@ -126,8 +129,8 @@ func TestRecordLogsKeepsTheLastAttempts(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := claimOne(t, c, "gone")
-	if err := c.RecordLogs(ctx, j.Lease(), queue.AttemptLogs{Attempt: j.Attempt, Records: line("m", "")}, 2); err != nil {
-		t.Fatalf("logs of a job deleted on completion: %v, want nil", err)
+	if stale := record(t, c, 2, queue.LogsWrite{Lease: j.Lease(), Logs: queue.AttemptLogs{Attempt: j.Attempt, Records: line("m", "")}}); len(stale) > 0 {
+		t.Fatalf("logs of a job deleted on completion: stale %v, want none", stale)
 	}
 	var n int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM jobfence_attempt_logs WHERE job_id = $1`, gone.ID).Scan(&n); err != nil || n != 0 {
