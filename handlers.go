@@ -112,7 +112,7 @@ func Progress(ctx context.Context, v any) error { return worker.Progress(ctx, v)
 // Logger returns the logger of the handler whose context ctx is: each
 // record goes to the client's logger (Config.Logger) with the job's
 // attributes, and is kept for the attempt, within Worker.AttemptLogs's
-// bounds, and stored with it before its outcome, under its fence, for
+// bounds, and stored with it just before its outcome, under its fence, for
 // Get (Job.Logs), `jobfence jobs show` and the dashboard's job page.
 // Outside a handler it writes to the client's logger only (slog.Default()
 // outside any worker). See worker.Logger.

@@ -63,17 +63,20 @@ func (c LogsConfig) withDefaults() LogsConfig {
 // fence), so nothing is lost from the process's log; and the records at
 // LogsConfig.Level or above are kept in memory for the attempt, within
 // its bounds (LogsConfig: the latest records are kept, the earlier
-// dropped and counted), and stored with the attempt when its handler
-// returns, before its outcome, under its fence: readers (pgqueue's Get as
-// queue.Job.Logs, `jobfence jobs show`, the dashboard's job page) see
+// dropped and counted), and stored with the attempt once its handler
+// returned, under its fence, just before its outcome is sent: in one
+// statement for the batch of outcomes the attempt's goes in (an AddTx
+// handler's, before its transaction's completion). Readers (pgqueue's Get
+// as queue.Job.Logs, `jobfence jobs show`, the dashboard's job page) see
 // each attempt's records beside its error.
 //
 // An attempt that lost its job (its lease ran out and another worker
 // claimed it) stores nothing: its records are in the process's log only,
 // and never replace or join the next attempt's. A job whose handler logs
-// nothing costs nothing more: no statement is sent for it. The records
-// of an attempt whose process dies are lost with it, as its outcome is,
-// but for what reached the process's log.
+// nothing costs nothing more: no statement is sent for it. Storing is
+// best effort: a failed write is logged and the outcome is sent anyway.
+// The records of an attempt whose process dies are lost with it, as its
+// outcome is, but for what reached the process's log.
 //
 // Outside a handler, and once the handler returned, it returns a logger
 // that writes to the worker's Logger only (with the job's attributes
