@@ -19,8 +19,8 @@ func TestCheck(t *testing.T) {
 	if !errors.As(err, &nm) || !errors.Is(err, migrations.ErrNotMigrated) {
 		t.Fatalf("Check on an empty schema = %v, want a *NotMigratedError", err)
 	}
-	if nm.Schema != db.Schema || len(nm.Missing) != 17 {
-		t.Fatalf("Check = %+v, want schema %q and 17 missing relations", nm, db.Schema)
+	if nm.Schema != db.Schema || len(nm.Missing) != 18 {
+		t.Fatalf("Check = %+v, want schema %q and 18 missing relations", nm, db.Schema)
 	}
 	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs, jobfence_fence_seq, jobfence_schedules, jobfence_idempotency_keys, jobfence_results, jobfence_queues, jobfence_workers, jobfence_claim_hints, jobfence_workflows, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_cascades, jobfence_steps, jobfence_signals, jobfence_attempt_logs): run ` + "`jobfence migrate up`"
 	if !strings.HasPrefix(err.Error(), want) {
