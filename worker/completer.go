@@ -37,10 +37,10 @@ func (w *Worker) completer() {
 	}
 }
 
-// flush reports a batch, after storing its attempts' logs, retrying while the backend is unreachable. It
-// gives up after the lease has surely run out (the jobs are the rescuer's by
-// then, and an outcome would be stale anyway), or after one last try once
-// Stop's deadline has passed.
+// flush reports a batch, after storing its attempts' logs, retrying
+// while the backend is unreachable. It gives up after the lease has surely
+// run out (the jobs are the rescuer's by then, and an outcome would be
+// stale anyway), or after one last try once Stop's deadline has passed.
 //
 // With claim, on a queue.FinishClaimer, the outcomes of limited jobs whose
 // queue has a free slot for one more job ask for the job their freed limit

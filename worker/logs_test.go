@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
@@ -256,5 +258,35 @@ func TestLoggerOfStaleAttemptStoresNothing(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "stale before") {
 		t.Fatalf("the worker's log lacks the stale attempt's record:\n%s", out.String())
+	}
+}
+
+type txLogArgs struct{}
+
+func (txLogArgs) Kind() string { return "tx_logs" }
+
+// TestLoggerOfTxHandler: a transactional handler's records are stored
+// before its transaction's fenced completion, and read back with the
+// completed job.
+func TestLoggerOfTxHandler(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := pgqueue.New(db.Pool, pgqueue.Config{Logger: quietLogger()})
+	b := &countingLogs{Client: c}
+	reg := worker.NewRegistry()
+	worker.AddTx(reg, func(ctx context.Context, tx pgx.Tx, job *worker.Job[txLogArgs]) error {
+		worker.Logger(ctx).Info("in the transaction", "tx", true)
+		return nil
+	})
+	startWorker(t, b, reg, worker.Config{PollInterval: 50 * time.Millisecond})
+	res, err := c.Insert(ctx, txLogArgs{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwatch.WaitFor(t, 30*time.Second, "the job's completion", func() bool { return stateOf(t, c, res.ID).State == queue.StateCompleted })
+	logs := stateOf(t, c, res.ID).Logs
+	if len(logs) != 1 || logs[0].Attempt != 1 || len(logs[0].Records) != 1 || logs[0].Records[0].Message != "in the transaction" ||
+		logs[0].Records[0].Attrs != "tx=true" || b.writes.Load() != 1 {
+		t.Fatalf("logs %+v after %d writes, want the attempt's one record, written once", logs, b.writes.Load())
 	}
 }
