@@ -35,9 +35,10 @@ func (benchChain) Kind() string { return "bench_chain" }
 func (benchPlain) Kind() string { return "bench_plain" }
 
 // roundTrips counts the statements a pool sends while on: a query, a
-// batch and a COPY are a round trip each; those naming jobfence_steps are
-// counted apart too.
+// batch and a COPY are a round trip each; those naming table (default
+// jobfence_steps) are counted apart too, in steps.
 type roundTrips struct {
+	table        string
 	on           atomic.Bool
 	total, steps atomic.Int64
 }
@@ -45,7 +46,7 @@ type roundTrips struct {
 func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	if r.on.Load() {
 		r.total.Add(1)
-		if strings.Contains(d.SQL, "jobfence_steps") {
+		if t := r.table; strings.Contains(d.SQL, t) || (t == "" && strings.Contains(d.SQL, "jobfence_steps")) {
 			r.steps.Add(1)
 		}
 	}
@@ -77,6 +78,11 @@ func (r *roundTrips) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.TraceCopyF
 // database's statements so far, those naming jobfence_steps apart, and the
 // server's WAL position.
 func serverTime(ctx context.Context, b *testing.B, conn *pgx.Conn, statements bool) (all, steps float64, wal int64) {
+	return serverTimeOf(ctx, b, conn, statements, "jobfence_steps")
+}
+
+// serverTimeOf is serverTime with the statements naming table apart.
+func serverTimeOf(ctx context.Context, b *testing.B, conn *pgx.Conn, statements bool, table string) (all, steps float64, wal int64) {
 	b.Helper()
 	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn() - '0/0'`).Scan(&wal); err != nil {
 		b.Fatal(err)
@@ -85,9 +91,9 @@ func serverTime(ctx context.Context, b *testing.B, conn *pgx.Conn, statements bo
 		return 0, 0, wal
 	}
 	err := conn.QueryRow(ctx, `SELECT coalesce(sum(total_exec_time), 0),
-		coalesce(sum(total_exec_time) FILTER (WHERE query LIKE '%jobfence_steps%'), 0)
+		coalesce(sum(total_exec_time) FILTER (WHERE query LIKE '%' || $1 || '%'), 0)
 		FROM pg_stat_statements
-		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '%pg_stat_statements%'`).Scan(&all, &steps)
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '%pg_stat_statements%'`, table).Scan(&all, &steps)
 	if err != nil {
 		b.Fatal(err)
 	}

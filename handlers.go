@@ -2,6 +2,7 @@ package jobfence
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -134,6 +135,15 @@ func RecordOutput(ctx context.Context, v any) error { return worker.RecordOutput
 // Worker.ProgressInterval, the latest value kept and written before the
 // attempt's outcome. See worker.Progress.
 func Progress(ctx context.Context, v any) error { return worker.Progress(ctx, v) }
+
+// Logger returns the logger of the handler whose context ctx is: each
+// record goes to the client's logger (Config.Logger) with the job's
+// attributes, and is kept for the attempt, within Worker.AttemptLogs's
+// bounds, and stored with it just before its outcome, under its fence, for
+// Get (Job.Logs), `jobfence jobs show` and the dashboard's job page.
+// Outside a handler it writes to the client's logger only (slog.Default()
+// outside any worker). See worker.Logger.
+func Logger(ctx context.Context) *slog.Logger { return worker.Logger(ctx) }
 
 // Errors a handler may see or return; test for them with errors.Is.
 var (

@@ -362,7 +362,8 @@ func TestBrowserInsertJob(t *testing.T) {
 // TestBrowserJobProgress opens, in headless Chromium, the page of a
 // running job whose handler reported progress: the page shows it, as
 // text (markup in it does not run), and still shows it once the job
-// completed.
+// completed, with the logs its attempt stored (worker.Logger), as text,
+// under the attempt, with the count of records dropped.
 func TestBrowserJobProgress(t *testing.T) {
 	ctx, events := newBrowser(t)
 	d := newDash(t, dashboard.Options{})
@@ -370,6 +371,13 @@ func TestBrowserJobProgress(t *testing.T) {
 	id := d.enqueue(queue.EnqueueParams{Kind: "import", Queue: "imports"})
 	j := d.claim("imports", 1)[0]
 	if err := d.q.RecordProgress(context.Background(), j.Lease(), []byte(`{"rows":1200,"of":5000,"file":"<img src=x onerror=alert(1)>"}`)); err != nil {
+		t.Fatal(err)
+	}
+	logs := queue.AttemptLogs{Attempt: j.Attempt, Dropped: 42, Records: []queue.LogRecord{
+		{At: time.Date(2030, 1, 2, 3, 4, 5, 6e6, time.UTC), Level: "INFO", Message: "reading <img src=x onerror=alert(2)>", Attrs: "rows=1200"},
+		{At: time.Date(2030, 1, 2, 3, 4, 6, 0, time.UTC), Level: "WARN", Message: "slow disk"},
+	}}
+	if _, err := d.q.RecordLogs(context.Background(), []queue.LogsWrite{{Lease: j.Lease(), Logs: logs}}, 10); err != nil {
 		t.Fatal(err)
 	}
 	read := func(step, name string) (state, progress string) {
@@ -393,6 +401,14 @@ func TestBrowserJobProgress(t *testing.T) {
 	d.finish(j, queue.OutcomeComplete, nil)
 	if state, progress := read("open the completed job", "9-job-progress-completed"); state != "completed" || progress != want {
 		t.Errorf("the completed job's page: state %q, progress %q; want completed, %q", state, progress, want)
+	}
+	var records, dropped string
+	if err := chromedp.Run(ctx, chromedp.Text(`#attempt-1 pre.logs`, &records), chromedp.Text(`#attempt-1 .dropped`, &dropped)); err != nil {
+		t.Fatalf("read the attempt's logs: %v", err)
+	}
+	if want := "03:04:05.006 INFO reading <img src=x onerror=alert(2)> rows=1200\n03:04:06.000 WARN slow disk"; strings.TrimSpace(records) != want ||
+		!strings.HasPrefix(dropped, "42 earlier records dropped") {
+		t.Errorf("the attempt's logs %q, %q; want %q and 42 dropped", records, dropped, want)
 	}
 	events.check(t)
 }

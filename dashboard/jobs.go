@@ -167,8 +167,9 @@ type event struct {
 type jobPage struct {
 	Job         *queue.Job
 	FinalizedAt time.Time
-	// Attempts are the attempts' errors, newest first.
-	Attempts []queue.AttemptError
+	// Attempts are the attempts that failed or stored logs, each with
+	// its error and its logs, newest first.
+	Attempts []attemptView
 	Timeline []event
 	// Waits says why a limited job waits for its limit (WaitReason).
 	Waits string
@@ -215,7 +216,7 @@ func (h *handler) job(w http.ResponseWriter, r *http.Request) error {
 	p := jobPage{
 		Job:       j,
 		Unique:    unique,
-		Attempts:  slices.Clone(j.Errors),
+		Attempts:  attemptViews(j),
 		CanRetry:  j.State != queue.StateRunning,
 		CanCancel: !j.State.Final(),
 		CanDelete: j.State != queue.StateRunning,
@@ -231,9 +232,47 @@ func (h *handler) job(w http.ResponseWriter, r *http.Request) error {
 	if p.Children, err = h.client.ChildWorkflows(r.Context(), id); err != nil {
 		return err
 	}
-	slices.Reverse(p.Attempts)
 	p.Timeline = timeline(j, p.FinalizedAt)
 	return h.render(w, r, http.StatusOK, "job", fmt.Sprintf("Job %d", id), time.Time{}, p)
+}
+
+// attemptView is one attempt on the job's page: its error (nil for an
+// attempt that did not fail) and the logs it stored (worker.Logger).
+type attemptView struct {
+	Attempt int
+	Error   *queue.AttemptError
+	Logs    []queue.AttemptLogs
+}
+
+// attemptViews pairs the job's attempts' errors with their logs, newest
+// first. An attempt's logs go with the last error of its number (a
+// put-back runs the number again, and its run's error comes after the
+// put-back's); logs of an attempt without an error (it completed, or it
+// runs) make an entry of their own.
+func attemptViews(j *queue.Job) []attemptView {
+	views := make([]attemptView, 0, len(j.Errors)+len(j.Logs))
+	for i := range j.Errors {
+		views = append(views, attemptView{Attempt: j.Errors[i].Attempt, Error: &j.Errors[i]})
+	}
+	for _, l := range j.Logs {
+		at := -1
+		for i := len(views) - 1; i >= 0; i-- {
+			if views[i].Attempt == l.Attempt {
+				at = i
+				break
+			}
+		}
+		if at < 0 {
+			views = append(views, attemptView{Attempt: l.Attempt})
+			at = len(views) - 1
+		}
+		views[at].Logs = append(views[at].Logs, l)
+	}
+	// Oldest first, stable: errors are in order, and an attempt's entry
+	// without an error comes after the errors of earlier attempts.
+	slices.SortStableFunc(views, func(a, b attemptView) int { return a.Attempt - b.Attempt })
+	slices.Reverse(views)
+	return views
 }
 
 // timeline orders what is known of the job's life: enqueued, due, each

@@ -32,6 +32,7 @@ type pages struct {
 func parsePages() *pages {
 	funcs := template.FuncMap{
 		"ts":             formatTime,
+		"clock":          clock,
 		"ago":            ago,
 		"pretty":         prettyJSON,
 		"states":         queue.States,
@@ -171,6 +172,12 @@ func formatTime(t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// clock is t's time of day, to the millisecond, in UTC: a log record's
+// time beside its attempt's date.
+func clock(t time.Time) string {
+	return t.UTC().Format("15:04:05.000")
 }
 
 // ago says how long before now t was ("3m12s ago"), or how long after

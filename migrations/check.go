@@ -53,6 +53,7 @@ var relations = []string{
 	"jobfence_workflows.parent_job_id", "jobfence_workflows.parent_signalled_at",
 	"jobfence_queues.concurrency", "jobfence_queues.run_state",
 	"jobfence_stats_minute", "jobfence_depth_minute",
+	"jobfence_attempt_logs",
 }
 
 // Querier is what Check needs of a connection: a *pgxpool.Pool, a *pgx.Conn

@@ -260,6 +260,30 @@ type ProgressRecorder interface {
 	RecordProgress(ctx context.Context, l Lease, progress []byte) error
 }
 
+// LogRecorder is implemented by backends that store the log records an
+// attempt's handler wrote (worker.Logger) with the attempt.
+type LogRecorder interface {
+	// RecordLogs stores each write's logs as the logs of the attempt its
+	// lease names, only while that job is running under the lease's
+	// fence, and deletes the job's logs of earlier attempts past the keep
+	// latest (this one included), counting them in the stored
+	// AttemptLogs.Pruned. It returns the leases of the writes it refused
+	// because their job is no longer running under their fence: a stale
+	// attempt's logs never replace or join those of the attempt that holds
+	// the job. A backend may store nothing, and report nothing stale, for
+	// a job whose record goes when it completes
+	// (EnqueueParams.DeleteOnComplete).
+	RecordLogs(ctx context.Context, writes []LogsWrite, keep int) (stale []Lease, err error)
+}
+
+// LogsWrite is one attempt's logs for LogRecorder.RecordLogs: the lease
+// of the attempt and what it logged (its At and Pruned are the
+// backend's to set).
+type LogsWrite struct {
+	Lease Lease
+	Logs  AttemptLogs
+}
+
 // ErrNotSetUp reports a backend that cannot run jobs until someone sets it
 // up: for PostgreSQL, jobfence's tables are missing (run `jobfence migrate
 // up`). Waiting does not help, unlike with an unreachable server.

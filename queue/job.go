@@ -65,6 +65,11 @@ type Job struct {
 	// none was stored, and for a claimed job: only reads (pgqueue's Get)
 	// fill it.
 	Progress json.RawMessage
+	// Logs are the records its handlers wrote through worker.Logger,
+	// one entry per attempt that stored some (at most the last few
+	// attempts': see worker.LogsConfig), oldest first. Nil when none was
+	// stored, and for a claimed job: only reads (pgqueue's Get) fill it.
+	Logs []AttemptLogs
 	// WorkflowID names the workflow the job is a task of (package
 	// workflow); empty for a job outside a workflow.
 	WorkflowID string
@@ -167,3 +172,46 @@ func PutBacksInARow(errs []AttemptError) int {
 // limit of links on a span. A fan-in's span links to its first
 // dependencies' runs, and names them all (jobfence.workflow.depends_on).
 const MaxDependencyTraces = 128
+
+// AttemptLogs are the log records one attempt's handler wrote through
+// worker.Logger, stored with the attempt (LogRecorder).
+type AttemptLogs struct {
+	// Attempt is the attempt that wrote them (Job.Attempt then). A
+	// put-back that gave the attempt back runs it again under the same
+	// number and a new fence: each run has its own entry.
+	Attempt int `json:"attempt"`
+	// Fence is the fence of the claim that wrote them.
+	Fence int64 `json:"fence"`
+	// At is when they were stored: at the end of the attempt, before its
+	// outcome.
+	At time.Time `json:"at"`
+	// Records are the records kept, oldest first: the latest ones within
+	// the attempt's bounds.
+	Records []LogRecord `json:"records"`
+	// Dropped counts the attempt's records that were not kept, the
+	// earliest ones, past its bounds (worker.LogsConfig).
+	Dropped int `json:"dropped,omitempty"`
+	// Pruned counts the job's earlier attempts whose logs were deleted
+	// to keep only the last few attempts' (worker.LogsConfig.Attempts);
+	// set on the latest entry.
+	Pruned int `json:"pruned,omitempty"`
+}
+
+// LogRecord is one stored log record.
+type LogRecord struct {
+	// At is the record's time.
+	At time.Time `json:"at"`
+	// Level is its level as slog names it: DEBUG, INFO, WARN, ERROR
+	// (with an offset: INFO+2).
+	Level string `json:"level"`
+	// Message is its message.
+	Message string `json:"msg"`
+	// Attrs are its attributes, and those of the logger it was written
+	// through, as key=value pairs separated by spaces (slog's text form,
+	// groups as dotted keys).
+	Attrs string `json:"attrs,omitempty"`
+}
+
+// Size is what the record counts towards its attempt's byte bound
+// (worker.LogsConfig.MaxBytes): its message and attributes.
+func (r LogRecord) Size() int { return len(r.Message) + len(r.Attrs) }

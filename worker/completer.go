@@ -37,10 +37,10 @@ func (w *Worker) completer() {
 	}
 }
 
-// flush reports a batch, retrying while the backend is unreachable. It
-// gives up after the lease has surely run out (the jobs are the rescuer's by
-// then, and an outcome would be stale anyway), or after one last try once
-// Stop's deadline has passed.
+// flush reports a batch, after storing its attempts' logs, retrying
+// while the backend is unreachable. It gives up after the lease has surely
+// run out (the jobs are the rescuer's by then, and an outcome would be
+// stale anyway), or after one last try once Stop's deadline has passed.
 //
 // With claim, on a queue.FinishClaimer, the outcomes of limited jobs whose
 // queue has a free slot for one more job ask for the job their freed limit
@@ -48,6 +48,9 @@ func (w *Worker) completer() {
 // outcomes and goes straight to a runner (see reserveNext), rather than
 // being made available to wake a fetch loop that claims it.
 func (w *Worker) flush(batch []pending, claim bool) {
+	// The attempts' logs first, once, in one round trip for the batch:
+	// stored while their jobs still run under their fences.
+	w.recordLogs(batch)
 	fs := make([]queue.Finish, len(batch))
 	for i, p := range batch {
 		fs[i] = p.f

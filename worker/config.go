@@ -99,6 +99,9 @@ type Config struct {
 	// outcome, whichever comes first. Default: DefaultProgressInterval
 	// (1s).
 	ProgressInterval time.Duration
+	// AttemptLogs bounds the records handlers write through Logger that
+	// are stored with their attempts; see LogsConfig for its defaults.
+	AttemptLogs LogsConfig
 	// FinishBatch caps how many outcomes go to the backend in one round
 	// trip. Default: 1000.
 	FinishBatch int
@@ -194,6 +197,7 @@ func (c Config) withDefaults() Config {
 	if c.ProgressInterval <= 0 {
 		c.ProgressInterval = DefaultProgressInterval
 	}
+	c.AttemptLogs = c.AttemptLogs.withDefaults()
 	if c.FinishBatch <= 0 {
 		c.FinishBatch = 1000
 	}

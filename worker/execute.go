@@ -56,6 +56,9 @@ func (w *Worker) execute(f *queueFetch, job *queue.Job, until time.Time) (leave 
 	// Whatever path the attempt ends by, no progress timer outlives it
 	// (the outcome's paths flush it first: see finishing).
 	defer r.endProgress(false)
+	// A path that stores no outcome (a lost job) stores no logs either:
+	// later records go to the worker's logger only.
+	defer r.takeLogs()
 	ctx = context.WithValue(ctx, runCtxKey{}, r.rc)
 	r.ctx = ctx
 	if w.cfg.Hooks.JobStart != nil {
@@ -173,6 +176,10 @@ func (w *Worker) runTx(ctx context.Context, h *handler, job *queue.Job, r *runni
 		return false, stack, err
 	}
 	w.finishing(r)
+	// Its logs go before the completion, as a batch's do (see flush).
+	if logs := r.takeLogs(); logs != nil {
+		w.recordLogs([]pending{{f: queue.Finish{Lease: job.Lease()}, logs: logs}})
+	}
 	f := queue.Finish{Lease: job.Lease(), Outcome: queue.OutcomeComplete, Output: r.recordedOutput(), Workflow: job.WorkflowID != "",
 		Trace: w.taskTrace(job, r)}
 	if err := txb.FinishTx(ctx, tx, f); err != nil {
@@ -357,11 +364,12 @@ func (w *Worker) reportRun(job *queue.Job, r *running, o queue.Outcome, delay ti
 	if o == queue.OutcomeRetry && job.Attempt >= job.MaxAttempts {
 		ended = queue.OutcomeDiscard
 	}
+	p := pending{f: f, r: r, outcome: ended, logs: r.takeLogs()}
 	if r.late {
-		w.recordLate(pending{f: f, r: r, outcome: ended})
+		w.recordLate(p)
 		return
 	}
-	w.finishCh <- pending{f: f, r: r, outcome: ended}
+	w.finishCh <- p
 }
 
 // finishing marks r as past its handler, and writes the progress its

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 
 	"github.com/jobfence/jobfence/queue"
@@ -36,6 +37,8 @@ type runCtx struct {
 	recorded, replayed *atomic.Int64
 	// progress is set by the handler's first Progress call.
 	progress atomic.Pointer[progress]
+	// logger is set by the handler's first Logger call.
+	logger atomic.Pointer[slog.Logger]
 }
 
 // RecordOutput records v, encoded as JSON, as the output of the job whose

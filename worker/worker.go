@@ -420,6 +420,9 @@ type pending struct {
 	// outcome is the outcome Hooks.JobEnd reports (a retry out of
 	// attempts is a discard).
 	outcome queue.Outcome
+	// logs are what the attempt's handler logged (Logger), stored before
+	// the outcome is sent; nil if nothing.
+	logs *queue.AttemptLogs
 }
 
 // runner executes f's jobs until f.out is closed, releasing a slot after

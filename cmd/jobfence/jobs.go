@@ -180,6 +180,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				fmt.Fprintf(stdout, "    panic stack:\n%s\n", indent(strings.TrimRight(e.Trace, "\n"), "      "))
 			}
 		}
+		printLogs(stdout, j.Logs)
 		return nil
 	case "retry":
 		return retryJob(ctx, c, id, *force, stdout)
@@ -191,6 +192,28 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return nil
 	}
 	return fmt.Errorf("unknown jobs action %q: want list, show, retry or cancel", action)
+}
+
+// printLogs prints each attempt's stored logs (jobfence.Logger), oldest
+// attempt first, a record a line.
+func printLogs(stdout io.Writer, logs []queue.AttemptLogs) {
+	for _, l := range logs {
+		if l.Pruned > 0 {
+			fmt.Fprintf(stdout, "  (logs of %d earlier attempts not kept)\n", l.Pruned)
+		}
+		dropped := ""
+		if l.Dropped > 0 {
+			dropped = fmt.Sprintf(", %d earlier records dropped", l.Dropped)
+		}
+		fmt.Fprintf(stdout, "  logs of attempt %d (fence %d%s):\n", l.Attempt, l.Fence, dropped)
+		for _, r := range l.Records {
+			attrs := ""
+			if r.Attrs != "" {
+				attrs = " " + r.Attrs
+			}
+			fmt.Fprintf(stdout, "    %s %s %s%s\n", r.At.UTC().Format("2006-01-02T15:04:05.000Z"), r.Level, r.Message, attrs)
+		}
+	}
 }
 
 // retryJob runs job id again. A completed job is refused unless force is

@@ -87,7 +87,8 @@ func TestJobsShowOutput(t *testing.T) {
 }
 
 // TestJobsShowProgress: `jobs show` prints the progress a running job's
-// handler reported, as text and in --json, and still after it completed.
+// handler reported, as text and in --json, and still after it completed,
+// with the logs its attempt stored (jobfence.Logger).
 func TestJobsShowProgress(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
@@ -120,11 +121,20 @@ func TestJobsShowProgress(t *testing.T) {
 	if out := show("--json"); !strings.Contains(out, `"progress": {`) || !strings.Contains(out, `"rows": 1200`) {
 		t.Fatalf("jobs show --json prints %q, want the progress", out)
 	}
+	logs := queue.AttemptLogs{Attempt: 1, Dropped: 2, Records: []queue.LogRecord{
+		{At: time.Date(2030, 1, 2, 3, 4, 5, 6e6, time.UTC), Level: "INFO", Message: "imported", Attrs: "rows=1200"}}}
+	if _, err := c.RecordLogs(ctx, []queue.LogsWrite{{Lease: jobs[0].Lease(), Logs: logs}}, 10); err != nil {
+		t.Fatal(err)
+	}
 	if stale, err := c.Finish(ctx, []queue.Finish{{Lease: jobs[0].Lease(), Outcome: queue.OutcomeComplete}}); err != nil || len(stale) > 0 {
 		t.Fatalf("finish: %v, %v", stale, err)
 	}
-	if out := show(); !strings.Contains(out, "state completed") || !strings.Contains(out, `  progress {"of": 5000, "rows": 1200}`) {
-		t.Fatalf("jobs show after completion prints %q, want the progress", out)
+	want := fmt.Sprintf("  logs of attempt 1 (fence %d, 2 earlier records dropped):\n    2030-01-02T03:04:05.006Z INFO imported rows=1200\n", jobs[0].Fence)
+	if out := show(); !strings.Contains(out, "state completed") || !strings.Contains(out, `  progress {"of": 5000, "rows": 1200}`) || !strings.Contains(out, want) {
+		t.Fatalf("jobs show after completion prints %q, want the progress and %q", out, want)
+	}
+	if out := show("--json"); !strings.Contains(out, `"logs": [`) || !strings.Contains(out, `"msg": "imported"`) || !strings.Contains(out, `"dropped": 2`) {
+		t.Fatalf("jobs show --json prints %q, want the logs", out)
 	}
 }
 

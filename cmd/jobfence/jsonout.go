@@ -39,9 +39,12 @@ type jobJSON struct {
 	Output json.RawMessage `json:"output,omitempty"`
 	// Progress is the last progress the handler reported
 	// (jobfence.Progress); absent when none.
-	Progress   json.RawMessage `json:"progress,omitempty"`
-	WorkflowID string          `json:"workflow_id,omitempty"`
-	TaskName   string          `json:"task_name,omitempty"`
+	Progress json.RawMessage `json:"progress,omitempty"`
+	// Logs are the attempts' stored logs (jobfence.Logger), oldest
+	// attempt first (`jobs show` only); absent when none.
+	Logs       []queue.AttemptLogs `json:"logs,omitempty"`
+	WorkflowID string              `json:"workflow_id,omitempty"`
+	TaskName   string              `json:"task_name,omitempty"`
 	// Tags are the job's tags; absent when it has none.
 	Tags []string `json:"tags,omitempty"`
 	// Wait says why a limited job waits (`jobs show` only); absent for
@@ -165,7 +168,7 @@ func toJobJSON(j *queue.Job) jobJSON {
 		Args: json.RawMessage(j.EncodedArgs), ScheduledAt: jsonTime(j.ScheduledAt), CreatedAt: jsonTime(j.CreatedAt),
 		AttemptedAt: jsonTime(j.AttemptedAt), LeaseExpiresAt: jsonTime(j.LeaseExpiresAt),
 		AttemptedBy: j.AttemptedBy, Errors: []attemptErrorJSON{},
-		Output: j.Output, Progress: j.Progress, WorkflowID: j.WorkflowID, TaskName: j.TaskName, Tags: j.Tags,
+		Output: j.Output, Progress: j.Progress, Logs: j.Logs, WorkflowID: j.WorkflowID, TaskName: j.TaskName, Tags: j.Tags,
 	}
 	if len(out.Args) == 0 {
 		out.Args = json.RawMessage("{}")

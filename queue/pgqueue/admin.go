@@ -15,11 +15,12 @@ import (
 // getSQL reads job $1 where it is: in jobfence_jobs, or completed in
 // jobfence_jobs_finished (one statement, one snapshot: a job moving
 // between the two is found once).
-// Its last column is the job's progress (queue.Job.Progress), which only
-// reads of one job carry: claims do not read it.
-const getSQL = `SELECT ` + listColumns + `, j.progress FROM jobfence_jobs j WHERE j.id = $1
+// Its last columns are the job's progress (queue.Job.Progress) and its
+// attempts' logs (queue.Job.Logs), which only reads of one job carry:
+// claims do not read them.
+const getSQL = `SELECT ` + listColumns + `, j.progress, ` + logsColumn + ` FROM jobfence_jobs j WHERE j.id = $1
 UNION ALL
-SELECT ` + listColumns + `, j.progress FROM jobfence_jobs_finished j WHERE j.id = $1
+SELECT ` + listColumns + `, j.progress, ` + logsColumn + ` FROM jobfence_jobs_finished j WHERE j.id = $1
 LIMIT 1`
 
 // listColumns are the columns Get and List read: jobColumns and the
@@ -61,8 +62,8 @@ const allJobsSQL = `(SELECT state, finalized_at, lease_expires_at, output, ` + f
 
 // Get returns the stored job id, or an error wrapping queue.ErrJobNotFound.
 func (c *Client) Get(ctx context.Context, id int64) (*queue.Job, error) {
-	var progress []byte
-	j, err := scanListed(c.pool.QueryRow(ctx, getSQL, id), &progress)
+	var progress, logs []byte
+	j, err := scanListed(c.pool.QueryRow(ctx, getSQL, id), &progress, &logs)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("pgqueue: job %d: %w", id, queue.ErrJobNotFound)
 	}
@@ -71,6 +72,9 @@ func (c *Client) Get(ctx context.Context, id int64) (*queue.Job, error) {
 	}
 	if progress != nil {
 		j.Progress = progress
+	}
+	if j.Logs, err = decodeLogs(id, logs); err != nil {
+		return nil, err
 	}
 	return j, nil
 }

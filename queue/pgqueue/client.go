@@ -157,6 +157,11 @@ type Client struct {
 	// series counts enqueues and attempts per minute until FlushSeries
 	// writes them; nil with Config.NoSeries.
 	series *series
+
+	// redactor removes the passwords of the pool's and the listener's
+	// connection strings, and any in a URL or a password=... pair, from
+	// the log records handlers store (RecordLogs).
+	redactor *Redactor
 	// awaitHook, set by tests only, is called each time an await has
 	// found its job or workflow unfinished and is about to wait.
 	awaitHook func()
@@ -190,7 +195,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 		cfg.AwaitPollMax = DefaultAwaitPollMax
 	}
 	cfg.AwaitPollMax = max(cfg.AwaitPollMax, cfg.AwaitPollMin)
-	c := &Client{pool: pool, cfg: cfg, releases: newReleases()}
+	c := &Client{pool: pool, cfg: cfg, releases: newReleases(), redactor: NewRedactor(pool.Config().ConnString(), cfg.ListenURL)}
 	if !cfg.NoSeries {
 		c.series = &series{now: time.Now}
 	}

@@ -264,8 +264,8 @@ func TestSignalErrors(t *testing.T) {
 	}
 }
 
-// TestPruneTakesStepsAndSignals: a pruned job's steps and signals go
-// with it; another job's stay.
+// TestPruneTakesStepsAndSignals: a pruned job's steps, signals and
+// attempts' logs go with it; another job's stay.
 func TestPruneTakesStepsAndSignals(t *testing.T) {
 	c, _ := newClient(t)
 	ctx := context.Background()
@@ -285,6 +285,10 @@ func TestPruneTakesStepsAndSignals(t *testing.T) {
 		if _, err := c.RecordStep(ctx, nil, j.Lease(), "a", []byte(`1`)); err != nil {
 			t.Fatal(err)
 		}
+		logs := queue.AttemptLogs{Attempt: j.Attempt, Records: []queue.LogRecord{{At: time.Now(), Level: "INFO", Message: "m"}}}
+		if _, err := c.RecordLogs(ctx, []queue.LogsWrite{{Lease: j.Lease(), Logs: logs}}, 10); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := c.Complete(ctx, jobs[0].Lease()); err != nil {
 		t.Fatal(err)
@@ -297,11 +301,12 @@ func TestPruneTakesStepsAndSignals(t *testing.T) {
 		id   int64
 		want int
 	}{{jobs[0].ID, 0}, {jobs[1].ID, 1}} {
-		var steps, signals int
+		var steps, signals, logs int
 		err := c.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM jobfence_steps WHERE job_id = $1),
-            (SELECT count(*) FROM jobfence_signals WHERE job_id = $1)`, tc.id).Scan(&steps, &signals)
-		if err != nil || steps != tc.want || signals != tc.want {
-			t.Errorf("job %d: %d steps, %d signals (%v); want %d of each", tc.id, steps, signals, err, tc.want)
+            (SELECT count(*) FROM jobfence_signals WHERE job_id = $1),
+            (SELECT count(*) FROM jobfence_attempt_logs WHERE job_id = $1)`, tc.id).Scan(&steps, &signals, &logs)
+		if err != nil || steps != tc.want || signals != tc.want || logs != tc.want {
+			t.Errorf("job %d: %d steps, %d signals, %d attempts' logs (%v); want %d of each", tc.id, steps, signals, logs, err, tc.want)
 		}
 	}
 }

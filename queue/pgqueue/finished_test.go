@@ -408,7 +408,8 @@ func exists(t *testing.T, pool *pgxpool.Pool, name string) bool {
 // job finished more than the retention ago, keeps one that straddles the
 // cutoff, makes partitions from the last one on, a sixth of the retention
 // each, until an hour ahead at least, and refuses a retention below a
-// minute with a clear error.
+// minute with a clear error. The dropped partition's jobs' attempts' logs
+// go with it; the kept one's stay.
 func TestFinishedRetention(t *testing.T) {
 	c, db := newClient(t)
 	ctx := context.Background()
@@ -423,6 +424,10 @@ func TestFinishedRetention(t *testing.T) {
 	old := makePartition(t, db.Pool, now.Add(-3*time.Hour), now.Add(-2*time.Hour), 5)
 	edge := makePartition(t, db.Pool, now.Add(-2*time.Hour), now.Add(-time.Hour+time.Minute), 5)
 	current := makePartition(t, db.Pool, now.Add(-time.Hour+time.Minute), now.Add(time.Minute), 0)
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO jobfence_attempt_logs (job_id, fence, attempt, records)
+        SELECT id, 1, 1, '[]' FROM jobfence_jobs_finished`); err != nil {
+		t.Fatal(err)
+	}
 	res, err := c.MaintainFinished(ctx, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -449,6 +454,11 @@ func TestFinishedRetention(t *testing.T) {
 	}
 	if n, _ := c.Counts(ctx, "old"); n[queue.StateCompleted] != 5 {
 		t.Fatalf("jobs kept in the straddling partition: %v, want 5", n)
+	}
+	var logs, kept int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE job_id IN (SELECT id FROM `+edge+`))
+        FROM jobfence_attempt_logs`).Scan(&logs, &kept); err != nil || logs != 5 || kept != 5 {
+		t.Fatalf("attempts' logs left: %d, %d of the kept partition's jobs (%v); want the 5 of the kept partition's jobs", logs, kept, err)
 	}
 }
 

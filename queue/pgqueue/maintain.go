@@ -223,6 +223,8 @@ DELETE FROM jobfence_jobs WHERE id IN (
     DELETE FROM jobfence_steps WHERE job_id IN (SELECT id FROM d)
 ), g AS (
     DELETE FROM jobfence_signals WHERE job_id IN (SELECT id FROM d)
+), l AS (
+    DELETE FROM jobfence_attempt_logs WHERE job_id IN (SELECT id FROM d)
 )
 SELECT count(*) FROM d`
 

@@ -331,9 +331,9 @@ func (c *Client) raiseFinishedBound(ctx context.Context, lo time.Time) error {
 }
 
 // dropPartitionTable drops a partition's table once it is detached,
-// with the durable steps and signals of its jobs (jobfence_steps,
-// jobfence_signals: a completed job's are kept while the job is, for its
-// page, and go with it).
+// with the durable steps, signals and attempts' logs of its jobs
+// (jobfence_steps, jobfence_signals, jobfence_attempt_logs: a completed
+// job's are kept while the job is, for its page, and go with it).
 func (c *Client) dropPartitionTable(ctx context.Context, name string) error {
 	return c.ddlTx(ctx, func(tx pgx.Tx) error {
 		t := pgx.Identifier{name}.Sanitize()
@@ -341,7 +341,7 @@ func (c *Client) dropPartitionTable(ctx context.Context, name string) error {
 		if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&there); err != nil {
 			return fmt.Errorf("drop partition %s: %w", name, err)
 		}
-		for _, table := range []string{"jobfence_steps", "jobfence_signals"} {
+		for _, table := range []string{"jobfence_steps", "jobfence_signals", "jobfence_attempt_logs"} {
 			if !there {
 				break // dropped already
 			}

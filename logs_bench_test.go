@@ -1,0 +1,143 @@
+package jobfence_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobfence/jobfence"
+	"github.com/jobfence/jobfence/internal/devenv"
+	"github.com/jobfence/jobfence/migrations"
+)
+
+// The two kinds of BenchmarkAttemptLogs: a job whose handler logs three
+// lines through jobfence.Logger, and one that logs nothing.
+type (
+	benchLogs   struct{}
+	benchSilent struct{}
+)
+
+func (benchLogs) Kind() string   { return "bench_logs" }
+func (benchSilent) Kind() string { return "bench_silent" }
+
+// BenchmarkAttemptLogs measures what per-attempt logs cost: a no-op job
+// that logs three lines (Info, with an attribute each) through
+// jobfence.Logger, stored with its attempt, against one that logs
+// nothing, on a throwaway durable PostgreSQL (fsync on) with
+// pg_stat_statements; the client's own logger discards. Each
+// sub-benchmark runs b.N jobs inserted beforehand with InsertMany, worked
+// by one client (8 at once), timed from Start to the last completion; the
+// variants alternate (silent, logs, silent, logs ...). It reports jobs/s,
+// the round trips per job and those naming jobfence_attempt_logs, the
+// server's execution time per job and that of the logs' statement, WAL
+// bytes per job and the machine's load. Figures:
+// docs/benchmarks/durable.md. Run it as
+//
+//	flock -x /tmp/jobfence-bench.lock go test -run '^$' -bench AttemptLogs -benchtime 2000x .
+func BenchmarkAttemptLogs(b *testing.B) {
+	ctx := context.Background()
+	pg, err := devenv.StartPostgresWith(ctx, devenv.PostgresOptions{Durable: true, StatStatements: true})
+	if err != nil {
+		b.Skipf("no PostgreSQL to start: %v", err)
+	}
+	defer pg.Stop()
+	if err := migrations.Up(ctx, pg.URL); err != nil {
+		b.Fatal(err)
+	}
+	rt := roundTrips{table: "jobfence_attempt_logs"}
+	cfg, err := pgxpool.ParseConfig(pg.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 20
+	cfg.ConnConfig.Tracer = &rt
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	stats, err := pgx.Connect(ctx, pg.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stats.Close(ctx)
+	statements := pg.StatStatements
+	if statements {
+		if _, err := stats.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+			b.Fatal(err)
+		}
+	} else {
+		b.Log("pg_stat_statements is not installed: no server time")
+	}
+
+	reg := jobfence.NewRegistry()
+	jobfence.AddHandler(reg, func(ctx context.Context, job *jobfence.Job[benchLogs]) error {
+		log := jobfence.Logger(ctx)
+		log.Info("fetching", "url", "https://example.com/a")
+		log.Info("fetched", "bytes", 1234)
+		log.Info("stored", "rows", 12)
+		return nil
+	})
+	jobfence.AddHandler(reg, func(ctx context.Context, job *jobfence.Job[benchSilent]) error { return nil })
+
+	variants := []struct {
+		name string
+		args jobfence.Args
+	}{{"silent", benchSilent{}}, {"logs3", benchLogs{}}}
+	for round := 1; round <= 3; round++ {
+		for _, v := range variants {
+			b.Run(fmt.Sprintf("round=%d/%s", round, v.name), func(b *testing.B) {
+				client, err := jobfence.NewClient(pool, jobfence.Config{Queues: map[string]int{"bench": 8}, Handlers: reg,
+					Logger: slog.New(slog.DiscardHandler)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ps := make([]jobfence.InsertManyParams, b.N)
+				for i := range ps {
+					ps[i] = jobfence.InsertManyParams{Args: v.args, InsertOpts: &jobfence.InsertOpts{Queue: "bench"}}
+				}
+				if _, err := client.InsertMany(ctx, ps); err != nil {
+					b.Fatal(err)
+				}
+				load := loadavg()
+				all0, logs0, wal0 := serverTimeOf(ctx, b, stats, statements, "jobfence_attempt_logs")
+				rt.total.Store(0)
+				rt.steps.Store(0)
+				rt.on.Store(true)
+				b.ResetTimer()
+				if err := client.Start(ctx); err != nil {
+					b.Fatal(err)
+				}
+				want := int64(b.N)
+				deadline := time.Now().Add(10 * time.Minute)
+				for client.Worker().Stats().Completed < want {
+					if time.Now().After(deadline) {
+						b.Fatalf("%d of %d jobs completed after 10 minutes", client.Worker().Stats().Completed, want)
+					}
+					time.Sleep(time.Millisecond)
+				}
+				b.StopTimer()
+				rt.on.Store(false)
+				if err := client.Stop(ctx); err != nil {
+					b.Fatal(err)
+				}
+				all1, logs1, wal1 := serverTimeOf(ctx, b, stats, statements, "jobfence_attempt_logs")
+				n := float64(b.N)
+				b.ReportMetric(n/b.Elapsed().Seconds(), "jobs/s")
+				b.ReportMetric(float64(rt.total.Load())/n, "rt/job")
+				b.ReportMetric(float64(rt.steps.Load())/n, "logs-rt/job")
+				if statements {
+					b.ReportMetric((all1-all0)*1000/n, "server-µs/job")
+					b.ReportMetric((logs1-logs0)*1000/n, "logs-server-µs/job")
+				}
+				b.ReportMetric(float64(wal1-wal0)/n, "WAL-B/job")
+				b.ReportMetric((load+loadavg())/2, "load1")
+			})
+		}
+	}
+}
