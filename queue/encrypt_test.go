@@ -243,12 +243,12 @@ type secretArgs struct {
 
 func (secretArgs) Kind() string                 { return "secret" }
 func (secretArgs) EncryptArgs() bool            { return true }
-func (plainArgs) Kind() string                  { return "plain" }
-func (plainArgs) EncryptArgs() bool             { return false }
-func (p plainArgs) String() string              { return p.N }
 func (secretArgs) InsertOpts() queue.InsertOpts { return queue.InsertOpts{Queue: "vault"} }
 
-type plainArgs struct{ N string }
+func (clearArgs) Kind() string      { return "clear" }
+func (clearArgs) EncryptArgs() bool { return false }
+
+type clearArgs struct{ N string }
 
 // TestParamsAskEncryption: a typed insert asks for encryption when its
 // args type says so, and only then.
@@ -257,7 +257,7 @@ func TestParamsAskEncryption(t *testing.T) {
 	if err != nil || !p.Encrypt || p.Queue != "vault" {
 		t.Fatalf("secret: %+v, %v", p, err)
 	}
-	p, err = queue.Params(plainArgs{N: "x"}, nil)
+	p, err = queue.Params(clearArgs{N: "x"}, nil)
 	if err != nil || p.Encrypt {
 		t.Fatalf("plain: %+v, %v", p, err)
 	}
