@@ -80,10 +80,14 @@ type Encryption struct {
 	// window.
 	MACKey string
 	// All encrypts every job's args. Without it only the jobs whose args
-	// type asks (EncryptedArgs) or whose EnqueueParams.Encrypt is set are
-	// encrypted, as Oban Pro's `encrypted:` and Sidekiq Enterprise's
-	// `encrypt: true` are per worker.
+	// type asks (EncryptedArgs), whose EnqueueParams.Encrypt is set, or
+	// whose kind is in Kinds are encrypted, as Oban Pro's `encrypted:` and
+	// Sidekiq Enterprise's `encrypt: true` are per worker.
 	All bool
+	// Kinds lists job kinds whose every job is encrypted, however it is
+	// inserted (a schedule stored in the database, an untyped insert), as
+	// if it asked (EnqueueParams.Encrypt).
+	Kinds []string
 }
 
 // EncryptedArgs is implemented by an args type whose jobs are stored
@@ -103,6 +107,7 @@ type KeyRing struct {
 	mac     []byte
 	macID   string
 	all     bool
+	kinds   map[string]bool
 }
 
 // macLabel separates the unique hash's key from the AES key it is derived
@@ -119,7 +124,13 @@ func NewKeyRing(e Encryption) (*KeyRing, error) {
 	if len(e.Keys) == 0 {
 		return nil, bad("Keys is empty: give at least one 32-byte key")
 	}
-	r := &KeyRing{aeads: make(map[string]cipher.AEAD, len(e.Keys)), current: e.Current, all: e.All}
+	r := &KeyRing{aeads: make(map[string]cipher.AEAD, len(e.Keys)), current: e.Current, all: e.All, kinds: map[string]bool{}}
+	for _, k := range e.Kinds {
+		if k == "" {
+			return nil, bad("Kinds holds an empty kind")
+		}
+		r.kinds[k] = true
+	}
 	ids := make([]string, 0, len(e.Keys))
 	for id := range e.Keys {
 		ids = append(ids, id)
@@ -204,10 +215,10 @@ func (r *KeyRing) IDs() []string {
 }
 
 // Encrypts reports whether the ring encrypts p: when p asks
-// (EnqueueParams.Encrypt) or the ring encrypts all jobs. A nil ring
-// encrypts nothing.
+// (EnqueueParams.Encrypt), its kind is among Encryption.Kinds, or the ring
+// encrypts all jobs. A nil ring encrypts nothing.
 func (r *KeyRing) Encrypts(p EnqueueParams) bool {
-	return r != nil && (r.all || p.Encrypt)
+	return r != nil && (r.all || p.Encrypt || r.kinds[p.Kind])
 }
 
 // Seal returns args (JSON) of a job of kind sealed under the current key,

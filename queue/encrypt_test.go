@@ -42,6 +42,7 @@ func TestKeyRingRefusesBadConfig(t *testing.T) {
 		{"long id", queue.Encryption{Keys: map[string][]byte{strings.Repeat("k", 65): good}}, "is longer than 64 characters"},
 		{"no current", queue.Encryption{Keys: map[string][]byte{"k1": good}}, "Current is empty: name the key that seals new args"},
 		{"unknown current", queue.Encryption{Keys: map[string][]byte{"k1": good, "k2": testKey('C')}, Current: "k3"}, `Current "k3" is not one of Keys (k1, k2)`},
+		{"empty kind", queue.Encryption{Keys: map[string][]byte{"k1": good}, Current: "k1", Kinds: []string{""}}, "Kinds holds an empty kind"},
 		{"unknown mac key", queue.Encryption{Keys: map[string][]byte{"k1": good}, Current: "k1", MACKey: "m"}, `MACKey "m" is not one of Keys (k1)`},
 	}
 	for _, tt := range tests {
@@ -235,6 +236,13 @@ func TestUniqueHashForEncryptedJobs(t *testing.T) {
 	if !bytes.Equal(h(notAsked, all), h(p, r1)) {
 		t.Error("with All, a job that did not ask has no keyed hash")
 	}
+	byKind := ring(t, queue.Encryption{Keys: keys, Current: "k1", MACKey: "k1", Kinds: []string{"k"}})
+	if !byKind.Encrypts(notAsked) || !bytes.Equal(h(notAsked, byKind), h(p, r1)) {
+		t.Error("a kind of Kinds is not encrypted, or has no keyed hash")
+	}
+	if other := (queue.EnqueueParams{Kind: "other"}); byKind.Encrypts(other) {
+		t.Error("a kind not in Kinds is encrypted")
+	}
 }
 
 type secretArgs struct {
@@ -260,5 +268,23 @@ func TestParamsAskEncryption(t *testing.T) {
 	p, err = queue.Params(clearArgs{N: "x"}, nil)
 	if err != nil || p.Encrypt {
 		t.Fatalf("plain: %+v, %v", p, err)
+	}
+}
+
+// BenchmarkSealOpen measures one seal and one open of 200 bytes of args.
+func BenchmarkSealOpen(b *testing.B) {
+	r, err := queue.NewKeyRing(queue.Encryption{Keys: map[string][]byte{"k1": testKey('A')}, Current: "k1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	plain := bytes.Repeat([]byte("x"), 200)
+	for range b.N {
+		s, err := r.Seal("k", plain)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.Open("k", s); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
