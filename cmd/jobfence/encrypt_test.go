@@ -66,7 +66,7 @@ func TestEncryptCommands(t *testing.T) {
 		{none, []string{"jobs", "show", sid}, 0, "args encrypted (key k1)", "4111"},
 		{none, []string{"jobs", "show", "--json", sid}, 0, `"args": "encrypted (key k1)"`, "4111"},
 		{none, []string{"jobs", "list", "--json"}, 0, `"args": "encrypted (key k1)"`, "4111"},
-		{with1, []string{"jobs", "show", sid}, 0, `args {"card": "4111-4"}`, ""},
+		{with1, []string{"jobs", "show", sid}, 0, `args {"card":"4111-4"}`, ""},
 		{with1, []string{"jobs", "show", "--json", sid}, 0, `"card": "4111-4"`, ""},
 		{none, []string{"encrypt", "rotate"}, 1, "no keys: set JOBFENCE_ENCRYPTION_KEYS", ""},
 		{map[string]string{keysEnv: "k1"}, []string{"encrypt", "rotate"}, 1, "JOBFENCE_ENCRYPTION_KEYS: entry 1 is not ID=BASE64", ""},
@@ -76,7 +76,7 @@ func TestEncryptCommands(t *testing.T) {
 		{rotating, []string{"encrypt", "--batch", "2", "rotate"}, 0, "pass 1 done: 5 read, 5 re-sealed, 0 skipped", ""},
 		{rotating, []string{"encrypt", "rotate"}, 0, "every job's args are under key k2", ""},
 		{none, []string{"jobs", "show", sid}, 0, "args encrypted (key k2)", "4111"},
-		{rotating, []string{"jobs", "show", sid}, 0, `args {"card": "4111-4"}`, ""},
+		{rotating, []string{"jobs", "show", sid}, 0, `args {"card":"4111-4"}`, ""},
 	}
 	for _, s := range steps {
 		out, code := cli(s.env, s.args...)

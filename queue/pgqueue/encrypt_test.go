@@ -92,7 +92,7 @@ func TestEncryptedArgsOnEveryInsertPath(t *testing.T) {
 	if n, err := c.EnqueueMany(ctx, many); err != nil || n != 4 {
 		t.Fatalf("EnqueueMany: %d, %v", n, err)
 	}
-	wf, err := c.InsertWorkflow(ctx, queue.WorkflowParams{Tasks: []queue.WorkflowTask{
+	wf, err := c.InsertWorkflow(ctx, queue.WorkflowParams{Name: "enc", Tasks: []queue.WorkflowTask{
 		{Name: "a", Params: queue.EnqueueParams{Kind: "pay", Args: secret(11), Encrypt: true}},
 	}})
 	if err != nil {
@@ -145,7 +145,7 @@ func TestEncryptWithoutKeyRefused(t *testing.T) {
 	want := `jobfence: args of kind "pay": the args ask to be encrypted (EncryptedArgs or EnqueueParams.Encrypt) but the client has no encryption keys (Config.Encryption); nothing was inserted`
 	_, err1 := c.Enqueue(ctx, p)
 	_, err2 := c.EnqueueMany(ctx, []queue.EnqueueParams{p})
-	_, err3 := c.InsertWorkflow(ctx, queue.WorkflowParams{Tasks: []queue.WorkflowTask{{Name: "a", Params: p}}})
+	_, err3 := c.InsertWorkflow(ctx, queue.WorkflowParams{Name: "enc", Tasks: []queue.WorkflowTask{{Name: "a", Params: p}}})
 	for i, err := range []error{err1, err2, err3} {
 		if !errors.Is(err, queue.ErrEncryptionKey) || !strings.Contains(err.Error(), want) {
 			t.Errorf("insert path %d: err = %v, want %q", i, err, want)
