@@ -58,6 +58,16 @@ type Config struct {
 	// (see pgqueue.Config, whose zero value is ready to use).
 	PGQueue pgqueue.Config
 
+	// Encryption, when set, stores jobs' args encrypted with AES-256-GCM
+	// under its keys, and opens them in this client's worker: the jobs of
+	// the kinds whose args type implements EncryptedArgs, or every job
+	// with Encryption.All (see docs/encryption.md). NewClient validates it
+	// (32-byte keys, a Current among them) and refuses a client that also
+	// sets PGQueue.Encryption or Worker.Encryption. Nil: nothing is
+	// encrypted, a job that asks to be is refused at insert, and a worker
+	// fails (into its retries) the jobs whose args it finds encrypted.
+	Encryption *Encryption
+
 	// Scheduler tunes the scheduler (see scheduler.Config, whose zero
 	// value is ready to use). Its Retention defaults to Worker.Retention
 	// when that is set (the shortest of Worker.RetentionByState), so that

@@ -21,6 +21,13 @@ type (
 	// handler that runs them, and the value is stored as JSON. See
 	// queue.Args.
 	Args = queue.Args
+	// Encryption configures the encryption of jobs' args: the keys by ID,
+	// the current one, the key of the unique hash, and whether all jobs are
+	// encrypted. See queue.Encryption.
+	Encryption = queue.Encryption
+	// EncryptedArgs is implemented by an args type whose jobs are stored
+	// encrypted. See queue.EncryptedArgs.
+	EncryptedArgs = queue.EncryptedArgs
 
 	// InsertOpts are the optional settings of an insert (queue,
 	// priority, scheduled time, attempts, unique key, metadata); nil or

@@ -79,6 +79,17 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	}
 
 	pgCfg := cfg.PGQueue
+	var ring *queue.KeyRing
+	if cfg.Encryption != nil {
+		if pgCfg.Encryption != nil || cfg.Worker.Encryption != nil {
+			return nil, errors.New("jobfence: new client: set Config.Encryption, not PGQueue.Encryption or Worker.Encryption")
+		}
+		var err error
+		if ring, err = queue.NewKeyRing(*cfg.Encryption); err != nil {
+			return nil, fmt.Errorf("jobfence: new client: %w", err)
+		}
+		pgCfg.Encryption = ring
+	}
 	if pgCfg.Logger == nil {
 		pgCfg.Logger = cfg.Logger
 	}
@@ -92,6 +103,9 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if len(cfg.Queues) > 0 {
 		c.wcfg = cfg.Worker
 		c.wcfg.Queues = maps.Clone(cfg.Queues)
+		if ring != nil {
+			c.wcfg.Encryption = ring
+		}
 		if c.wcfg.Logger == nil {
 			c.wcfg.Logger = cfg.Logger
 		}

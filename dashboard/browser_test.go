@@ -363,11 +363,30 @@ func TestBrowserInsertJob(t *testing.T) {
 // running job whose handler reported progress: the page shows it, as
 // text (markup in it does not run), and still shows it once the job
 // completed, with the logs its attempt stored (worker.Logger), as text,
-// under the attempt, with the count of records dropped.
+// under the attempt, with the count of records dropped. A job stored
+// encrypted shows, on its page and in the jobs list, "encrypted (key k1)"
+// and nothing of its args, to a dashboard without the key.
 func TestBrowserJobProgress(t *testing.T) {
 	ctx, events := newBrowser(t)
 	d := newDash(t, dashboard.Options{})
 	screenshot := screenshots(t)
+	secret := d.enqueueEncrypted(`{"card":"4111-1111"}`)
+	var secretArgs, secretRow string
+	if resp, err := chromedp.RunResponse(ctx, chromedp.Navigate(fmt.Sprintf("%s/jobs/%d", d.URL, secret))); err != nil || resp.Status != 200 {
+		t.Fatalf("open the encrypted job: %v, %v", resp, err)
+	}
+	if err := chromedp.Run(ctx, chromedp.Text(`#job-args`, &secretArgs), screenshot("8-job-encrypted")); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := chromedp.RunResponse(ctx, chromedp.Navigate(d.URL+"/jobs?kind=pay")); err != nil || resp.Status != 200 {
+		t.Fatalf("list the encrypted job: %v, %v", resp, err)
+	}
+	if err := chromedp.Run(ctx, chromedp.Text(`#jobs-table tbody`, &secretRow)); err != nil {
+		t.Fatal(err)
+	}
+	if secretArgs != "encrypted (key k1)" || !strings.Contains(secretRow, "encrypted (key k1)") || strings.Contains(secretRow+secretArgs, "4111") {
+		t.Errorf("the encrypted job shows args %q, its row %q; want encrypted (key k1) and no plaintext", secretArgs, secretRow)
+	}
 	id := d.enqueue(queue.EnqueueParams{Kind: "import", Queue: "imports"})
 	j := d.claim("imports", 1)[0]
 	if err := d.q.RecordProgress(context.Background(), j.Lease(), []byte(`{"rows":1200,"of":5000,"file":"<img src=x onerror=alert(1)>"}`)); err != nil {
@@ -395,7 +414,7 @@ func TestBrowserJobProgress(t *testing.T) {
 		return state, progress
 	}
 	const want = `{"of": 5000, "file": "<img src=x onerror=alert(1)>", "rows": 1200}`
-	if state, progress := read("open the running job", "8-job-progress"); state != "running" || progress != want {
+	if state, progress := read("open the running job", "8-job-progress-running"); state != "running" || progress != want {
 		t.Errorf("the running job's page: state %q, progress %q; want running, %q", state, progress, want)
 	}
 	d.finish(j, queue.OutcomeComplete, nil)

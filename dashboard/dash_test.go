@@ -1,6 +1,7 @@
 package dashboard_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -153,4 +154,30 @@ func mustContain(t *testing.T, what, body string, want ...string) {
 			t.Errorf("%s lacks %q", what, w)
 		}
 	}
+}
+
+// encKey is the dashboard tests' key k1.
+var encKey = bytes.Repeat([]byte{'E'}, queue.KeySize)
+
+// encRing is a key ring of encKey alone, as k1.
+func encRing(t *testing.T) *queue.KeyRing {
+	t.Helper()
+	r, err := queue.NewKeyRing(queue.Encryption{Keys: map[string][]byte{"k1": encKey}, Current: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// enqueueEncrypted adds a job of kind pay with args sealed under k1 and
+// returns its ID.
+func (d *dash) enqueueEncrypted(args string) int64 {
+	d.t.Helper()
+	c := pgqueue.New(d.db.Pool, pgqueue.Config{Encryption: encRing(d.t)})
+	res, err := c.Enqueue(context.Background(), queue.EnqueueParams{Kind: "pay", Args: []byte(args), Encrypt: true,
+		Unique: &queue.UniqueOpts{ByArgs: true}})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return res.ID
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
 
@@ -44,6 +45,11 @@ type Options struct {
 	// Timeout bounds the database work of each request. Zero means
 	// DefaultTimeout.
 	Timeout time.Duration
+	// Encryption, when set, shows the args of jobs stored encrypted in
+	// clear to everyone who can see the dashboard; nil shows them as
+	// "encrypted (key ID)". Give it only to a dashboard whose viewers may
+	// read the args. See docs/encryption.md.
+	Encryption *queue.KeyRing
 
 	// countCap is pgqueue.Config.CountCap for the overview's and the
 	// queues page's counts; zero means pgqueue.DefaultCountCap. Tests set

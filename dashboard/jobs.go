@@ -121,6 +121,9 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) error {
 	} else if more {
 		jobs = jobs[:jobsPageSize]
 	}
+	for _, j := range jobs {
+		j.EncodedArgs = h.opts.Encryption.Show(j.Kind, j.EncodedArgs)
+	}
 	page.Jobs = jobs
 	link := func(k string, id int64) string {
 		v := f.query()
@@ -209,7 +212,11 @@ func (h *handler) job(w http.ResponseWriter, r *http.Request) error {
 	if err := h.pool.QueryRow(r.Context(), jobRowSQL, id).Scan(&finalized, &hash, &mask); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("dashboard: job %d: %w", id, err)
 	}
-	unique, err := h.readUniqueness(r.Context(), j, hash, mask)
+	// Encrypted args are shown in clear only with the key (Options.Encryption).
+	key, sealed := queue.SealedKey(j.EncodedArgs)
+	j.EncodedArgs = h.opts.Encryption.Show(j.Kind, j.EncodedArgs)
+	opened := sealed && string(j.EncodedArgs) != queue.DescribeSealed(key)
+	unique, err := h.readUniqueness(r.Context(), j, hash, mask, sealed, opened)
 	if err != nil {
 		return err
 	}

@@ -53,11 +53,21 @@ WHERE unique_hash = $1 AND jobfence_state_in_bitmask(unique_states, state) AND i
 // readUniqueness describes j's computed key hash and its states' bitmask
 // mask (the job's unique_hash and unique_states); nil for a job without
 // one.
-func (h *handler) readUniqueness(ctx context.Context, j *queue.Job, hash []byte, mask *int16) (*uniqueness, error) {
+func (h *handler) readUniqueness(ctx context.Context, j *queue.Job, hash []byte, mask *int16, sealed, opened bool) (*uniqueness, error) {
 	if len(hash) == 0 || mask == nil {
 		return nil, nil
 	}
-	u := &uniqueness{Hash: hex.EncodeToString(hash), Parts: uniqueParts(j, hash)}
+	u := &uniqueness{Hash: hex.EncodeToString(hash)}
+	switch {
+	case sealed && !opened:
+		// The key is a MAC of the plaintext: without the ring it cannot be
+		// computed again.
+		u.Parts = "kind and perhaps args, queue or period: the args are encrypted and this dashboard lacks their key"
+	case sealed:
+		u.Parts = uniqueParts(j, hash, h.opts.Encryption)
+	default:
+		u.Parts = uniqueParts(j, hash, nil)
+	}
 	for _, s := range queue.States() {
 		if *mask&queue.StateBitmask([]queue.State{s}) != 0 {
 			u.States = append(u.States, s)
@@ -78,7 +88,10 @@ func (h *handler) readUniqueness(ctx context.Context, j *queue.Job, hash []byte,
 // optionally the args (all of them) and the queue is computed again from
 // the job and compared. A key of some args fields or of a period is not
 // told apart: the fields and the period's length could be anything.
-func uniqueParts(j *queue.Job, hash []byte) string {
+//
+// For an encrypted job, j holds the opened args and ring its key ring:
+// the key is then the ring's MAC (queue.EnqueueParams.UniqueHashFor).
+func uniqueParts(j *queue.Job, hash []byte, ring *queue.KeyRing) string {
 	for _, c := range []struct {
 		opts  queue.UniqueOpts
 		parts string
@@ -88,8 +101,8 @@ func uniqueParts(j *queue.Job, hash []byte) string {
 		{queue.UniqueOpts{ByQueue: true}, "kind and queue"},
 		{queue.UniqueOpts{ByArgs: true, ByQueue: true}, "kind, args and queue"},
 	} {
-		p := queue.EnqueueParams{Kind: j.Kind, Queue: j.Queue, Args: j.EncodedArgs, Unique: &c.opts}
-		if got, err := p.UniqueHash(j.ScheduledAt); err == nil && bytes.Equal(got, hash) {
+		p := queue.EnqueueParams{Kind: j.Kind, Queue: j.Queue, Args: j.EncodedArgs, Unique: &c.opts, Encrypt: ring != nil}
+		if got, err := p.UniqueHashFor(j.ScheduledAt, ring); err == nil && bytes.Equal(got, hash) {
 			return c.parts
 		}
 	}

@@ -122,7 +122,8 @@ func OptsOf(args Args, opts *InsertOpts) InsertOpts {
 
 // Params encodes args as JSON and returns the EnqueueParams of a job of
 // kind args.Kind() with opts applied (opts may be nil) over args' own
-// defaults (see InsertOptsProvider). A Unique that asks ByArgs gets its
+// defaults (see InsertOptsProvider), asking for encryption when args is
+// an EncryptedArgs that says so. A Unique that asks ByArgs gets its
 // ByFields from the args type's fields tagged unique:"true", if any; a
 // ByFields entry that is no field of the type is an error.
 func Params(args Args, opts *InsertOpts) (EnqueueParams, error) {
@@ -139,6 +140,12 @@ func Params(args Args, opts *InsertOpts) (EnqueueParams, error) {
 		Kind: args.Kind(), Args: b,
 		Queue: o.Queue, Priority: o.Priority, ScheduledAt: o.ScheduledAt, MaxAttempts: o.MaxAttempts,
 		UniqueKey: o.UniqueKey, Unique: u, Metadata: o.Metadata, Timeout: o.Timeout, Deadline: o.Deadline,
-		LimitKey: o.LimitKey, DeleteOnComplete: o.DeleteOnComplete, Tags: o.Tags,
+		LimitKey: o.LimitKey, DeleteOnComplete: o.DeleteOnComplete, Tags: o.Tags, Encrypt: encrypts(args),
 	}, nil
+}
+
+// encrypts reports whether args asks to be stored encrypted.
+func encrypts(args Args) bool {
+	e, ok := args.(EncryptedArgs)
+	return ok && e.EncryptArgs()
 }

@@ -79,6 +79,12 @@ type EnqueueParams struct {
 	// costs the insert nothing. A backend that cannot store them
 	// (kafkaqueue) refuses them, as do workflow tasks.
 	Tags []string
+	// Encrypt stores the job's args encrypted, under the current key of
+	// the inserting client's key ring (pgqueue.Config.Encryption), and
+	// makes the insert fail with ErrEncryptionKey when the client has no
+	// ring. A typed insert sets it from the args type (EncryptedArgs); a
+	// ring with Encryption.All encrypts every job whatever it says.
+	Encrypt bool
 }
 
 // WithDefaults returns p with its zero fields set to the defaults.

@@ -176,6 +176,16 @@ func (u *UniqueOpts) validate() error {
 // clock) starts when p has no ScheduledAt. Apply WithDefaults to p first
 // when its queue counts. Jobs whose keys are equal are duplicates.
 func (p EnqueueParams) UniqueHash(now time.Time) ([]byte, error) {
+	return p.UniqueHashFor(now, nil)
+}
+
+// UniqueHashFor is UniqueHash for a client with the key ring ring (which
+// may be nil): a job that ring encrypts (KeyRing.Encrypts) gets an
+// HMAC-SHA256 of the same input, keyed by the ring's MAC key (see
+// Encryption.MACKey), so the stored key does not let anyone confirm a
+// guess of the args, and equal args still make equal keys whichever data
+// key seals them.
+func (p EnqueueParams) UniqueHashFor(now time.Time, ring *KeyRing) ([]byte, error) {
 	u := p.Unique
 	if u == nil {
 		return nil, fmt.Errorf("jobfence: unique hash of %s: the params have no UniqueOpts", p.Kind)
@@ -239,6 +249,9 @@ func (p EnqueueParams) UniqueHash(now time.Time) ([]byte, error) {
 	b, err := json.Marshal(key)
 	if err != nil {
 		return nil, fmt.Errorf("jobfence: unique hash of %s: %w", p.Kind, err)
+	}
+	if ring.Encrypts(p) {
+		return ring.macHash(b), nil
 	}
 	sum := sha256.Sum256(b)
 	return sum[:], nil

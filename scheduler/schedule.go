@@ -128,7 +128,16 @@ func checkSchedule(name, spec, kind string, args any, opts Options, retention, g
 			return nil, &ScheduleError{Name: name, Spec: spec, Err: fmt.Errorf("%w: encode args: %v", ErrInvalidOptions, err)}
 		}
 	}
-	return buildSchedule(name, spec, kind, encoded, opts, retention, grace, now, true)
+	sc, err := buildSchedule(name, spec, kind, encoded, opts, retention, grace, now, true)
+	if err != nil {
+		return nil, err
+	}
+	// An args type that asks for encryption has each fire's job encrypted
+	// by the inserting client's key ring, as a typed insert would.
+	if e, ok := args.(queue.EncryptedArgs); ok && e.EncryptArgs() {
+		sc.params.Encrypt = true
+	}
+	return sc, nil
 }
 
 // buildSchedule checks a schedule's definition, with its args encoded, and

@@ -149,6 +149,14 @@ type Config struct {
 	Hooks Hooks
 	// Logger receives the worker's logs. Default: slog.Default().
 	Logger *slog.Logger
+	// Encryption opens the args of jobs stored encrypted (see
+	// queue.KeyRing and docs/encryption.md) before the middleware and the
+	// handler see them. A job whose args name a key the ring lacks, or
+	// that does not authenticate under it, never reaches its handler: its
+	// attempt fails with a queue.KeyError (errors.Is ErrEncryptionKey) and
+	// it is retried by the retry policy as any failure is, so a deploy
+	// that brings the key runs it. Nil: such a job fails the same way.
+	Encryption *queue.KeyRing
 }
 
 func (c Config) withDefaults() Config {

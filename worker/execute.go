@@ -108,6 +108,15 @@ func (w *Worker) execute(f *queueFetch, job *queue.Job, until time.Time) (leave 
 		return
 	}
 
+	if err := w.openArgs(job); err != nil {
+		// The handler never sees the args: the attempt fails into the
+		// retry policy, as a handler's error would.
+		leave = w.settle(r)
+		r.err = err
+		w.logJob(ctx, slog.LevelError, "jobfence: job args cannot be decrypted; the attempt fails", job, slog.Any("err", err))
+		w.outcome(ctx, job, r, err, "")
+		return leave
+	}
 	var err error
 	var stack string
 	start := time.Now()
@@ -387,4 +396,19 @@ func (w *Worker) taskTrace(job *queue.Job, r *running) []byte {
 		return nil
 	}
 	return w.cfg.Hooks.TaskTrace(r.ctx)
+}
+
+// openArgs replaces job's sealed args (queue.SealedPrefix) with their
+// plaintext, opened by the worker's key ring; args not sealed are left as
+// they are. The error is a *queue.KeyError.
+func (w *Worker) openArgs(job *queue.Job) error {
+	if _, sealed := queue.SealedKey(job.EncodedArgs); !sealed {
+		return nil
+	}
+	plain, err := w.cfg.Encryption.Open(job.Kind, job.EncodedArgs)
+	if err != nil {
+		return err
+	}
+	job.EncodedArgs = plain
+	return nil
 }

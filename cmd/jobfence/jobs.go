@@ -58,6 +58,12 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("--state: %w", err)
 		}
 	}
+	// With the fleet's keys in the environment, encrypted args are shown
+	// in clear; without them, as "encrypted (key ID)".
+	ring, err := keyRingFromEnv()
+	if err != nil {
+		return err
+	}
 	c, pool, err := openClient(ctx, dbURL)
 	if err != nil {
 		return err
@@ -100,7 +106,11 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		// A search that read its bound prints what it found, then says
 		// how to go on (the error).
 		if *asJSON {
-			if jerr := writeJSON(stdout, toJobsJSON(jobs)); jerr != nil {
+			out := toJobsJSON(jobs)
+			for i, j := range jobs {
+				out[i].Args = shownArgs(ring, j.Kind, j.EncodedArgs)
+			}
+			if jerr := writeJSON(stdout, out); jerr != nil {
 				return jerr
 			}
 			return err
@@ -145,6 +155,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		if *asJSON {
 			out := toJobJSON(j)
+			out.Args = shownArgs(ring, j.Kind, j.EncodedArgs)
 			out.Wait = toLimitWaitJSON(wait)
 			return writeJSON(stdout, out)
 		}
@@ -157,7 +168,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if len(j.Tags) > 0 {
 			fmt.Fprintf(stdout, "  tags %s\n", strings.Join(j.Tags, ", "))
 		}
-		fmt.Fprintf(stdout, "  args %s\n  attempted by %v\n", j.EncodedArgs, j.AttemptedBy)
+		fmt.Fprintf(stdout, "  args %s\n  attempted by %v\n", argsText(ring, j.Kind, j.EncodedArgs), j.AttemptedBy)
 		if wait != nil {
 			fmt.Fprintf(stdout, "  %s\n", wait)
 		}

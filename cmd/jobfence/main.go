@@ -41,6 +41,7 @@ func commands() map[string]command {
 		"limits":     {"limits list|set NAME|delete NAME: concurrency and rate limits and sequences, changed while the fleet runs", runLimits},
 		"workers":    {"workers list: the worker instances running now, from the registry", runWorkers},
 		"workflows":  {"workflows list|show ID|cancel ID|retry ID: workflows, their tasks and outputs; cancel or resume one", runWorkflows},
+		"encrypt":    {"encrypt rotate: re-seal encrypted job args under the current key (keys from JOBFENCE_ENCRYPTION_KEYS), online, in batches", runEncrypt},
 		"dlq":        {"dlq redrive --queue Q: move a Kafka queue's dead letters back to run again", runDLQ},
 		"demo":       {"demo [--only 4,5]: the ten scenarios on a simulated fleet, with a verdict table", runDemo},
 		"demo-child": {"(internal) a worker process that jobfence demo pauses or kills", runDemoChild},

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jobfence/jobfence/dashboard"
+	"github.com/jobfence/jobfence/queue"
 )
 
 // basicAuthEnv may hold --basic-auth's USER:PASSWORD, so that the password
@@ -30,8 +31,9 @@ func runUI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	readOnly := fs.Bool("read-only", false, "refuse every action (retry, cancel, delete, pause, resume)")
 	basicAuth := fs.String("basic-auth", "", "USER:PASSWORD that every request must present (default $"+basicAuthEnv+")")
 	basePath := fs.String("base-path", "", "serve under this path, e.g. /jobfence, behind a reverse proxy")
+	showEncrypted := fs.Bool("show-encrypted", false, "show encrypted args in clear to every viewer, opened with the keys of $"+keysEnv+" (default: shown as \"encrypted (key ID)\")")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: jobfence ui [--listen ADDR] [--read-only] [--basic-auth USER:PASS] [--base-path P] [--database-url URL]")
+		fmt.Fprintln(stderr, "usage: jobfence ui [--listen ADDR] [--read-only] [--basic-auth USER:PASS] [--base-path P] [--show-encrypted] [--database-url URL]")
 		fs.PrintDefaults()
 	}
 	rest, err := parseInterspersed(fs, args)
@@ -55,6 +57,15 @@ func runUI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return errors.New("--basic-auth wants USER:PASSWORD, both non-empty")
 		}
 	}
+	var ring *queue.KeyRing
+	if *showEncrypted {
+		if ring, err = keyRingFromEnv(); err != nil {
+			return err
+		}
+		if ring == nil {
+			return fmt.Errorf("--show-encrypted needs the keys in %s", keysEnv)
+		}
+	}
 	_, pool, err := openClient(ctx, databaseURL())
 	if err != nil {
 		return err
@@ -62,7 +73,7 @@ func runUI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer pool.Close()
 
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	var h http.Handler = dashboard.New(pool, dashboard.Options{BasePath: *basePath, ReadOnly: *readOnly, Logger: logger})
+	var h http.Handler = dashboard.New(pool, dashboard.Options{BasePath: *basePath, ReadOnly: *readOnly, Logger: logger, Encryption: ring})
 	if user != "" {
 		h = requireBasicAuth(h, user, pass)
 	}

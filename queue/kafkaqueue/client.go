@@ -23,6 +23,12 @@ var ErrUniqueKeyUnsupported = errors.New("kafkaqueue: EnqueueParams.UniqueKey an
 // Kafka backend keeps no job to list or search by them.
 var ErrTagsUnsupported = errors.New("kafkaqueue: EnqueueParams.Tags is not supported: the Kafka backend keeps no jobs to search by tag")
 
+// ErrEncryptionUnsupported reports an enqueue that asks for its args to
+// be encrypted (EnqueueParams.Encrypt, an args type implementing
+// queue.EncryptedArgs): the Kafka backend does not encrypt messages, and
+// refuses rather than send the args in clear.
+var ErrEncryptionUnsupported = fmt.Errorf("kafkaqueue: EnqueueParams.Encrypt is not supported: the Kafka backend does not encrypt messages; %w", queue.ErrEncryptionKey)
+
 // ErrLimitsUnsupported reports an enqueue with EnqueueParams.LimitKey set:
 // the Kafka backend has no concurrency limits, rate limits or sequences
 // (pgqueue's Limit), so the job is not written rather than run unlimited.
@@ -147,6 +153,9 @@ func newMessage(j EnqueueJob, meta map[string]string, now time.Time) (kafka.Mess
 	}
 	if p.LimitKey != "" {
 		return kafka.Message{}, ErrLimitsUnsupported
+	}
+	if p.Encrypt {
+		return kafka.Message{}, ErrEncryptionUnsupported
 	}
 	if len(p.Tags) > 0 {
 		return kafka.Message{}, ErrTagsUnsupported

@@ -84,6 +84,7 @@ func TestEnqueueErrors(t *testing.T) {
 		{"unique opts", queue.EnqueueParams{Queue: topic, Kind: "k", Unique: &queue.UniqueOpts{ByArgs: true}}, ErrUniqueKeyUnsupported.Error(), ErrUniqueKeyUnsupported},
 		{"limit key", queue.EnqueueParams{Queue: topic, Kind: "k", LimitKey: "customer-1"}, ErrLimitsUnsupported.Error(), ErrLimitsUnsupported},
 		{"tags", queue.EnqueueParams{Queue: topic, Kind: "k", Tags: []string{"t"}}, ErrTagsUnsupported.Error(), ErrTagsUnsupported},
+		{"encrypt", queue.EnqueueParams{Queue: topic, Kind: "k", Encrypt: true}, ErrEncryptionUnsupported.Error(), queue.ErrEncryptionKey},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

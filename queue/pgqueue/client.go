@@ -102,6 +102,13 @@ type Config struct {
 	// DefaultAwaitPollMin and DefaultAwaitPollMax; an
 	// AwaitPollMax below AwaitPollMin is AwaitPollMin.
 	AwaitPollMin, AwaitPollMax time.Duration
+	// Encryption, when set, seals the args of the jobs it encrypts
+	// (queue.KeyRing.Encrypts: those whose args type asks, or all with
+	// Encryption.All) before they are stored, and keys their unique hash
+	// (see queue.EnqueueParams.UniqueHashFor). Nil: args are stored as
+	// given, and an insert that asks for encryption is refused with
+	// queue.ErrEncryptionKey. See docs/encryption.md.
+	Encryption *queue.KeyRing
 }
 
 // DefaultTxReserve is the default of Config.TxReserve: one connection for

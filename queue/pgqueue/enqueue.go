@@ -177,7 +177,7 @@ func (c *Client) enqueueOne(ctx context.Context, p queue.EnqueueParams, oneTrip 
 		if oneTrip {
 			res, lim, err = c.enqueueAndWake(ctx, p, meta)
 		} else {
-			res, ready, lim, err = enqueue(ctx, c.pool, p, meta, "")
+			res, ready, lim, err = enqueue(ctx, c.pool, p, meta, "", c.cfg.Encryption)
 		}
 		if err != nil {
 			return 0, err
@@ -251,7 +251,7 @@ func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, p queue.EnqueueParams
 		var err error
 		// A limited job waits for the workers' next grant pass: a grant
 		// here would hold its slots' rows for as long as tx stays open.
-		res, _, _, err = enqueue(ctx, tx, p, meta, insertChannel)
+		res, _, _, err = enqueue(ctx, tx, p, meta, insertChannel, c.cfg.Encryption)
 		return inserted(res), err
 	})
 	return res, err
@@ -286,8 +286,9 @@ func (c *Client) InsertTx(ctx context.Context, tx pgx.Tx, args queue.Args, opts 
 
 // enqueue inserts p through db and reports whether the job is ready now,
 // and its limit's partition when it waits for a slot. With a channel, the
-// insert notifies it (when db's transaction commits).
-func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]string, channel string) (queue.EnqueueResult, bool, *partition, error) {
+// insert notifies it (when db's transaction commits). ring (which may be
+// nil) seals p's args when it encrypts p (see sealed).
+func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]string, channel string, ring *queue.KeyRing) (queue.EnqueueResult, bool, *partition, error) {
 	p = p.WithDefaults()
 	if err := p.Validate(); err != nil {
 		return queue.EnqueueResult{}, false, nil, err
@@ -300,7 +301,7 @@ func enqueue(ctx context.Context, db DB, p queue.EnqueueParams, meta map[string]
 	if !p.ScheduledAt.IsZero() {
 		at = &p.ScheduledAt
 	}
-	u, err := uniqueOf(p)
+	u, p, err := sealed(p, ring, time.Now())
 	if err != nil {
 		return queue.EnqueueResult{}, false, nil, fmt.Errorf("pgqueue: enqueue %s: %w", p.Kind, err)
 	}
@@ -375,8 +376,30 @@ func (u uniqueness) String() string {
 	return fmt.Sprintf("%q", u.key)
 }
 
-// uniqueOf returns p's uniqueness; p has its defaults.
-func uniqueOf(p queue.EnqueueParams) (uniqueness, error) {
+// sealed returns p's uniqueness (its hash keyed by ring when ring
+// encrypts p) and p with its args sealed under ring's current key when
+// ring encrypts p; p has its defaults. The hash is taken first, from the
+// plaintext, so that equal args make equal keys. A p that asks for
+// encryption (EnqueueParams.Encrypt) without a ring is refused: its args
+// are never stored in clear.
+func sealed(p queue.EnqueueParams, ring *queue.KeyRing, now time.Time) (uniqueness, queue.EnqueueParams, error) {
+	if p.Encrypt && ring == nil {
+		return uniqueness{}, p, &queue.KeyError{Kind: p.Kind,
+			Reason: "the args ask to be encrypted (EncryptedArgs or EnqueueParams.Encrypt) but the client has no encryption keys (Config.Encryption); nothing was inserted"}
+	}
+	u, err := uniqueOf(p, ring, now)
+	if err != nil || !ring.Encrypts(p) {
+		return u, p, err
+	}
+	if p.Args, err = ring.Seal(p.Kind, p.Args); err != nil {
+		return uniqueness{}, p, err
+	}
+	return u, p, nil
+}
+
+// uniqueOf returns p's uniqueness, its hash keyed by ring when ring
+// encrypts p; p has its defaults.
+func uniqueOf(p queue.EnqueueParams, ring *queue.KeyRing, now time.Time) (uniqueness, error) {
 	ins := untaggedInserts
 	if len(p.Tags) > 0 {
 		ins = taggedInserts
@@ -387,7 +410,7 @@ func uniqueOf(p queue.EnqueueParams) (uniqueness, error) {
 	if p.Unique == nil {
 		return uniqueness{insert: ins.keyed, existing: existingKeySQL, key: p.UniqueKey}, nil
 	}
-	h, err := p.UniqueHash(time.Now())
+	h, err := p.UniqueHashFor(now, ring)
 	if err != nil {
 		return uniqueness{}, err
 	}

@@ -99,7 +99,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ps []queue.EnqueueParams) (int
 		// transaction's idle bound (txbound) counts the time between its
 		// statements, which a big batch's encoding on a busy machine could
 		// otherwise fill.
-		pl, err := planMany(ps, meta)
+		pl, err := planMany(ps, meta, c.cfg.Encryption)
 		if err != nil {
 			return 0, err
 		}
@@ -128,7 +128,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []queue.Enqueu
 	return c.observe(ctx, ps, func(ctx context.Context, meta map[string]string) (int64, error) {
 		// Limited jobs wait for the workers' next grant pass (see
 		// EnqueueTx).
-		pl, err := planMany(ps, meta)
+		pl, err := planMany(ps, meta, c.cfg.Encryption)
 		if err != nil {
 			return 0, err
 		}
@@ -150,10 +150,11 @@ type manyPlan struct {
 	debounced        []int
 	keyed, hashed    *manyRows
 	queues           map[string]bool
+	ring             *queue.KeyRing // seals the debounced jobs' args
 }
 
 // planMany validates and encodes ps, touching no database.
-func planMany(ps []queue.EnqueueParams, meta map[string]string) (*manyPlan, error) {
+func planMany(ps []queue.EnqueueParams, meta map[string]string, ring *queue.KeyRing) (*manyPlan, error) {
 	// Jobs without metadata of their own share the hook's, encoded once.
 	shared, sharedTC, err := encodeMetadata(nil, meta)
 	if err != nil {
@@ -176,6 +177,10 @@ func planMany(ps []queue.EnqueueParams, meta map[string]string) (*manyPlan, erro
 			debounced = append(debounced, i)
 			continue
 		}
+		u, p, err := sealed(p, ring, now)
+		if err != nil {
+			return nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
+		}
 		md, tc := shared, sharedTC
 		if len(p.Metadata) > 0 {
 			if md, tc, err = encodeMetadata(p.Metadata, meta); err != nil {
@@ -195,11 +200,7 @@ func planMany(ps []queue.EnqueueParams, meta map[string]string) (*manyPlan, erro
 		rows := keyed
 		if p.Unique != nil {
 			rows = hashed
-			h, err := p.UniqueHash(now)
-			if err != nil {
-				return nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
-			}
-			rows.uh = append(rows.uh, h)
+			rows.uh = append(rows.uh, u.hash)
 			rows.us = append(rows.us, queue.StateBitmask(p.Unique.States()))
 		}
 		rows.add(p, md, tc, keys[i])
@@ -224,7 +225,7 @@ func planMany(ps []queue.EnqueueParams, meta map[string]string) (*manyPlan, erro
 		}
 	}
 	return &manyPlan{ps: ps, plain: plain, meta: meta, plainKeys: plainKeys, plainMD: plainMD, plainTC: plainTC,
-		copyRows: copyRows, copyCols: cols, debounced: debounced, keyed: keyed, hashed: hashed, queues: queues}, nil
+		copyRows: copyRows, copyCols: cols, debounced: debounced, keyed: keyed, hashed: hashed, queues: queues, ring: ring}, nil
 }
 
 // insert inserts the plan's jobs in tx and returns how many it inserted,
@@ -275,7 +276,7 @@ func (pl *manyPlan) insert(ctx context.Context, tx pgx.Tx, notify bool) (int64, 
 		n += inserted
 	}
 	for _, i := range pl.debounced {
-		res, ready, lim, err := enqueue(ctx, tx, ps[i], meta, "")
+		res, ready, lim, err := enqueue(ctx, tx, ps[i], meta, "", pl.ring)
 		if err != nil {
 			return 0, nil, nil, fmt.Errorf("pgqueue: enqueue many: job %d: %w", i, err)
 		}

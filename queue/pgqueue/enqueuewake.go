@@ -3,6 +3,7 @@ package pgqueue
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -60,7 +61,7 @@ func (c *Client) enqueueAndWake(ctx context.Context, p queue.EnqueueParams, meta
 	}
 	turn := c.wakes.take(p.Queue)
 	if turn == wakeRide {
-		res, ready, lim, err := enqueue(ctx, c.pool, p, meta, "")
+		res, ready, lim, err := enqueue(ctx, c.pool, p, meta, "", c.cfg.Encryption)
 		// An insert whose reply did not come (ctx ended, the connection
 		// broke) may have committed all the same, as a batch's insert and
 		// wake-up would have: it costs a wake-up at most.
@@ -81,7 +82,7 @@ func (c *Client) enqueueAndWake(ctx context.Context, p queue.EnqueueParams, meta
 	if err != nil {
 		return fail(err)
 	}
-	u, err := uniqueOf(p)
+	u, p, err := sealed(p, c.cfg.Encryption, time.Now())
 	if err != nil {
 		return fail(err)
 	}

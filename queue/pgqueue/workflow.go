@@ -91,12 +91,16 @@ func (c *Client) InsertWorkflow(ctx context.Context, p queue.WorkflowParams) (qu
 	var res queue.WorkflowResult
 	var queues []string
 	err := c.observeWorkflow(ctx, p, func(ctx context.Context, meta map[string]string) (int64, error) {
+		sp, err := c.sealTasks(p)
+		if err != nil {
+			return 0, err
+		}
 		tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: boundedBegin})
 		if err != nil {
 			return 0, fmt.Errorf("pgqueue: insert workflow: %w", err)
 		}
 		defer tx.Rollback(ctx)
-		if res, queues, err = insertWorkflow(ctx, tx, p, meta, false); err != nil {
+		if res, queues, err = insertWorkflow(ctx, tx, sp, meta, false); err != nil {
 			return 0, err
 		}
 		if err := tx.Commit(ctx); err != nil {
@@ -122,8 +126,11 @@ func (c *Client) InsertWorkflow(ctx context.Context, p queue.WorkflowParams) (qu
 func (c *Client) InsertWorkflowTx(ctx context.Context, tx pgx.Tx, p queue.WorkflowParams) (queue.WorkflowResult, error) {
 	var res queue.WorkflowResult
 	err := c.observeWorkflow(ctx, p, func(ctx context.Context, meta map[string]string) (int64, error) {
-		var err error
-		res, _, err = insertWorkflow(ctx, tx, p, meta, true)
+		sp, err := c.sealTasks(p)
+		if err != nil {
+			return 0, err
+		}
+		res, _, err = insertWorkflow(ctx, tx, sp, meta, true)
 		return int64(len(res.Tasks)), err
 	})
 	return res, err
