@@ -51,6 +51,7 @@ var relations = []string{
 	"jobfence_cascades", "jobfence_jobs.run_on_failure", "jobfence_jobs.dep_failed",
 	"jobfence_steps", "jobfence_signals", "jobfence_jobs.awaiting", "jobfence_jobs.awaited", "jobfence_jobs.progress", "jobfence_jobs.tags", "jobfence_jobs_finished.tags",
 	"jobfence_workflows.parent_job_id", "jobfence_workflows.parent_signalled_at",
+	"jobfence_limits.fair_by", "jobfence_jobs.limit_fair", "jobfence_jobs_finished.limit_fair", "jobfence_limit_fair",
 }
 
 // Querier is what Check needs of a connection: a *pgxpool.Pool, a *pgx.Conn

@@ -19,10 +19,10 @@ func TestCheck(t *testing.T) {
 	if !errors.As(err, &nm) || !errors.Is(err, migrations.ErrNotMigrated) {
 		t.Fatalf("Check on an empty schema = %v, want a *NotMigratedError", err)
 	}
-	if nm.Schema != db.Schema || len(nm.Missing) != 17 {
-		t.Fatalf("Check = %+v, want schema %q and 17 missing relations", nm, db.Schema)
+	if nm.Schema != db.Schema || len(nm.Missing) != 18 {
+		t.Fatalf("Check = %+v, want schema %q and 18 missing relations", nm, db.Schema)
 	}
-	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs, jobfence_fence_seq, jobfence_schedules, jobfence_idempotency_keys, jobfence_results, jobfence_queues, jobfence_workers, jobfence_claim_hints, jobfence_workflows, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_cascades, jobfence_steps, jobfence_signals): run ` + "`jobfence migrate up`"
+	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs, jobfence_fence_seq, jobfence_schedules, jobfence_idempotency_keys, jobfence_results, jobfence_queues, jobfence_workers, jobfence_claim_hints, jobfence_workflows, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_cascades, jobfence_steps, jobfence_signals, jobfence_limit_fair): run ` + "`jobfence migrate up`"
 	if !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("message:\n%s\nwant prefix:\n%s", err, want)
 	}
@@ -51,7 +51,7 @@ func TestCheckBeforeUpgrade(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
 	p := providerAt(t, db.URL, 4)
-	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_queues, jobfence_workers, jobfence_claim_hints, jobfence_jobs.trace_context, jobfence_jobs.idempotency_key, jobfence_jobs.deadline, jobfence_jobs.timeout_us, jobfence_schedules.version, jobfence_jobs.unique_hash, jobfence_jobs.output, jobfence_jobs.workflow_id, jobfence_jobs.run_anyway, jobfence_workflows, jobfence_jobs.run_trace, jobfence_jobs.delete_on_complete, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_jobs.dependents_released, jobfence_cascades, jobfence_jobs.run_on_failure, jobfence_jobs.dep_failed, jobfence_steps, jobfence_signals, jobfence_jobs.awaiting, jobfence_jobs.awaited, jobfence_jobs.progress, jobfence_jobs.tags): run ` + "`jobfence migrate up`"
+	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_queues, jobfence_workers, jobfence_claim_hints, jobfence_jobs.trace_context, jobfence_jobs.idempotency_key, jobfence_jobs.deadline, jobfence_jobs.timeout_us, jobfence_schedules.version, jobfence_jobs.unique_hash, jobfence_jobs.output, jobfence_jobs.workflow_id, jobfence_jobs.run_anyway, jobfence_workflows, jobfence_jobs.run_trace, jobfence_jobs.delete_on_complete, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_jobs.dependents_released, jobfence_cascades, jobfence_jobs.run_on_failure, jobfence_jobs.dep_failed, jobfence_steps, jobfence_signals, jobfence_jobs.awaiting, jobfence_jobs.awaited, jobfence_jobs.progress, jobfence_jobs.tags, jobfence_jobs.limit_fair, jobfence_limit_fair): run ` + "`jobfence migrate up`"
 	if err := migrations.Check(ctx, db.Pool); !errors.Is(err, migrations.ErrNotMigrated) || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("Check at version 4 = %v, want prefix %q", err, want)
 	}
@@ -77,7 +77,7 @@ func TestCheckBeforeTraceContext(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
 	providerAt(t, db.URL, 8)
-	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs.trace_context, jobfence_jobs.idempotency_key, jobfence_jobs.deadline, jobfence_jobs.timeout_us, jobfence_schedules.version, jobfence_jobs.unique_hash, jobfence_jobs.output, jobfence_jobs.workflow_id, jobfence_jobs.run_anyway, jobfence_workflows, jobfence_jobs.run_trace, jobfence_jobs.delete_on_complete, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_jobs.dependents_released, jobfence_cascades, jobfence_jobs.run_on_failure, jobfence_jobs.dep_failed, jobfence_steps, jobfence_signals, jobfence_jobs.awaiting, jobfence_jobs.awaited, jobfence_jobs.progress, jobfence_jobs.tags): run ` + "`jobfence migrate up`"
+	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs.trace_context, jobfence_jobs.idempotency_key, jobfence_jobs.deadline, jobfence_jobs.timeout_us, jobfence_schedules.version, jobfence_jobs.unique_hash, jobfence_jobs.output, jobfence_jobs.workflow_id, jobfence_jobs.run_anyway, jobfence_workflows, jobfence_jobs.run_trace, jobfence_jobs.delete_on_complete, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_jobs.dependents_released, jobfence_cascades, jobfence_jobs.run_on_failure, jobfence_jobs.dep_failed, jobfence_steps, jobfence_signals, jobfence_jobs.awaiting, jobfence_jobs.awaited, jobfence_jobs.progress, jobfence_jobs.tags, jobfence_jobs.limit_fair, jobfence_limit_fair): run ` + "`jobfence migrate up`"
 	if err := migrations.Check(ctx, db.Pool); !errors.Is(err, migrations.ErrNotMigrated) || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("Check at version 8 = %v, want prefix %q", err, want)
 	}
@@ -90,7 +90,7 @@ func TestCheckBeforeJobKeys(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
 	providerAt(t, db.URL, 9)
-	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs.idempotency_key, jobfence_jobs.deadline, jobfence_jobs.timeout_us, jobfence_schedules.version, jobfence_jobs.unique_hash, jobfence_jobs.output, jobfence_jobs.workflow_id, jobfence_jobs.run_anyway, jobfence_workflows, jobfence_jobs.run_trace, jobfence_jobs.delete_on_complete, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_jobs.dependents_released, jobfence_cascades, jobfence_jobs.run_on_failure, jobfence_jobs.dep_failed, jobfence_steps, jobfence_signals, jobfence_jobs.awaiting, jobfence_jobs.awaited, jobfence_jobs.progress, jobfence_jobs.tags): run ` + "`jobfence migrate up`"
+	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs.idempotency_key, jobfence_jobs.deadline, jobfence_jobs.timeout_us, jobfence_schedules.version, jobfence_jobs.unique_hash, jobfence_jobs.output, jobfence_jobs.workflow_id, jobfence_jobs.run_anyway, jobfence_workflows, jobfence_jobs.run_trace, jobfence_jobs.delete_on_complete, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_jobs.dependents_released, jobfence_cascades, jobfence_jobs.run_on_failure, jobfence_jobs.dep_failed, jobfence_steps, jobfence_signals, jobfence_jobs.awaiting, jobfence_jobs.awaited, jobfence_jobs.progress, jobfence_jobs.tags, jobfence_jobs.limit_fair, jobfence_limit_fair): run ` + "`jobfence migrate up`"
 	if err := migrations.Check(ctx, db.Pool); !errors.Is(err, migrations.ErrNotMigrated) || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("Check at version 9 = %v, want prefix %q", err, want)
 	}
@@ -103,7 +103,7 @@ func TestCheckBeforeRuntimeSchedules(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
 	providerAt(t, db.URL, 10)
-	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_schedules.version, jobfence_jobs.unique_hash, jobfence_jobs.output, jobfence_jobs.workflow_id, jobfence_jobs.run_anyway, jobfence_workflows, jobfence_jobs.run_trace, jobfence_jobs.delete_on_complete, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_jobs.dependents_released, jobfence_cascades, jobfence_jobs.run_on_failure, jobfence_jobs.dep_failed, jobfence_steps, jobfence_signals, jobfence_jobs.awaiting, jobfence_jobs.awaited, jobfence_jobs.progress, jobfence_jobs.tags): run ` + "`jobfence migrate up`"
+	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_schedules.version, jobfence_jobs.unique_hash, jobfence_jobs.output, jobfence_jobs.workflow_id, jobfence_jobs.run_anyway, jobfence_workflows, jobfence_jobs.run_trace, jobfence_jobs.delete_on_complete, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_jobs.dependents_released, jobfence_cascades, jobfence_jobs.run_on_failure, jobfence_jobs.dep_failed, jobfence_steps, jobfence_signals, jobfence_jobs.awaiting, jobfence_jobs.awaited, jobfence_jobs.progress, jobfence_jobs.tags, jobfence_jobs.limit_fair, jobfence_limit_fair): run ` + "`jobfence migrate up`"
 	if err := migrations.Check(ctx, db.Pool); !errors.Is(err, migrations.ErrNotMigrated) || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("Check at version 10 = %v, want prefix %q", err, want)
 	}
@@ -116,7 +116,7 @@ func TestCheckBeforeComputedUniqueness(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
 	providerAt(t, db.URL, 11)
-	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs.unique_hash, jobfence_jobs.output, jobfence_jobs.workflow_id, jobfence_jobs.run_anyway, jobfence_workflows, jobfence_jobs.run_trace, jobfence_jobs.delete_on_complete, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_jobs.dependents_released, jobfence_cascades, jobfence_jobs.run_on_failure, jobfence_jobs.dep_failed, jobfence_steps, jobfence_signals, jobfence_jobs.awaiting, jobfence_jobs.awaited, jobfence_jobs.progress, jobfence_jobs.tags): run ` + "`jobfence migrate up`"
+	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs.unique_hash, jobfence_jobs.output, jobfence_jobs.workflow_id, jobfence_jobs.run_anyway, jobfence_workflows, jobfence_jobs.run_trace, jobfence_jobs.delete_on_complete, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_jobs.dependents_released, jobfence_cascades, jobfence_jobs.run_on_failure, jobfence_jobs.dep_failed, jobfence_steps, jobfence_signals, jobfence_jobs.awaiting, jobfence_jobs.awaited, jobfence_jobs.progress, jobfence_jobs.tags, jobfence_jobs.limit_fair, jobfence_limit_fair): run ` + "`jobfence migrate up`"
 	if err := migrations.Check(ctx, db.Pool); !errors.Is(err, migrations.ErrNotMigrated) || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("Check at version 11 = %v, want prefix %q", err, want)
 	}
@@ -130,7 +130,7 @@ func TestCheckBeforeFinishedJobs(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
 	providerAt(t, db.URL, 16)
-	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs.run_trace, jobfence_jobs.delete_on_complete, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_jobs.dependents_released, jobfence_limit_slots.backoff_until, jobfence_cascades, jobfence_jobs.run_on_failure, jobfence_jobs.dep_failed, jobfence_steps, jobfence_signals, jobfence_jobs.awaiting, jobfence_jobs.awaited, jobfence_jobs.progress, jobfence_jobs.tags, jobfence_workflows.parent_job_id, jobfence_workflows.parent_signalled_at): run ` + "`jobfence migrate up`"
+	want := `jobfence's tables are missing in schema "` + db.Schema + `" (jobfence_jobs.run_trace, jobfence_jobs.delete_on_complete, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_jobs.dependents_released, jobfence_limit_slots.backoff_until, jobfence_cascades, jobfence_jobs.run_on_failure, jobfence_jobs.dep_failed, jobfence_steps, jobfence_signals, jobfence_jobs.awaiting, jobfence_jobs.awaited, jobfence_jobs.progress, jobfence_jobs.tags, jobfence_workflows.parent_job_id, jobfence_workflows.parent_signalled_at, jobfence_limits.fair_by, jobfence_jobs.limit_fair, jobfence_limit_fair): run ` + "`jobfence migrate up`"
 	if err := migrations.Check(ctx, db.Pool); !errors.Is(err, migrations.ErrNotMigrated) || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("Check at version 16 = %v, want prefix %q", err, want)
 	}
