@@ -38,6 +38,10 @@ var world = []queueSpec{
 	{name: "seq", limit: &pgqueue.Limit{Name: "seq", Queue: "seq", Sequence: true}},
 	{name: "rate", limit: &pgqueue.Limit{Name: "rate", Queue: "rate", Rate: 3, Period: time.Second}},
 	{name: "wf"},
+	// fair: a limit shared by the partition keys' jobs round-robin
+	// (FairBy), p0 twice a turn. After wf, so that the operation lists
+	// written before it keep their queues.
+	{name: "fair", limit: &pgqueue.Limit{Name: "fair", Queue: "fair", Concurrency: 2, FairBy: "p", FairWeights: map[string]int{"p0": 2}}},
 }
 
 // queueNames are world's queues by name, in world's order.
@@ -198,6 +202,8 @@ type state struct {
 	// backoffReport).
 	backoffs map[string]time.Time
 	exempt   map[int64]bool
+	// fair is the fair rule's record (checkFair).
+	fair fairState
 	// abandoned are the claims of killed owners: nobody writes them; a
 	// lease expiry and a rescue move their jobs on.
 	abandoned []*queue.Job

@@ -131,6 +131,9 @@ func Run(ctx context.Context, env Env, ops []Op) (Result, error) {
 		if r.v == nil {
 			r.checkStep()
 		}
+		if r.v == nil {
+			r.checkFair()
+		}
 		if r.v != nil {
 			return Result{Stats: r.s.stats, Violation: r.v}, nil
 		}
