@@ -126,14 +126,20 @@ func fairKeysSQL(cte, k, cond, first string) string {
 // (fairKeysSQL), up to the free slots and fairScanSlack more, and
 // fairScanMax in all; then each key's oldest jobs, as many as the turns
 // the free slots span could give it. A key with weight w has w jobs a
-// turn, the cursor's key w less those it had already. So a grant reads
-// a few index entries a slot, however many jobs and keys wait, and a key
-// that has waiting jobs is served within one turn of every other key's
-// (the sum of the other keys' weights) of the partition's grants; a key
-// whose jobs another grant holds, or past their deadline, is passed over,
-// and the slack keeps the grant from leaving slots free for them. Two
-// grants that read the same cursor at once may serve the same key twice
-// (the second its next job): the rule holds grant by grant.
+// turn, the cursor's key w less those it had already. A key's jobs are
+// matched by a range of the key (>= and <=), not by equality, so that
+// the order asked (the key, then the ID) is jobfence_jobs_limited_fair's
+// alone: with an equality, or the key as an array's one element, a
+// generic plan read the key's jobs through jobfence_jobs_limited in ID
+// order, past every other key's backlog (TestFairGrantReadsNoBacklog).
+// So a grant reads a few index entries a slot, however many jobs and
+// keys wait, and a key that has waiting jobs is served within one turn
+// of every other key's (the sum of the other keys' weights) of the
+// partition's grants; a key whose jobs another grant holds, or past
+// their deadline, is passed over, and the slack keeps the grant from
+// leaving slots free for them. Two grants that read the same cursor at
+// once may serve the same key twice (the second its next job): the rule
+// holds grant by grant.
 func fairWaitingSQL(k string) string {
 	return `SELECT f.id, f.fair, f.rnd, f.pos, f.j, f.turn FROM (
         WITH RECURSIVE ` + fairKeysSQL("t", k, "limit_fair >= coalesce("+k+".cur, '')", "1") + `, ` +
@@ -150,7 +156,7 @@ func fairWaitingSQL(k string) string {
             SELECT q.id, row_number() OVER (ORDER BY q.id) - 1 AS j FROM (
                 SELECT id FROM jobfence_jobs
                 WHERE state = 'limited' AND limit_fair IS NOT NULL AND limit_name = ANY (ARRAY[` + k + `.n]) AND limit_part = ` + k + `.pt
-                  AND limit_fair = v.fair AND NOT coalesce(deadline <= statement_timestamp(), false)
+                  AND limit_fair >= v.fair AND limit_fair <= v.fair AND NOT coalesce(deadline <= statement_timestamp(), false)
                 ORDER BY limit_name, limit_part, limit_fair, id
                 LIMIT least(` + k + `.k, v.w * (` + k + `.k / (SELECT s FROM sw) + 2))
                 FOR UPDATE SKIP LOCKED) q

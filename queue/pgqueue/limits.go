@@ -586,7 +586,7 @@ WITH m AS MATERIALIZED (
 ), u AS (
     UPDATE jobfence_jobs j SET limit_fair = ` + jobFairSQL + `
     FROM c, m
-    WHERE j.id = c.id AND j.state = 'limited' AND j.limit_name = m.name
+    WHERE j.id = ANY (ARRAY(SELECT id FROM c)) AND j.id = c.id AND j.state = 'limited' AND j.limit_name = m.name
       AND j.limit_fair IS DISTINCT FROM (` + jobFairSQL + `)
 )
 SELECT count(*)::int, coalesce((SELECT limit_part FROM c ORDER BY limit_part DESC, id DESC LIMIT 1), ''),

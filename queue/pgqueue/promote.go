@@ -159,6 +159,11 @@ func (c *Client) Promote(ctx context.Context, limit int) (map[string]int, error)
 	if _, err := c.sweepChildren(ctx, limit); err != nil {
 		return nil, err
 	}
+	if c.cfg.PriorityAging > 0 {
+		if _, err := c.agePriorities(ctx); err != nil {
+			return nil, err
+		}
+	}
 	rows, err := c.pool.Query(ctx, promoteSQL, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pgqueue: promote due jobs: %w", err)
