@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/jobfence/jobfence/queue"
 )
 
 // fairJob is a job of the fair limit's queue as one step left it.
@@ -55,7 +57,7 @@ func (r *runner) checkFair() {
 	}
 	ctx, cancel := r.opCtx()
 	defer cancel()
-	rows, err := r.admin.Query(ctx, `SELECT id, state, coalesce(limit_fair, ''), state = 'limited' AND deadline IS NULL
+	rows, err := r.admin.Query(ctx, `SELECT id, state, coalesce(limit_fair, ''), state = 'limited' AND deadline IS NULL, priority
         FROM jobfence_jobs WHERE queue = 'fair'`)
 	if !r.called("read the fair queue", err, nil) {
 		return
@@ -64,12 +66,19 @@ func (r *runner) checkFair() {
 	for rows.Next() {
 		var id int64
 		var j fairJob
-		if err := rows.Scan(&id, &j.state, &j.key, &j.waits); err != nil {
+		var priority int
+		if err := rows.Scan(&id, &j.state, &j.key, &j.waits, &priority); err != nil {
 			rows.Close()
 			r.called("read the fair queue", err, nil)
 			return
 		}
 		now[id] = j
+		if info := r.s.jobs[id]; info != nil && (priority < queue.MinPriority || priority > info.priority) {
+			rows.Close()
+			r.fail("aging", "job %d has priority %d, inserted with %d: aging only improves a priority, to %d at best",
+				id, priority, info.priority, queue.MinPriority)
+			return
+		}
 	}
 	rows.Close()
 	if !r.called("read the fair queue", rows.Err(), nil) {

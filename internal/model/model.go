@@ -95,6 +95,9 @@ type jobInfo struct {
 	// forced marks a job a RetryForce was sent for: brought back from
 	// completed, it forgot its steps.
 	forced bool
+	// priority is the priority it was inserted with; aging
+	// (pgqueue.Config.PriorityAging) only improves it.
+	priority int
 }
 
 // end is a final state a job was brought back from, and the step that
