@@ -82,7 +82,7 @@ type Config struct {
 	// it, in bounded batches (the oldest 32 of each priority of 32 queues
 	// a pass, every PromoteInterval, going round the queues), rather than
 	// the claim, whose order and index stay as they are
-	// (docs/queues.md#priority-aging). Zero (the default) turns it off.
+	// (docs/handlers.md#priority-aging). Zero (the default) turns it off.
 	PriorityAging time.Duration
 	// StalledSession bounds how long a session may wait for its client in
 	// the middle of a statement or a batch, inside a transaction holding a

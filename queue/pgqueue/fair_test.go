@@ -63,17 +63,20 @@ func tenantOf(j *queue.Job) string {
 
 // runGrants completes the limit's running jobs one at a time, n times,
 // each completion granting its slot, and returns the tenants of the jobs
-// started, in order: the first concurrency ones claimed at the start,
-// then one a completion.
-func runGrants(t *testing.T, c *pgqueue.Client, q string, concurrency, n int) []string {
+// started, in order, and the jobs left running. With running nil it first
+// claims the concurrency jobs that hold the slots (they count as
+// started).
+func runGrants(t *testing.T, c *pgqueue.Client, q string, running []*queue.Job, concurrency, n int) ([]string, []*queue.Job) {
 	t.Helper()
-	running := claim(t, c, q, concurrency+1, time.Hour)
-	if len(running) != concurrency {
-		t.Fatalf("claimed %d jobs, want the limit's %d", len(running), concurrency)
-	}
 	var started []string
-	for _, j := range running {
-		started = append(started, tenantOf(j))
+	if running == nil {
+		running = claim(t, c, q, concurrency+1, time.Hour)
+		if len(running) != concurrency {
+			t.Fatalf("claimed %d jobs, want the limit's %d", len(running), concurrency)
+		}
+		for _, j := range running {
+			started = append(started, tenantOf(j))
+		}
 	}
 	for range n {
 		complete(t, c, running[0])
@@ -85,7 +88,7 @@ func runGrants(t *testing.T, c *pgqueue.Client, q string, concurrency, n int) []
 		running = append(running, next[0])
 		started = append(started, tenantOf(next[0]))
 	}
-	return started
+	return started, running
 }
 
 // TestFairLimitDoesNotStarveASmallTenant: tenant A's backlog of 500 jobs
@@ -104,7 +107,7 @@ func TestFairLimitDoesNotStarveASmallTenant(t *testing.T) {
 			setLimit(t, c, l)
 			tenantJobs(t, c, "work", "A", 500)
 			tenantJobs(t, c, "work", "B", 1)
-			started := runGrants(t, c, "work", 2, 100)
+			started, _ := runGrants(t, c, "work", nil, 2, 100)
 			at := -1
 			for i, tn := range started {
 				if tn == "B" {
@@ -124,7 +127,7 @@ func TestFairLimitDoesNotStarveASmallTenant(t *testing.T) {
 
 // TestFairLimitWeights: tenants A (weight 3), B and C (weight 1) with
 // backlogs share a limit of 1: the grants go A A A B C A A A B C ..., and
-// a tenant inserted later (D) joins the round at its place.
+// a tenant inserted later (D) joins the round at its place in key order.
 func TestFairLimitWeights(t *testing.T) {
 	c, _ := newClient(t)
 	setLimit(t, c, pgqueue.Limit{Name: "shared", Queue: "work", Concurrency: 1, FairBy: "tenant",
@@ -132,15 +135,16 @@ func TestFairLimitWeights(t *testing.T) {
 	for _, tn := range []string{"A", "B", "C"} {
 		tenantJobs(t, c, "work", tn, 20)
 	}
-	started := runGrants(t, c, "work", 1, 19)
+	started, running := runGrants(t, c, "work", nil, 1, 19)
 	want := "AAABCAAABCAAABCAAABC"
 	if got := concat(started); got != want {
 		t.Fatalf("started %s, want %s", got, want)
 	}
 	tenantJobs(t, c, "work", "D", 5)
-	started = runGrants(t, c, "work", 1, 11)
-	// The round goes on from C: A's turn, then B, C, D.
-	if got, want := concat(started), "AAABCDAAABCD"; got != want {
+	started, _ = runGrants(t, c, "work", running, 1, 12)
+	// The round goes on after C, whose job ran last: D, which sorts
+	// after it, then A's turn, B, C, and round again.
+	if got, want := concat(started), "DAAABCDAAABC"; got != want {
 		t.Fatalf("after D joined, started %s, want %s", got, want)
 	}
 	ls, err := c.Limits(context.Background())
@@ -177,7 +181,7 @@ func TestFairByKeysJobsWaitingBefore(t *testing.T) {
 	if unkeyed != 0 {
 		t.Fatalf("%d waiting jobs have no fair key after SetLimit gave the limit FairBy", unkeyed)
 	}
-	started := runGrants(t, c, "work", 1, 5)
+	started, _ := runGrants(t, c, "work", nil, 1, 5)
 	// A's first job took the slot before FairBy; then, round-robin from
 	// the first key: "" (the job without a tenant), A, B, A, B.
 	if want := []string{"A", "", "A", "B", "A", "B"}; !slices.Equal(started, want) {

@@ -575,6 +575,8 @@ func (c *Client) DeleteLimit(ctx context.Context, name string) error {
 // the partition and ID of the last. It reads the limit's entries of
 // jobfence_jobs_limited from where the last batch stopped, so a backlog
 // is read once.
+//
+// transition: rekey
 const rekeySQL = `
 WITH m AS MATERIALIZED (
     SELECT name, fair_by FROM jobfence_limits WHERE name = $1
