@@ -44,7 +44,11 @@ func (h *handler) setLimit(r *http.Request, _ string) (string, []any, error) {
 		}
 		return n, nil
 	}
+	l.FairBy = strings.TrimSpace(r.PostFormValue("fair_by"))
 	var err error
+	if l.FairWeights, err = pgqueue.ParseFairWeights(r.PostFormValue("fair_weights")); err != nil {
+		return "", nil, badRequest("%s", err.Error())
+	}
 	if l.Concurrency, err = num("concurrency"); err != nil {
 		return "", nil, err
 	}

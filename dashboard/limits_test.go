@@ -58,6 +58,17 @@ func TestLimitsPage(t *testing.T) {
 	if code != http.StatusBadRequest || !strings.Contains(body, "Period must be positive with a Rate") {
 		t.Errorf("a rate without a period: %d:\n%s", code, body)
 	}
+	code, _, body = d.post("/limits/set", url.Values{"csrf": {token}, "name": {"bad"}, "queue": {"calls"}, "concurrency": {"1"},
+		"fair_by": {"tenant"}, "fair_weights": {"acme"}})
+	if code != http.StatusBadRequest || !strings.Contains(body, "FairWeights entry &#34;acme&#34; is not key=weight") {
+		t.Errorf("a weight without its value: %d:\n%s", code, body)
+	}
+	code, _, body = d.post("/limits/set", url.Values{"csrf": {token}, "name": {"shared"}, "queue": {"tenants"}, "concurrency": {"4"},
+		"fair_by": {"tenant"}, "fair_weights": {"globex=2, acme=3"}})
+	if code != http.StatusSeeOther {
+		t.Fatalf("set a fair limit: %d:\n%s", code, body)
+	}
+	mustContain(t, "the page with a fair limit", d.getOK("/limits"), `<td class="fair"><code>tenant</code> (acme=3,globex=2)</td>`)
 	code, loc, body = d.post("/limits/delete", url.Values{"csrf": {token}, "name": {"provider"}})
 	if code != http.StatusSeeOther || loc != "/limits?done=limit-deleted" {
 		t.Fatalf("delete: %d to %q:\n%s", code, loc, body)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jobfence/jobfence/queue"
+	"github.com/jobfence/jobfence/queue/pgqueue"
 )
 
 //go:embed templates/*.html
@@ -41,6 +42,7 @@ func parsePages() *pages {
 		"short":          short,
 		"navItems":       navItems,
 		"stateCounts":    stateCounts,
+		"fairWeights":    pgqueue.FormatFairWeights,
 	}
 	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
 	names, err := fs.Glob(templateFS, "templates/*.html")

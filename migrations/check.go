@@ -54,6 +54,7 @@ var relations = []string{
 	"jobfence_queues.concurrency", "jobfence_queues.run_state",
 	"jobfence_stats_minute", "jobfence_depth_minute",
 	"jobfence_attempt_logs",
+	"jobfence_limits.fair_by", "jobfence_jobs.limit_fair", "jobfence_jobs_finished.limit_fair", "jobfence_limit_fair",
 }
 
 // Querier is what Check needs of a connection: a *pgxpool.Pool, a *pgx.Conn

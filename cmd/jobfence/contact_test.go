@@ -42,7 +42,7 @@ func TestHelpExitsZero(t *testing.T) {
 func TestUnmigratedDatabase(t *testing.T) {
 	db := pgtest.New(t, pgtest.Options{NoMigrate: true})
 	want := fmt.Sprintf("jobfence's tables are missing in schema %q (jobfence_jobs, jobfence_fence_seq, jobfence_schedules, "+
-		"jobfence_idempotency_keys, jobfence_results, jobfence_queues, jobfence_workers, jobfence_claim_hints, jobfence_workflows, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_cascades, jobfence_steps, jobfence_signals, jobfence_stats_minute, jobfence_depth_minute, jobfence_attempt_logs): run `jobfence migrate up`", db.Schema)
+		"jobfence_idempotency_keys, jobfence_results, jobfence_queues, jobfence_workers, jobfence_claim_hints, jobfence_workflows, jobfence_jobs_finished, jobfence_finished_bounds, jobfence_releases, jobfence_workflow_tasks, jobfence_task_edges, jobfence_cascades, jobfence_steps, jobfence_signals, jobfence_stats_minute, jobfence_depth_minute, jobfence_attempt_logs, jobfence_limit_fair): run `jobfence migrate up`", db.Schema)
 	for _, args := range [][]string{
 		{"jobs", "list"}, {"jobs", "show", "1"}, {"jobs", "retry", "1"}, {"jobs", "cancel", "1"},
 		{"schedules", "list"}, {"schedules", "delete", "nightly"}, {"ui", "--listen", "127.0.0.1:0"},

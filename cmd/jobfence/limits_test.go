@@ -44,7 +44,7 @@ func TestLimitsCLI(t *testing.T) {
 	if code != 0 || len(lines) != 2 {
 		t.Fatalf("list: exit %d, stderr %q, stdout:\n%s", code, errs, out)
 	}
-	if got, want := words(lines[1]), "provider calls - region 2 2 - - release 1 1"; got != want {
+	if got, want := words(lines[1]), "provider calls - region 2 2 - - release - 1 1"; got != want {
 		t.Errorf("list row %q, want %q", got, want)
 	}
 	out, _, code = cli(t, "limits", "list", "--json", "--database-url", db.URL)
@@ -81,6 +81,27 @@ func TestLimitsCLI(t *testing.T) {
 	_, errs, code = cli(t, "limits", "set", "bad", "--queue", "calls", "--rate", "5", "--database-url", db.URL)
 	if want := "pgqueue: invalid limit: Period must be positive with a Rate"; code == 0 || !strings.Contains(errs, want) {
 		t.Errorf("set without a period: exit %d, stderr %q, want %q", code, errs, want)
+	}
+	_, errs, code = cli(t, "limits", "set", "bad", "--queue", "calls", "--concurrency", "1", "--fair-weights", "acme=x", "--database-url", db.URL)
+	if want := `--fair-weights: pgqueue: invalid limit: FairWeights weight "x" of key "acme" is not a whole number`; code == 0 || !strings.Contains(errs, want) {
+		t.Errorf("set with a bad weight: exit %d, stderr %q, want %q", code, errs, want)
+	}
+	_, errs, code = cli(t, "limits", "set", "bad", "--queue", "calls", "--concurrency", "1", "--fair-weights", "acme=2", "--database-url", db.URL)
+	if want := "pgqueue: invalid limit: FairWeights is set without FairBy"; code == 0 || !strings.Contains(errs, want) {
+		t.Errorf("set weights without --fair-by: exit %d, stderr %q, want %q", code, errs, want)
+	}
+	out, errs, code = cli(t, "limits", "set", "shared", "--queue", "tenants", "--concurrency", "4", "--fair-by", "tenant",
+		"--fair-weights", "globex=2,acme=3", "--database-url", db.URL)
+	if code != 0 {
+		t.Fatalf("set a fair limit: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	out, _, _ = cli(t, "limits", "list", "--database-url", db.URL)
+	if lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n"); len(lines) != 3 || words(lines[2]) != "shared tenants - - 4 0 - - release tenant (acme=3,globex=2) 0 0" {
+		t.Errorf("list with a fair limit:\n%s", out)
+	}
+	out, _, _ = cli(t, "limits", "list", "--json", "--database-url", db.URL)
+	if !strings.Contains(out, `"fair_by": "tenant"`) || !strings.Contains(out, `"acme": 3`) {
+		t.Errorf("list --json does not show the fair limit's field and weights:\n%s", out)
 	}
 	// The jobs the delete makes available wake the workers of their
 	// queue, once the command's transaction has committed and before the

@@ -18,7 +18,10 @@
 // lowered limit that had not granted the job before), held slot (a start
 // beside a job of a FailureHold limit or a sequence that waits to run
 // again and keeps its slot), rate, backoff (a start in a partition
-// before the end of the backoff a provider's 429 asked for), sequence, workflow, workflow retry
+// before the end of the backoff a provider's 429 asked for), fair (a fair
+// limit's key with a waiting job passed over by more grants to the other
+// keys than one turn of their weights), aging (a priority that aging made
+// worse than the job's, or better than the first), sequence, workflow, workflow retry
 // before dependencies, deadline (a job still waiting past its deadline
 // after the promoter's sweep), stale write, fence (a current claim's
 // write refused), unique, attempts, bounded wait (a call that waited

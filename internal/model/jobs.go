@@ -38,6 +38,12 @@ func (r *runner) insert(op Op) {
 	if q.name == "seq" {
 		p.LimitKey = "s" + part
 	}
+	if q.name == "fair" {
+		// Priorities that the client's PriorityAging improves while the
+		// jobs wait available (the fair queue alone, so that the
+		// operation lists written before it claim as they did).
+		p.Priority = 1 + (op.Part+r.step)%queue.MaxPriority
+	}
 	ctx, cancel := r.opCtx()
 	defer cancel()
 	res, err := r.c.Enqueue(ctx, p)
@@ -61,7 +67,7 @@ func (r *runner) insert(op Op) {
 		}
 		r.s.uniques[p.UniqueKey] = res.ID
 	}
-	j := &jobInfo{id: res.ID, queue: q.name, part: part, deadline: p.Deadline, unique: p.UniqueKey, born: r.step}
+	j := &jobInfo{id: res.ID, queue: q.name, part: part, deadline: p.Deadline, unique: p.UniqueKey, born: r.step, priority: max(1, p.Priority)}
 	if l := r.s.limits[q.name]; q.limit != nil && l != nil && !l.deleted {
 		j.limit = l.spec.Name
 	}

@@ -38,6 +38,10 @@ var world = []queueSpec{
 	{name: "seq", limit: &pgqueue.Limit{Name: "seq", Queue: "seq", Sequence: true}},
 	{name: "rate", limit: &pgqueue.Limit{Name: "rate", Queue: "rate", Rate: 3, Period: time.Second}},
 	{name: "wf"},
+	// fair: a limit shared by the partition keys' jobs round-robin
+	// (FairBy), p0 twice a turn. After wf, so that the operation lists
+	// written before it keep their queues.
+	{name: "fair", limit: &pgqueue.Limit{Name: "fair", Queue: "fair", Concurrency: 2, FairBy: "p", FairWeights: map[string]int{"p0": 2}}},
 }
 
 // queueNames are world's queues by name, in world's order.
@@ -91,6 +95,9 @@ type jobInfo struct {
 	// forced marks a job a RetryForce was sent for: brought back from
 	// completed, it forgot its steps.
 	forced bool
+	// priority is the priority it was inserted with; aging
+	// (pgqueue.Config.PriorityAging) only improves it.
+	priority int
 }
 
 // end is a final state a job was brought back from, and the step that
@@ -200,6 +207,8 @@ type state struct {
 	// backoffReport).
 	backoffs map[string]time.Time
 	exempt   map[int64]bool
+	// fair is the fair rule's record (checkFair).
+	fair fairState
 	// abandoned are the claims of killed owners: nobody writes them; a
 	// lease expiry and a rescue move their jobs on.
 	abandoned []*queue.Job

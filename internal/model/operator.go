@@ -147,6 +147,11 @@ func (r *runner) limitChange(op Op) {
 		names = []string{"conc", "hold", "holdrate", "seq", "rate"}
 	}
 	l := r.s.limits[names[op.Pick%len(names)]]
+	n := op.N % 3
+	if op.Kind == OpSetLimit && op.N == 3 {
+		// The fair limit, its FairBy and weights kept.
+		l, n = r.s.limits["fair"], op.Pick%3
+	}
 	if l.deleted {
 		return
 	}
@@ -159,7 +164,7 @@ func (r *runner) limitChange(op Op) {
 		return
 	}
 	spec := l.spec
-	spec.Concurrency = 1 + op.N%3
+	spec.Concurrency = 1 + n
 	if !r.called("SetLimit", r.c.SetLimit(ctx, spec), nil) {
 		return
 	}

@@ -34,7 +34,7 @@ const (
 	OpRescue      Kind = "rescue"      // Client.Rescue of expired leases
 	OpHeartbeat   Kind = "heartbeat"   // live owners extend their leases
 	OpSleep       Kind = "sleep"       // Ms pass
-	OpSetLimit    Kind = "setlimit"    // limit Pick gets concurrency 1+N%3
+	OpSetLimit    Kind = "setlimit"    // limit Pick gets concurrency 1+N%3; N 3: the fair limit gets 1+Pick%3
 	OpDeleteLimit Kind = "deletelimit" // limit Pick is deleted
 	OpPause       Kind = "pause"       // Queue is paused
 	OpResume      Kind = "resume"      // Queue is resumed
@@ -163,7 +163,10 @@ func draw(r *rand.Rand, k Kind) Op {
 	o := Op{Kind: k, Pick: r.IntN(1000), Owner: r.IntN(owners)}
 	switch k {
 	case OpInsert:
-		o.Queue = r.IntN(len(world) - 1) // not the workflows' queue
+		// Not the workflows' queue.
+		if o.Queue = r.IntN(len(world) - 1); world[o.Queue].name == "wf" {
+			o.Queue = len(world) - 1
+		}
 		// Half the jobs share partition 0, so that they meet in it.
 		if o.Part = r.IntN(2 * partitions); o.Part >= partitions {
 			o.Part = 0
@@ -209,7 +212,7 @@ func draw(r *rand.Rand, k Kind) Op {
 	case OpCancel, OpRetry, OpRetryForce:
 		o.Flag = r.IntN(5) < 3
 	case OpSetLimit:
-		o.N = r.IntN(3)
+		o.N = r.IntN(4)
 	case OpStep, OpSignal:
 		o.N = r.IntN(100)
 		o.Flag = k == OpSignal && r.IntN(4) == 0

@@ -28,6 +28,11 @@ const opTimeout = 5 * time.Second
 // and well within opTimeout.
 const limitSettle = time.Second
 
+// priorityAging is the client's pgqueue.Config.PriorityAging: short, so
+// that the promoter's passes (OpPromote) age the fair queue's jobs that
+// wait available within a run.
+const priorityAging = 200 * time.Millisecond
+
 // Violation is a broken invariant: the step and operation at which it was
 // seen, the rule, and what was seen.
 type Violation struct {
@@ -104,7 +109,7 @@ func Run(ctx context.Context, env Env, ops []Op) (Result, error) {
 	// The client's logs (a paused queue, a wake a fault broke) are the
 	// operations' own doing; a violation says what matters.
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	r := &runner{ctx: ctx, c: pgqueue.New(pool, pgqueue.Config{Logger: quiet, LimitSettle: limitSettle}), pool: pool, admin: env.Admin, app: app, s: newState(), skip: env.Skip}
+	r := &runner{ctx: ctx, c: pgqueue.New(pool, pgqueue.Config{Logger: quiet, LimitSettle: limitSettle, PriorityAging: priorityAging}), pool: pool, admin: env.Admin, app: app, s: newState(), skip: env.Skip}
 	defer r.c.Close()
 	defer func() {
 		if r.tx != nil {
@@ -130,6 +135,9 @@ func Run(ctx context.Context, env Env, ops []Op) (Result, error) {
 		r.exec(op)
 		if r.v == nil {
 			r.checkStep()
+		}
+		if r.v == nil {
+			r.checkFair()
 		}
 		if r.v != nil {
 			return Result{Stats: r.s.stats, Violation: r.v}, nil

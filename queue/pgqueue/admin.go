@@ -255,7 +255,7 @@ WITH m AS (
     SELECT 'available', NULL, NULL, output, run_trace, id, queue, kind, args, priority, now(), attempt, greatest(max_attempts, attempt + 1),
         fence, unique_key, errors, attempted_by, created_at, attempted_at, metadata, trace_context, idempotency_key, deadline,
         timeout_us, unique_hash, unique_states, limit_name, limit_part, NULL, workflow_id, task_name, depends_on, dependents,
-        deps_left, run_anyway, delete_on_complete, cardinality(dependents), run_on_failure, dep_failed, NULL, awaited, progress, tags
+        deps_left, run_anyway, delete_on_complete, cardinality(dependents), run_on_failure, dep_failed, NULL, awaited, progress, tags, limit_fair
     FROM m
     RETURNING queue
 )

@@ -79,6 +79,17 @@ type Config struct {
 	// were still open: the jobs they insert later are not governed). Zero
 	// means DefaultLimitSettle (5s).
 	LimitSettle time.Duration
+	// PriorityAging, when positive, improves the priority of a job that
+	// waits available by one level (Priority - 1, to queue.MinPriority)
+	// for every PriorityAging it has waited at its priority, so that a
+	// steady stream of jobs of a better priority does not hold a job back
+	// for ever: a job of priority 4 that has waited 3 PriorityAging runs
+	// as one of priority 1. The workers' promoter pass (Promote) applies
+	// it, in bounded batches (the oldest 32 of each priority of 32 queues
+	// a pass, every PromoteInterval, going round the queues), rather than
+	// the claim, whose order and index stay as they are
+	// (docs/handlers.md#priority-aging). Zero (the default) turns it off.
+	PriorityAging time.Duration
 	// StalledSession bounds how long a session may wait for its client in
 	// the middle of a statement or a batch, inside a transaction holding a
 	// lock on jobfence's tables, before a worker's maintenance ends it
@@ -146,6 +157,11 @@ type Client struct {
 	listener *listener
 	// paces remember, per queue, how long this client's claims take.
 	paces paces
+	// ageCursor is the queue after which the next aging pass goes on.
+	ageCursor struct {
+		sync.Mutex
+		queue string
+	}
 	// grantCursor is the partition after which GrantWaiting goes on.
 	grantCursor struct {
 		sync.Mutex

@@ -37,16 +37,17 @@ import (
 const insertSQL = `
 WITH ` + limitOfSQL + `, ins AS (
     INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context,
-                               idempotency_key, deadline, timeout_us, unique_hash, unique_states, limit_name, limit_part, delete_on_complete%[1]s)
+                               idempotency_key, deadline, timeout_us, unique_hash, unique_states, limit_name, limit_part, limit_fair, delete_on_complete%[1]s)
     VALUES ($1, $2, $3, CASE WHEN $4::timestamptz > now() THEN 'scheduled' WHEN EXISTS (SELECT FROM lim) THEN 'limited' ELSE 'available' END,
             $5, COALESCE($4::timestamptz, now()), $6, NULLIF($7, ''), $8, $10, $11, $12, $13, $14, $15,
-            (SELECT name FROM lim), (SELECT part FROM lim), NULLIF($17::boolean, false)%[2]s)
+            (SELECT name FROM lim), (SELECT part FROM lim), (SELECT fair FROM lim), NULLIF($17::boolean, false)%[2]s)
     %[3]s
     RETURNING id, queue, state, state = 'available' AS ready, idempotency_key = $11 AS inserted, limit_name, limit_part
 )
 SELECT id, ready, state, inserted, CASE WHEN ready AND $9 <> '' THEN pg_notify($9, queue)::text END, limit_name, limit_part FROM ins`
 
-// limitOfSQL finds the limit (lim: its name and the job's partition part)
+// limitOfSQL finds the limit (lim: its name, the job's partition part and
+// its fair key fair, jobFairSQL)
 // that governs a job of queue $1 and kind $2 with args $3 and limit key
 // $16: its kind's, else its queue's. The partition is the limit key, or
 // the JSON array of the args' PartitionBy fields, or empty (one
@@ -54,7 +55,7 @@ SELECT id, ready, state, inserted, CASE WHEN ready AND $9 <> '' THEN pg_notify($
 // A probe of the limits' (queue, kind) index: an insert of a queue with no
 // limit pays that alone.
 const limitOfSQL = `lim AS (
-    SELECT m.name, CASE WHEN $16::text <> '' THEN $16::text ELSE ` + jobPartSQL + ` END AS part
+    SELECT m.name, CASE WHEN $16::text <> '' THEN $16::text ELSE ` + jobPartSQL + ` END AS part, ` + jobFairSQL + ` AS fair
     FROM jobfence_limits m, (SELECT $3::jsonb AS args) j
     WHERE m.queue = $1 AND m.kind IN ($2, '')
     ORDER BY m.kind DESC
@@ -118,6 +119,8 @@ const debounceSQL = `ON CONFLICT ` + uniqueHashArbiter + `
             ELSE coalesce(jobfence_jobs.limit_name, EXCLUDED.limit_name) END,
         limit_part = CASE WHEN ` + debouncedState + ` = 'available' THEN jobfence_jobs.limit_part
             ELSE coalesce(jobfence_jobs.limit_part, EXCLUDED.limit_part) END,
+        limit_fair = CASE WHEN ` + debouncedState + ` = 'available' OR jobfence_jobs.limit_name IS NOT NULL THEN jobfence_jobs.limit_fair
+            ELSE EXCLUDED.limit_fair END,
         limit_slot = CASE WHEN ` + debouncedState + ` IN ('available', 'scheduled') THEN jobfence_jobs.limit_slot END
     WHERE jobfence_jobs.state IN ('available', 'scheduled', 'limited')`
 

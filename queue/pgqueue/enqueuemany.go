@@ -41,9 +41,9 @@ var copyTaggedColumns = append(append([]string(nil), copyColumns...), "tags")
 // transition: insert
 const insertManySQL = `
 INSERT INTO jobfence_jobs (queue, kind, args, state, priority, scheduled_at, max_attempts, unique_key, metadata, trace_context,
-                           idempotency_key, deadline, timeout_us, limit_name, limit_part, delete_on_complete%[1]s%[5]s)
+                           idempotency_key, deadline, timeout_us, limit_name, limit_part, limit_fair, delete_on_complete%[1]s%[5]s)
 SELECT q, k, a, CASE WHEN s > now() THEN 'scheduled' WHEN lim.name IS NOT NULL THEN 'limited' ELSE 'available' END,
-    p, COALESCE(s, now()), m, NULLIF(u, ''), md, tc, ik, dl, tm, lim.name, lim.part, NULLIF(doc, false)%[2]s%[6]s
+    p, COALESCE(s, now()), m, NULLIF(u, ''), md, tc, ik, dl, tm, lim.name, lim.part, lim.fair, NULLIF(doc, false)%[2]s%[6]s
 FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::int[], $7::text[], $8::jsonb[], $9::bytea[],
             $10::uuid[], $11::timestamptz[], $12::bigint[], $13::text[], $14::boolean[]%[3]s%[7]s)
      AS t(q, k, a, p, s, m, u, md, tc, ik, dl, tm, lk, doc%[2]s%[8]s)

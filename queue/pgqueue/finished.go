@@ -17,7 +17,7 @@ package pgqueue
 const finishedColumns = `id, queue, kind, args, priority, scheduled_at, attempt, max_attempts, fence, unique_key, errors,
     attempted_by, created_at, attempted_at, metadata, trace_context, idempotency_key, deadline, timeout_us, unique_hash,
     unique_states, limit_name, limit_part, limit_slot, workflow_id, task_name, depends_on, dependents, deps_left, run_anyway,
-    delete_on_complete, dependents_released, run_on_failure, dep_failed, awaiting, awaited, progress, tags`
+    delete_on_complete, dependents_released, run_on_failure, dep_failed, awaiting, awaited, progress, tags, limit_fair`
 
 // finishedOpenSQL says whether the finished partitions cover now(): the
 // range jobfence_finished_bounds holds, which MaintainFinished keeps

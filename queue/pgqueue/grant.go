@@ -90,7 +90,7 @@ ON CONFLICT DO NOTHING`
 // transition: grant
 var grantSQL = `
 WITH l AS MATERIALIZED (
-    SELECT p.n, p.pt, m.concurrency, m.rate, m.period_us, m.hold_retrying, m.hold_discarded
+    SELECT p.n, p.pt, m.concurrency, m.rate, m.period_us, m.hold_retrying, m.hold_discarded, m.fair_by, m.fair_weights
     FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
     JOIN jobfence_limits m ON m.name = p.n
 ), cs AS MATERIALIZED (
@@ -106,7 +106,8 @@ WITH l AS MATERIALIZED (
       AND NOT EXISTS (SELECT FROM jobfence_jobs j WHERE j.id = s.job_id
           AND (j.state = 'available' OR j.attempted_at >= now() - l.period_us * interval '1 microsecond'))
 ), k AS MATERIALIZED (
-    SELECT l.n, l.pt, l.concurrency, l.rate, coalesce(` + sequenceSQL("l") + `, false) AS ordered, greatest(0, least($3::int,
+    SELECT l.n, l.pt, l.concurrency, l.rate, coalesce(` + sequenceSQL("l") + `, false) AS ordered,
+        l.fair_by <> '' AS fair, l.fair_weights AS wts, fc.last_fair AS cur, coalesce(fc.taken, 0) AS taken, greatest(0, least($3::int,
         CASE WHEN l.concurrency IS NULL THEN $3 ELSE (SELECT count(*) FROM cs WHERE cs.name = l.n AND cs.part = l.pt)
             - (SELECT count(*) FROM jobfence_limit_slots s
                WHERE s.name = l.n AND s.part = l.pt AND s.kind = 0 AND s.slot >= l.concurrency
@@ -115,7 +116,12 @@ WITH l AS MATERIALIZED (
             - (SELECT count(*) FROM jobfence_limit_slots s
                WHERE s.name = l.n AND s.part = l.pt AND s.kind = 1 AND s.slot >= l.rate
                  AND s.granted_at >= now() - l.period_us * interval '1 microsecond') END)) AS k
-    FROM l
+    FROM l LEFT JOIN jobfence_limit_fair fc ON l.fair_by <> '' AND fc.name = l.n AND fc.part = l.pt
+), fw AS MATERIALIZED (
+    SELECT k.n, k.pt, x.* FROM k CROSS JOIN LATERAL (
+        ` + fairWaitingSQL("k") + `
+    ) x
+    WHERE k.k > 0 AND k.fair
 ), w0 AS MATERIALIZED (
     SELECT x.id, k.n, k.pt FROM k CROSS JOIN LATERAL (
         ` + oldestWaitingSQL("id", "true", "k.n", "k.pt", "k.k", "FOR UPDATE") + `
@@ -125,7 +131,9 @@ WITH l AS MATERIALIZED (
     SELECT x.id, k.n, k.pt FROM k CROSS JOIN LATERAL (
         ` + oldestWaitingSQL("id", "true", "k.n", "k.pt", "k.k", "FOR UPDATE SKIP LOCKED") + `
     ) x
-    WHERE k.k > 0 AND NOT k.ordered
+    WHERE k.k > 0 AND NOT k.ordered AND NOT k.fair
+    UNION ALL
+    SELECT fw.id, fw.n, fw.pt FROM fw
 ), w AS MATERIALIZED (
     SELECT w0.id, k.n, k.pt, k.concurrency, k.rate, row_number() OVER (PARTITION BY k.n, k.pt ORDER BY w0.id) AS rn
     FROM w0 JOIN k ON k.n = w0.n AND k.pt = w0.pt
@@ -167,7 +175,22 @@ WITH l AS MATERIALIZED (
     WHERE j.id = ANY (ARRAY(SELECT id FROM pair)) AND j.id = p.id
       AND (p.concurrency IS NULL OR p.id IN (SELECT id FROM uc))
       AND (p.rate IS NULL OR p.id IN (SELECT id FROM ur))
-    RETURNING j.queue
+    RETURNING j.queue, j.id
+), fc AS MATERIALIZED (
+    SELECT DISTINCT ON (fw.n, fw.pt) fw.n, fw.pt, fw.fair, fw.turn
+    FROM fw WHERE fw.id IN (SELECT id FROM g)
+    ORDER BY fw.n, fw.pt, fw.rnd DESC, fw.pos DESC, fw.j DESC
+), fl AS MATERIALIZED (
+    SELECT c.ctid, fc.fair, fc.turn FROM fc JOIN jobfence_limit_fair c ON c.name = fc.n AND c.part = fc.pt
+    FOR UPDATE OF c SKIP LOCKED
+), uf AS (
+    UPDATE jobfence_limit_fair c SET last_fair = fl.fair, taken = fl.turn
+    FROM fl WHERE c.ctid = ANY (ARRAY(SELECT ctid FROM fl)) AND c.ctid = fl.ctid
+), nf AS (
+    INSERT INTO jobfence_limit_fair (name, part, last_fair, taken)
+    SELECT fc.n, fc.pt, fc.fair, fc.turn FROM fc
+    WHERE NOT EXISTS (SELECT FROM jobfence_limit_fair c WHERE c.name = fc.n AND c.part = fc.pt)
+    ON CONFLICT DO NOTHING
 ), o AS (
     UPDATE jobfence_jobs j
     SET state = 'available', limit_slot = NULL, scheduled_at = now()

@@ -56,7 +56,7 @@ WITH fr AS MATERIALIZED (
     SELECT l.name, p.pt, f.slots, f.gens, greatest(0, least($3::int, cardinality(f.slots) - f.above)) AS k,
         ` + sequenceSQL("l") + ` AS ordered
     FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
-    JOIN jobfence_limits l ON l.name = p.n AND l.rate IS NULL
+    JOIN jobfence_limits l ON l.name = p.n AND l.rate IS NULL AND l.fair_by = ''
     CROSS JOIN LATERAL (
         SELECT coalesce(array_agg(s.slot ORDER BY s.slot) FILTER (WHERE s.slot < l.concurrency AND j.id IS NULL AND ` + openSQL("s") + `), '{}') AS slots,
             array_agg(s.gen ORDER BY s.slot) FILTER (WHERE s.slot < l.concurrency AND j.id IS NULL AND ` + openSQL("s") + `) AS gens,

@@ -80,7 +80,7 @@ WITH o AS MATERIALIZED (
     SELECT s.name, s.part, s.slot, s.ctid AS sctid, l.concurrency, l.hold_retrying, l.hold_discarded,
         ` + sequenceSQL("l") + ` AS ordered
     FROM o
-    JOIN jobfence_limits l ON l.name = o.limit_name AND l.rate IS NULL
+    JOIN jobfence_limits l ON l.name = o.limit_name AND l.rate IS NULL AND l.fair_by = ''
     JOIN jobfence_limit_slots s ON s.name = o.limit_name AND s.part = o.limit_part AND s.kind = 0 AND s.slot = o.limit_slot
     WHERE s.job_id = o.id AND o.limit_slot < l.concurrency AND ` + openSQL("s") + `
       AND NOT ` + holdingSQL("o", "l") + `
@@ -134,7 +134,7 @@ UNION ALL
 SELECT ` + claimReplyNulls + `, NULL, NULL, NULL, (SELECT fence FROM f), array_agg(g.id ORDER BY g.id), array_agg(g.ctid ORDER BY g.id)
 FROM g WHERE g.claimed HAVING count(*) > 0
 UNION ALL
-SELECT ` + claimReplyNulls + `, p.n, p.pt, CASE WHEN l.rate IS NULL THEN 0 END, NULL, NULL, NULL
+SELECT ` + claimReplyNulls + `, p.n, p.pt, CASE WHEN l.rate IS NULL AND l.fair_by = '' THEN 0 END, NULL, NULL, NULL
 FROM (SELECT DISTINCT n, pt FROM unnest($1::text[], $2::text[]) AS p(n, pt)) p
 LEFT JOIN jobfence_limits l ON l.name = p.n
 WHERE (p.n, p.pt) NOT IN (SELECT name, part FROM p WHERE NOT p.ordered OR EXISTS (SELECT FROM z WHERE z.name = p.name AND z.part = p.part))`

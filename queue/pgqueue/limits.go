@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,7 +62,26 @@ type Limit struct {
 	// OnFailure says what a failed job does with its slot; the default is
 	// FailureRelease, or FailureHold for a Sequence.
 	OnFailure FailurePolicy
+	// FairBy, when set, names a top-level field of the jobs' args (a
+	// tenant, say) whose value, as text ("" where the field is absent or
+	// null), is the job's fair key: a partition's free slots are then
+	// handed round-robin across the fair keys that have waiting jobs,
+	// FairWeights jobs of a key a turn, rather than to the oldest job of
+	// the partition, so that one key's backlog does not hold back another
+	// key's jobs (docs/limits.md#fair-share). Empty: oldest job first. A
+	// Sequence cannot have it.
+	FairBy string
+	// FairWeights gives fair keys a weight: the jobs a key is granted in
+	// its turn, from 1 to MaxFairWeight; a key not named has weight 1.
+	// It needs FairBy.
+	FairWeights map[string]int
 }
+
+// MaxFairWeight bounds a fair key's weight (Limit.FairWeights).
+const MaxFairWeight = 100
+
+// maxFairWeights bounds the keys that Limit.FairWeights names.
+const maxFairWeights = 10000
 
 // FailurePolicy says whether a failed job keeps its concurrency slot.
 type FailurePolicy string
@@ -120,6 +141,9 @@ func (l Limit) normalize() (Limit, error) {
 			return bad("PartitionBy", fmt.Sprintf("field %q is not a top-level JSON field name", f))
 		}
 	}
+	if err := l.checkFair(); err != nil {
+		return Limit{}, err
+	}
 	if l.Sequence {
 		l.Concurrency = 1
 	}
@@ -139,15 +163,51 @@ func (l Limit) normalize() (Limit, error) {
 	if l.PartitionBy == nil {
 		l.PartitionBy = []string{}
 	}
+	if l.FairWeights == nil {
+		l.FairWeights = map[string]int{}
+	}
 	return l, nil
 }
 
+// checkFair checks l's FairBy and FairWeights.
+func (l Limit) checkFair() error {
+	bad := func(field, reason string) error { return &InvalidLimitError{Field: field, Reason: reason} }
+	if l.FairBy == "" {
+		if len(l.FairWeights) > 0 {
+			return bad("FairWeights", "is set without FairBy")
+		}
+		return nil
+	}
+	if !fieldRE.MatchString(l.FairBy) {
+		return bad("FairBy", fmt.Sprintf("field %q is not a top-level JSON field name", l.FairBy))
+	}
+	if l.Sequence {
+		return bad("FairBy", "cannot be combined with Sequence: a sequence runs its partition in insert order")
+	}
+	if len(l.FairWeights) > maxFairWeights {
+		return bad("FairWeights", fmt.Sprintf("names %d keys, more than %d", len(l.FairWeights), maxFairWeights))
+	}
+	for _, k := range slices.Sorted(maps.Keys(l.FairWeights)) {
+		if w := l.FairWeights[k]; w < 1 || w > MaxFairWeight {
+			return bad("FairWeights", fmt.Sprintf("weight %d of key %q is not between 1 and %d", w, k, MaxFairWeight))
+		}
+	}
+	return nil
+}
+
+// setLimitSQL stores a limit and returns the FairBy it had before ("" for
+// a new limit): the snapshot's, which the CTE reads before the upsert.
 const setLimitSQL = `
-INSERT INTO jobfence_limits (name, queue, kind, partition_by, concurrency, rate, period_us, hold_retrying, hold_discarded, updated_at)
-VALUES ($1, $2, $3, $4, NULLIF($5, 0), NULLIF($6, 0), NULLIF($7::bigint, 0), $8, $9, now())
+WITH old AS (SELECT fair_by FROM jobfence_limits WHERE name = $1), up AS (
+INSERT INTO jobfence_limits (name, queue, kind, partition_by, concurrency, rate, period_us, hold_retrying, hold_discarded,
+    fair_by, fair_weights, updated_at)
+VALUES ($1, $2, $3, $4, NULLIF($5, 0), NULLIF($6, 0), NULLIF($7::bigint, 0), $8, $9, $10, $11, now())
 ON CONFLICT (name) DO UPDATE SET queue = EXCLUDED.queue, kind = EXCLUDED.kind, partition_by = EXCLUDED.partition_by,
     concurrency = EXCLUDED.concurrency, rate = EXCLUDED.rate, period_us = EXCLUDED.period_us,
-    hold_retrying = EXCLUDED.hold_retrying, hold_discarded = EXCLUDED.hold_discarded, updated_at = now()`
+    hold_retrying = EXCLUDED.hold_retrying, hold_discarded = EXCLUDED.hold_discarded,
+    fair_by = EXCLUDED.fair_by, fair_weights = EXCLUDED.fair_weights, updated_at = now()
+RETURNING 1)
+SELECT coalesce((SELECT fair_by FROM old), '') FROM up`
 
 // SetLimit stores l, replacing the limit of the same name. It applies to
 // the jobs inserted from then on, and to those of its queue (and kind)
@@ -171,12 +231,18 @@ func (c *Client) SetLimit(ctx context.Context, l Limit) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.pool.Exec(ctx, setLimitSQL, l.Name, l.Queue, l.Kind, l.PartitionBy, l.Concurrency, l.Rate,
-		l.Period.Microseconds(), l.OnFailure != FailureRelease, l.OnFailure == FailureHalt)
+	var oldFairBy string
+	err = c.pool.QueryRow(ctx, setLimitSQL, l.Name, l.Queue, l.Kind, l.PartitionBy, l.Concurrency, l.Rate,
+		l.Period.Microseconds(), l.OnFailure != FailureRelease, l.OnFailure == FailureHalt, l.FairBy, l.FairWeights).Scan(&oldFairBy)
 	if err != nil {
 		return fmt.Errorf("pgqueue: set limit %q: %w", l.Name, err)
 	}
 	c.settleLimit(ctx, l.Name)
+	if l.FairBy != "" && l.FairBy != oldFairBy {
+		if err := c.rekeyWaiting(ctx, l.Name); err != nil {
+			return fmt.Errorf("pgqueue: set limit %q: stored, but keying its waiting jobs by FairBy failed (set it again to retry): %w", l.Name, err)
+		}
+	}
 	adopted, err := c.adoptAvailable(ctx, l.Name)
 	if err != nil {
 		return fmt.Errorf("pgqueue: set limit %q: stored, but bringing the jobs already available under it failed (set it again to retry): %w", l.Name, err)
@@ -274,7 +340,7 @@ func (c *Client) settleLimit(ctx context.Context, name string) {
 // transition: adopt
 const adoptSQL = `
 WITH m AS MATERIALIZED (
-    SELECT name, queue, kind, partition_by FROM jobfence_limits WHERE name = $1
+    SELECT name, queue, kind, partition_by, fair_by FROM jobfence_limits WHERE name = $1
 ), c AS MATERIALIZED (
     SELECT j.id FROM jobfence_jobs j JOIN m ON j.queue = m.queue
     WHERE j.state = 'available' AND j.limit_name IS NULL AND (m.kind = '' OR j.kind = m.kind)
@@ -285,7 +351,7 @@ WITH m AS MATERIALIZED (
 )
 UPDATE jobfence_jobs j
 SET state = 'limited', limit_name = m.name, limit_slot = NULL,
-    limit_part = ` + jobPartSQL + `
+    limit_part = ` + jobPartSQL + `, limit_fair = ` + jobFairSQL + `
 FROM c, m
 WHERE j.id = c.id AND j.state = 'available' AND j.limit_name IS NULL
 RETURNING j.limit_part`
@@ -297,8 +363,13 @@ const jobPartSQL = `CASE WHEN cardinality(m.partition_by) = 0 THEN ''
         ELSE (SELECT jsonb_agg(coalesce(j.args -> f, 'null'::jsonb) ORDER BY o)::text
               FROM unnest(m.partition_by) WITH ORDINALITY AS pb(f, o)) END`
 
+// jobFairSQL is job j's fair key under limit m: the text of its args'
+// FairBy field ("" where it is absent or null), or NULL when m has no
+// FairBy (Limit.FairBy).
+const jobFairSQL = `CASE WHEN m.fair_by = '' THEN NULL ELSE coalesce(j.args ->> m.fair_by, '') END`
+
 // adoptLateralSQL and adoptLateralEndSQL, around a condition, are a
-// LATERAL subquery (adopt: a limit's name and part) that finds the limit
+// LATERAL subquery (adopt: a limit's name, part and fair key) that finds the limit
 // that governs job j now, when no limit governed it as it was inserted
 // and the condition holds: its kind's, else its queue's, as limitOfSQL
 // finds one for an insert, with a probe of the limits' (queue, kind)
@@ -306,7 +377,7 @@ const jobPartSQL = `CASE WHEN cardinality(m.partition_by) = 0 THEN ''
 // them with it.
 const (
 	adoptLateralSQL = `LEFT JOIN LATERAL (
-        SELECT m.name, ` + jobPartSQL + ` AS part
+        SELECT m.name, ` + jobPartSQL + ` AS part, ` + jobFairSQL + ` AS fair
         FROM jobfence_limits m
         WHERE `
 	adoptLateralEndSQL = ` AND j.limit_name IS NULL AND m.queue = j.queue AND m.kind IN (j.kind, '')
@@ -318,10 +389,10 @@ const (
 // insertLimitSQL finds, for each row a statement inserts (in its FROM: q
 // the queue, k the kind, a the args, lk a partition key given at insert,
 // the empty string for none), the limit that governs it and its
-// partition (lim.name, lim.part; NULL when none does), as limitOfSQL does
+// partition (lim.name, lim.part, lim.fair; NULL when none does), as limitOfSQL does
 // for one job. EnqueueMany's and a workflow's inserts share it.
 const insertLimitSQL = `LEFT JOIN LATERAL (
-    SELECT m.name, CASE WHEN lk <> '' THEN lk ELSE ` + jobPartSQL + ` END AS part
+    SELECT m.name, CASE WHEN lk <> '' THEN lk ELSE ` + jobPartSQL + ` END AS part, ` + jobFairSQL + ` AS fair
     FROM jobfence_limits m, (SELECT a AS args) j
     WHERE m.queue = q AND m.kind IN (k, '')
     ORDER BY m.kind DESC
@@ -433,7 +504,7 @@ func (c *Client) limitAvailable(ctx context.Context, name, sql string) ([]partit
 }
 
 const limitsSQL = `SELECT name, queue, kind, partition_by, coalesce(concurrency, 0), coalesce(rate, 0), coalesce(period_us, 0),
-    hold_retrying, hold_discarded FROM jobfence_limits ORDER BY name`
+    hold_retrying, hold_discarded, fair_by, fair_weights FROM jobfence_limits ORDER BY name`
 
 // Limits returns the stored limits, by name.
 func (c *Client) Limits(ctx context.Context) ([]Limit, error) {
@@ -447,7 +518,7 @@ func (c *Client) Limits(ctx context.Context) ([]Limit, error) {
 		var l Limit
 		var period int64
 		var hold, halt bool
-		if err := rows.Scan(&l.Name, &l.Queue, &l.Kind, &l.PartitionBy, &l.Concurrency, &l.Rate, &period, &hold, &halt); err != nil {
+		if err := rows.Scan(&l.Name, &l.Queue, &l.Kind, &l.PartitionBy, &l.Concurrency, &l.Rate, &period, &hold, &halt, &l.FairBy, &l.FairWeights); err != nil {
 			return nil, fmt.Errorf("pgqueue: limits: %w", err)
 		}
 		l.Period = time.Duration(period) * time.Microsecond
@@ -457,7 +528,7 @@ func (c *Client) Limits(ctx context.Context) ([]Limit, error) {
 		} else if hold {
 			l.OnFailure = FailureHold
 		}
-		l.Sequence = l.Concurrency == 1 && hold
+		l.Sequence = l.Concurrency == 1 && hold && l.FairBy == ""
 		out = append(out, l)
 	}
 	if err := rows.Err(); err != nil {
@@ -474,6 +545,8 @@ WITH d AS (
     DELETE FROM jobfence_limits WHERE name = $1 RETURNING name
 ), s AS (
     DELETE FROM jobfence_limit_slots WHERE name IN (SELECT name FROM d)
+), f AS (
+    DELETE FROM jobfence_limit_fair WHERE name IN (SELECT name FROM d)
 )
 SELECT count(*) FROM d`
 
@@ -494,4 +567,52 @@ func (c *Client) DeleteLimit(ctx context.Context, name string) error {
 			"limit", name, "err", err)
 	}
 	return nil
+}
+
+// rekeySQL gives up to $4 waiting jobs of limit $1, from the first after
+// partition $2 and ID $3 in that order, the fair key that the limit's
+// FairBy gives them now (jobFairSQL), and returns how many it read and
+// the partition and ID of the last. It reads the limit's entries of
+// jobfence_jobs_limited from where the last batch stopped, so a backlog
+// is read once.
+//
+// transition: rekey
+const rekeySQL = `
+WITH m AS MATERIALIZED (
+    SELECT name, fair_by FROM jobfence_limits WHERE name = $1
+), c AS MATERIALIZED (
+    SELECT j.id, j.limit_part FROM jobfence_jobs j
+    WHERE j.state = 'limited' AND j.limit_name = $1 AND (j.limit_part, j.id) > ($2::text, $3::bigint)
+    ORDER BY j.limit_name, j.limit_part, j.id
+    LIMIT $4
+), u AS (
+    UPDATE jobfence_jobs j SET limit_fair = ` + jobFairSQL + `
+    FROM c, m
+    WHERE j.id = ANY (ARRAY(SELECT id FROM c)) AND j.id = c.id AND j.state = 'limited' AND j.limit_name = m.name
+      AND j.limit_fair IS DISTINCT FROM (` + jobFairSQL + `)
+)
+SELECT count(*)::int, coalesce((SELECT limit_part FROM c ORDER BY limit_part DESC, id DESC LIMIT 1), ''),
+    coalesce((SELECT id FROM c ORDER BY limit_part DESC, id DESC LIMIT 1), 0)
+FROM c`
+
+// rekeyWaiting gives the waiting jobs of limit name the fair key of its
+// FairBy (rekeySQL), adoptBatch a transaction with the grants'
+// lock_timeout, when SetLimit sets or changes it: jobs inserted before had
+// none, and a fair grant finds a partition's jobs by their keys. A job
+// that another statement holds longer than the lock_timeout fails the
+// batch, and SetLimit says to set the limit again.
+func (c *Client) rekeyWaiting(ctx context.Context, name string) error {
+	part, id := "", int64(0)
+	for {
+		var b pgx.Batch
+		b.Queue(grantSettingsSQL, grantWait.Milliseconds())
+		var n int
+		b.Queue(rekeySQL, name, part, id, adoptBatch).QueryRow(func(r pgx.Row) error { return r.Scan(&n, &part, &id) })
+		if err := c.pool.SendBatch(ctx, &b).Close(); err != nil {
+			return err
+		}
+		if n < adoptBatch {
+			return nil
+		}
+	}
 }

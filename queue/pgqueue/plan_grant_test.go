@@ -2,6 +2,7 @@ package pgqueue_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -104,5 +105,45 @@ func explainGrant(t *testing.T, ctx context.Context, pool *pgxpool.Pool, sql str
 	}
 	if read > bound {
 		t.Fatalf("plan_cache_mode %s: the grant read %.0f rows of the jobs table, want at most %.0f beside 20,000 waiting jobs; plan:\n%s", mode, read, bound, raw)
+	}
+}
+
+// TestFairGrantReadsNoBacklog EXPLAINs the grant of a fair limit
+// (Limit.FairBy) beside 20,000 waiting jobs of one tenant and one job
+// each of 10 others, 40 running, 10 slots free: it must grant the 10
+// (round-robin: the big tenant's oldest and 9 others') reading the slots'
+// holders, an index entry a key it visits (the free slots and
+// fairScanSlack more, from the cursor on and then from the first key)
+// and a few jobs of each, never the big tenant's backlog.
+func TestFairGrantReadsNoBacklog(t *testing.T) {
+	c, db := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const limit, free = 40, 10
+	l := pgqueue.Limit{Name: "fair", Queue: "default", Concurrency: limit, FairBy: "tenant"}
+	setLimit(t, c, l)
+	tenantJobs(t, c, l.Queue, "big", 5000)
+	jobs := claim(t, c, l.Queue, limit, time.Hour)
+	if len(jobs) != limit {
+		t.Fatalf("claimed %d jobs, want the limit's %d", len(jobs), limit)
+	}
+	for range 3 {
+		tenantJobs(t, c, l.Queue, "big", 5000)
+	}
+	for i := range 10 {
+		tenantJobs(t, c, l.Queue, fmt.Sprint("small", i), 1)
+	}
+	ids := make([]int64, free)
+	for i, j := range jobs[:free] {
+		ids[i] = j.ID
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE jobfence_jobs SET state = 'completed', finalized_at = now() WHERE id = ANY($1)`, ids); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "ANALYZE jobfence_jobs"); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"auto", "force_generic_plan"} {
+		explainGrant(t, ctx, db.Pool, pgqueue.GrantSQL, l, mode, free, float64(2*limit+4*free+6*(free+4)))
 	}
 }

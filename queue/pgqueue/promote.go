@@ -80,7 +80,7 @@ WITH due AS (
     LIMIT $1
     FOR UPDATE OF j SKIP LOCKED
 ), keep AS MATERIALIZED (
-    SELECT due.id, adopt.name AS adopt_name, adopt.part AS adopt_part
+    SELECT due.id, adopt.name AS adopt_name, adopt.part AS adopt_part, adopt.fair AS adopt_fair
     FROM (SELECT id FROM due UNION SELECT id FROM signalled) due JOIN jobfence_jobs j ON j.id = due.id
     ` + adoptLateralSQL + `true` + adoptLateralEndSQL + `
 ), moved AS (
@@ -89,6 +89,7 @@ WITH due AS (
         limit_slot = NULL,
         limit_name = coalesce(j.limit_name, keep.adopt_name),
         limit_part = coalesce(j.limit_part, keep.adopt_part),
+        limit_fair = CASE WHEN j.limit_name IS NULL THEN keep.adopt_fair ELSE j.limit_fair END,
         scheduled_at = least(j.scheduled_at, now()),
         awaiting = NULL
     FROM keep
@@ -157,6 +158,11 @@ func (c *Client) Promote(ctx context.Context, limit int) (map[string]int, error)
 	// ended, so that this pass's promotion wakes them.
 	if _, err := c.sweepChildren(ctx, limit); err != nil {
 		return nil, err
+	}
+	if c.cfg.PriorityAging > 0 {
+		if _, err := c.agePriorities(ctx); err != nil {
+			return nil, err
+		}
 	}
 	rows, err := c.pool.Query(ctx, promoteSQL, limit)
 	if err != nil {

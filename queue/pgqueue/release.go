@@ -125,7 +125,7 @@ func releaseUpdate(claim int) string {
     SELECT array_agg(id) AS ids, array_agg(n) AS ns, array_agg(cancel) AS cancels,
            array_agg(nofail) AS nofails, array_agg(failed) AS faileds,
            array_agg(cause) AS causes, array_agg(cause_state) AS cause_states,
-           array_agg(adopt_name) AS adopt_names, array_agg(adopt_part) AS adopt_parts` + claimAgg + `
+           array_agg(adopt_name) AS adopt_names, array_agg(adopt_part) AS adopt_parts, array_agg(adopt_fair) AS adopt_fairs` + claimAgg + `
     FROM (SELECT l.*` + claimIn + ` FROM l) l
 ), u AS (
     UPDATE jobfence_jobs j
@@ -138,6 +138,8 @@ func releaseUpdate(claim int) string {
                           THEN coalesce(j.limit_name, c.adopt_name) ELSE j.limit_name END,
         limit_part = CASE WHEN NOT c.cancel AND j.deps_left - c.n <= 0 AND j.scheduled_at <= now() AND j.limit_name IS NULL
                           THEN c.adopt_part ELSE j.limit_part END,
+        limit_fair = CASE WHEN NOT c.cancel AND j.deps_left - c.n <= 0 AND j.scheduled_at <= now() AND j.limit_name IS NULL
+                          THEN c.adopt_fair ELSE j.limit_fair END,
         deps_left = CASE WHEN c.cancel AND NOT c.nofail THEN j.deps_left ELSE greatest(j.deps_left - c.n, 0) END,
         dep_failed = CASE WHEN c.failed AND j.run_on_failure THEN true ELSE j.dep_failed END,
         scheduled_at = CASE WHEN NOT c.cancel AND j.deps_left - c.n <= 0 THEN greatest(j.scheduled_at, now()) ELSE j.scheduled_at END,
@@ -150,7 +152,7 @@ func releaseUpdate(claim int) string {
     FROM (SELECT unnest(a.ids) AS id, unnest(a.ns) AS n, unnest(a.cancels) AS cancel,
                  unnest(a.nofails) AS nofail, unnest(a.faileds) AS failed,
                  unnest(a.causes) AS cause, unnest(a.cause_states) AS cause_state,
-                 unnest(a.adopt_names) AS adopt_name, unnest(a.adopt_parts) AS adopt_part` + claimUnnest + ` FROM a) c
+                 unnest(a.adopt_names) AS adopt_name, unnest(a.adopt_parts) AS adopt_part, unnest(a.adopt_fairs) AS adopt_fair` + claimUnnest + ` FROM a) c
     WHERE j.id = c.id AND j.state = 'pending'
     RETURNING j.id, j.state, j.queue, j.ctid, c.nofail, j.dependents IS NOT NULL AS listed
 ), cq AS (
@@ -225,7 +227,7 @@ WITH RECURSIVE done AS MATERIALIZED (
 // release nothing more than the columns of the row it locks anyway.
 const releaseLockTail = `, l AS MATERIALIZED (
     SELECT s.id, s.n, s.cancel OR nf.v AS cancel, nf.v AS nofail, s.failed, s.cause, s.cause_state,
-        adopt.name AS adopt_name, adopt.part AS adopt_part,
+        adopt.name AS adopt_name, adopt.part AS adopt_part, adopt.fair AS adopt_fair,
         j.queue, j.priority, j.deps_left, j.scheduled_at, j.limit_name AS own_limit
     FROM (SELECT * FROM s ORDER BY id OFFSET 0) s
     CROSS JOIN LATERAL (

@@ -92,9 +92,11 @@ var finalStatesSQL = func() string {
 
 // sequenceSQL says that the limit row l (an alias) is a sequence's:
 // Concurrency 1, holding its slot through retries, so that its jobs run
-// one at a time in insert order (NULL where l has no concurrency cap).
+// one at a time in insert order (NULL where l has no concurrency cap). A
+// fair limit's (FairBy) is none: its grants go round-robin across its keys
+// (fairWaitingSQL).
 func sequenceSQL(l string) string {
-	return l + ".concurrency = 1 AND " + l + ".hold_retrying"
+	return l + ".concurrency = 1 AND " + l + ".hold_retrying AND " + l + ".fair_by = ''"
 }
 
 // lateSet discards a job not started by its deadline.

@@ -63,7 +63,7 @@ const taskIDsSQL = `SELECT nextval(s.seq) FROM (SELECT pg_get_serial_sequence('j
 const insertTasksSQL = `
 INSERT INTO jobfence_jobs (id, queue, kind, args, state, priority, scheduled_at, max_attempts, metadata, trace_context,
                            idempotency_key, deadline, timeout_us, workflow_id, task_name, depends_on, dependents, deps_left,
-                           run_anyway, run_on_failure, dep_failed, errors, finalized_at, limit_name, limit_part)
+                           run_anyway, run_on_failure, dep_failed, errors, finalized_at, limit_name, limit_part, limit_fair)
 OVERRIDING SYSTEM VALUE
 SELECT id, q, k, a,
        CASE WHEN fail <> '' THEN 'cancelled' WHEN dl_left > 0 THEN 'pending' WHEN s > now() THEN 'scheduled'
@@ -71,7 +71,7 @@ SELECT id, q, k, a,
        p, greatest(COALESCE(s, now()), now()), m, md, tc, ik, dl, tm, $14, n, d::bigint[], dn::bigint[], dl_left, ra, rof, df,
        CASE WHEN fail <> '' THEN jsonb_build_array(jsonb_build_object('attempt', 0, 'at', now(), 'error', fail))
             ELSE '[]'::jsonb END,
-       CASE WHEN fail <> '' THEN now() END, lim.name, lim.part
+       CASE WHEN fail <> '' THEN now() END, lim.name, lim.part, lim.fair
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::jsonb[], $5::smallint[], $6::timestamptz[], $7::int[], $8::jsonb[], $9::bytea[],
             $10::uuid[], $11::timestamptz[], $12::bigint[], $13::text[], $15::text[], $16::int[], $17::boolean[], $18::text[], $19::text[], $20::text[],
             $21::boolean[], $22::boolean[])
