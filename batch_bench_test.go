@@ -8,12 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/jobfence/jobfence"
-	"github.com/jobfence/jobfence/internal/devenv"
-	"github.com/jobfence/jobfence/migrations"
 	"github.com/jobfence/jobfence/worker"
 )
 
@@ -41,39 +36,8 @@ func (benchMany) Kind() string { return "bench_many" }
 //	flock -x /tmp/jobfence-bench.lock go test -run '^$' -bench BatchHandler -benchtime 20000x .
 func BenchmarkBatchHandler(b *testing.B) {
 	ctx := context.Background()
-	pg, err := devenv.StartPostgresWith(ctx, devenv.PostgresOptions{Durable: true, StatStatements: true})
-	if err != nil {
-		b.Skipf("no PostgreSQL to start: %v", err)
-	}
-	defer pg.Stop()
-	if err := migrations.Up(ctx, pg.URL); err != nil {
-		b.Fatal(err)
-	}
 	var rt roundTrips
-	cfg, err := pgxpool.ParseConfig(pg.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.MaxConns = 20
-	cfg.ConnConfig.Tracer = &rt
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pool.Close()
-	stats, err := pgx.Connect(ctx, pg.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stats.Close(ctx)
-	statements := pg.StatStatements
-	if statements {
-		if _, err := stats.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
-			b.Fatal(err)
-		}
-	} else {
-		b.Log("pg_stat_statements is not installed: no server time")
-	}
+	pool, stats, statements := benchServer(ctx, b, &rt)
 
 	var calls, finishes, finished atomic.Int64
 	reg := jobfence.NewRegistry()

@@ -100,6 +100,46 @@ func serverTimeOf(ctx context.Context, b *testing.B, conn *pgx.Conn, statements 
 	return all, steps, wal
 }
 
+// benchServer starts a throwaway durable PostgreSQL (fsync on) with
+// pg_stat_statements where it is installed, migrates it, and opens a pool
+// of 20 whose round trips rt counts, and a connection of its own to read
+// the server's statistics; all are closed or stopped when b ends.
+// statements reports whether pg_stat_statements is there.
+func benchServer(ctx context.Context, b *testing.B, rt *roundTrips) (pool *pgxpool.Pool, stats *pgx.Conn, statements bool) {
+	b.Helper()
+	pg, err := devenv.StartPostgresWith(ctx, devenv.PostgresOptions{Durable: true, StatStatements: true})
+	if err != nil {
+		b.Skipf("no PostgreSQL to start: %v", err)
+	}
+	b.Cleanup(func() { pg.Stop() })
+	if err := migrations.Up(ctx, pg.URL); err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(pg.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 20
+	cfg.ConnConfig.Tracer = rt
+	if pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	if stats, err = pgx.Connect(ctx, pg.URL); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { stats.Close(context.Background()) })
+	statements = pg.StatStatements
+	if statements {
+		if _, err := stats.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+			b.Fatal(err)
+		}
+	} else {
+		b.Log("pg_stat_statements is not installed: no server time")
+	}
+	return pool, stats, statements
+}
+
 // loadavg is the machine's one-minute load.
 func loadavg() float64 {
 	b, _ := os.ReadFile("/proc/loadavg")
@@ -123,39 +163,8 @@ func loadavg() float64 {
 //	flock -x /tmp/jobfence-bench.lock go test -run '^$' -bench DurableSteps -benchtime 1000x .
 func BenchmarkDurableSteps(b *testing.B) {
 	ctx := context.Background()
-	pg, err := devenv.StartPostgresWith(ctx, devenv.PostgresOptions{Durable: true, StatStatements: true})
-	if err != nil {
-		b.Skipf("no PostgreSQL to start: %v", err)
-	}
-	defer pg.Stop()
-	if err := migrations.Up(ctx, pg.URL); err != nil {
-		b.Fatal(err)
-	}
 	var rt roundTrips
-	cfg, err := pgxpool.ParseConfig(pg.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.MaxConns = 20
-	cfg.ConnConfig.Tracer = &rt
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pool.Close()
-	stats, err := pgx.Connect(ctx, pg.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stats.Close(ctx)
-	statements := pg.StatStatements
-	if statements {
-		if _, err := stats.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
-			b.Fatal(err)
-		}
-	} else {
-		b.Log("pg_stat_statements is not installed: no server time")
-	}
+	pool, stats, statements := benchServer(ctx, b, &rt)
 
 	const steps = 5
 	var client *jobfence.Client // the chain's handler inserts with it

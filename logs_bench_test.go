@@ -7,12 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/jobfence/jobfence"
-	"github.com/jobfence/jobfence/internal/devenv"
-	"github.com/jobfence/jobfence/migrations"
 )
 
 // The two kinds of BenchmarkAttemptLogs: a job whose handler logs three
@@ -41,39 +36,8 @@ func (benchSilent) Kind() string { return "bench_silent" }
 //	flock -x /tmp/jobfence-bench.lock go test -run '^$' -bench AttemptLogs -benchtime 2000x .
 func BenchmarkAttemptLogs(b *testing.B) {
 	ctx := context.Background()
-	pg, err := devenv.StartPostgresWith(ctx, devenv.PostgresOptions{Durable: true, StatStatements: true})
-	if err != nil {
-		b.Skipf("no PostgreSQL to start: %v", err)
-	}
-	defer pg.Stop()
-	if err := migrations.Up(ctx, pg.URL); err != nil {
-		b.Fatal(err)
-	}
 	rt := roundTrips{table: "jobfence_attempt_logs"}
-	cfg, err := pgxpool.ParseConfig(pg.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.MaxConns = 20
-	cfg.ConnConfig.Tracer = &rt
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pool.Close()
-	stats, err := pgx.Connect(ctx, pg.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stats.Close(ctx)
-	statements := pg.StatStatements
-	if statements {
-		if _, err := stats.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
-			b.Fatal(err)
-		}
-	} else {
-		b.Log("pg_stat_statements is not installed: no server time")
-	}
+	pool, stats, statements := benchServer(ctx, b, &rt)
 
 	reg := jobfence.NewRegistry()
 	jobfence.AddHandler(reg, func(ctx context.Context, job *jobfence.Job[benchLogs]) error {
