@@ -83,8 +83,8 @@ func (c *Client) AwaitJob(ctx context.Context, id int64) (*queue.Job, error) {
 		if _, err := br.Exec(); err != nil {
 			return false, err
 		}
-		var progress []byte
-		j, err := scanListed(br.QueryRow(), &progress)
+		var progress, logs []byte
+		j, err := scanListed(br.QueryRow(), &progress, &logs)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, fmt.Errorf("%w (no job has this ID: it was never inserted, or was deleted, or pruned after it ended)", queue.ErrJobNotFound)
 		}
@@ -93,6 +93,9 @@ func (c *Client) AwaitJob(ctx context.Context, id int64) (*queue.Job, error) {
 		}
 		if progress != nil {
 			j.Progress = progress
+		}
+		if j.Logs, err = decodeLogs(id, logs); err != nil {
+			return false, err
 		}
 		job = j
 		return j.State.Final(), nil
