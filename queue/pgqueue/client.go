@@ -218,7 +218,10 @@ func New(pool *pgxpool.Pool, cfg Config) *Client {
 		cfg.AwaitPollMax = DefaultAwaitPollMax
 	}
 	cfg.AwaitPollMax = max(cfg.AwaitPollMax, cfg.AwaitPollMin)
-	c := &Client{pool: pool, cfg: cfg, releases: newReleases(), redactor: NewRedactor(pool.Config().ConnString(), cfg.ListenURL)}
+	c := &Client{pool: pool, cfg: cfg, releases: newReleases()}
+	if pool != nil {
+		c.redactor = NewRedactor(pool.Config().ConnString(), cfg.ListenURL)
+	}
 	if !cfg.NoSeries {
 		c.series = &series{now: time.Now}
 	}

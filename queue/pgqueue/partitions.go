@@ -341,10 +341,17 @@ func (c *Client) dropPartitionTable(ctx context.Context, name string) error {
 		if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&there); err != nil {
 			return fmt.Errorf("drop partition %s: %w", name, err)
 		}
+		if !there {
+			return nil // dropped already
+		}
+		// The lock the DROP needs, first: two instances dropping one
+		// partition at once otherwise each read it (the deletes below)
+		// and then each waited for the other's read to DROP it, a
+		// deadlock. The second now waits (lock_timeout) and finds it gone.
+		if _, err := tx.Exec(ctx, `LOCK TABLE `+t+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+			return fmt.Errorf("drop partition %s: %w", name, err)
+		}
 		for _, table := range []string{"jobfence_steps", "jobfence_signals", "jobfence_attempt_logs"} {
-			if !there {
-				break // dropped already
-			}
 			if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE job_id IN (SELECT id FROM `+t+`)`); err != nil {
 				return fmt.Errorf("drop the steps of partition %s: %w", name, err)
 			}
