@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jobfence/jobfence"
+	"github.com/jobfence/jobfence/internal/logbuf"
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/queue"
 	"github.com/jobfence/jobfence/queue/pgqueue"
@@ -34,24 +35,6 @@ func encKeys(current string, ids ...string) *jobfence.Encryption {
 		m[id] = bytes.Repeat([]byte{'K' + byte(len(m))}, queue.KeySize)
 	}
 	return &jobfence.Encryption{Keys: m, Current: current, MACKey: ids[0]}
-}
-
-// syncBuffer is a log sink for a worker's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestEncryptedArgsRoundTrip: a Client with Config.Encryption stores a
@@ -123,7 +106,7 @@ func TestEncryptedArgsWithoutTheKey(t *testing.T) {
 		return nil
 	}
 	for i, enc := range []*jobfence.Encryption{encKeys("k9", "k9"), nil} {
-		logs := &syncBuffer{}
+		logs := &logbuf.Buffer{}
 		reg := jobfence.NewRegistry()
 		jobfence.AddHandler(reg, handler)
 		w := newClient(t, db.Pool, jobfence.Config{Queues: map[string]int{"default": 1}, Handlers: reg, Encryption: enc,

@@ -1,19 +1,18 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/jobfence/jobfence/internal/logbuf"
 	"github.com/jobfence/jobfence/internal/pgtest"
 	"github.com/jobfence/jobfence/internal/testwatch"
 	"github.com/jobfence/jobfence/queue"
@@ -39,24 +38,6 @@ func (c *countingLogs) RecordLogs(ctx context.Context, writes []queue.LogsWrite,
 	c.writes.Add(int32(len(writes)))
 	c.stale.Add(int32(len(stale)))
 	return stale, err
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestLoggerStoresEachAttempt: the records a handler writes through
@@ -85,7 +66,7 @@ func TestLoggerStoresEachAttempt(t *testing.T) {
 		return nil
 	})
 	worker.Add(reg, func(ctx context.Context, job *worker.Job[silentArgs]) error { return nil })
-	out := &syncBuffer{}
+	out := &logbuf.Buffer{}
 	startWorker(t, b, reg, worker.Config{PollInterval: 50 * time.Millisecond, RetryPolicy: worker.ExponentialRetry{Max: time.Millisecond},
 		PromoteInterval: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 
@@ -180,7 +161,7 @@ func TestLoggerBounds(t *testing.T) {
 				}
 				return nil
 			})
-			out := &syncBuffer{}
+			out := &logbuf.Buffer{}
 			startWorker(t, b, reg, worker.Config{PollInterval: 50 * time.Millisecond, AttemptLogs: tt.cfg,
 				Logger: slog.New(slog.NewTextHandler(out, nil))})
 			res, err := c.Insert(ctx, logArgs{Lines: tt.lines}, nil)
@@ -240,7 +221,7 @@ func TestLoggerOfStaleAttemptStoresNothing(t *testing.T) {
 	}, worker.HandlerOptions{Timeout: -1})
 	hb := &blockingHeartbeats{Client: c, release: make(chan struct{})}
 	defer close(hb.release)
-	out := &syncBuffer{}
+	out := &logbuf.Buffer{}
 	startWorker(t, hb, reg, worker.Config{Lease: 2 * time.Second, RescueInterval: 100 * time.Millisecond,
 		PollInterval: 50 * time.Millisecond, Queues: map[string]int{"default": 4}, Logger: slog.New(slog.NewTextHandler(out, nil))})
 	wait(t, first, "the first attempt's record")
