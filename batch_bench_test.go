@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jobfence/jobfence"
 	"github.com/jobfence/jobfence/worker"
@@ -82,24 +81,7 @@ func BenchmarkBatchHandler(b *testing.B) {
 				finishes.Store(0)
 				finished.Store(0)
 				rt.total.Store(0)
-				rt.on.Store(true)
-				b.ResetTimer()
-				if err := client.Start(ctx); err != nil {
-					b.Fatal(err)
-				}
-				want := int64(b.N)
-				deadline := time.Now().Add(10 * time.Minute)
-				for client.Worker().Stats().Completed < want {
-					if time.Now().After(deadline) {
-						b.Fatalf("%d of %d jobs completed after 10 minutes", client.Worker().Stats().Completed, want)
-					}
-					time.Sleep(time.Millisecond)
-				}
-				b.StopTimer()
-				rt.on.Store(false)
-				if err := client.Stop(ctx); err != nil {
-					b.Fatal(err)
-				}
+				runTimed(ctx, b, client, &rt, int64(b.N))
 				all1, _, wal1 := serverTime(ctx, b, stats, statements)
 				n := float64(b.N)
 				b.ReportMetric(n/b.Elapsed().Seconds(), "jobs/s")

@@ -140,6 +140,30 @@ func benchServer(ctx context.Context, b *testing.B, rt *roundTrips) (pool *pgxpo
 	return pool, stats, statements
 }
 
+// runTimed starts client with the timer and rt's count running, waits
+// (10 minutes at most) until its worker has completed want jobs, and
+// stops both and the client.
+func runTimed(ctx context.Context, b *testing.B, client *jobfence.Client, rt *roundTrips, want int64) {
+	b.Helper()
+	rt.on.Store(true)
+	b.ResetTimer()
+	if err := client.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for client.Worker().Stats().Completed < want {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d jobs completed after 10 minutes", client.Worker().Stats().Completed, want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.StopTimer()
+	rt.on.Store(false)
+	if err := client.Stop(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // loadavg is the machine's one-minute load.
 func loadavg() float64 {
 	b, _ := os.ReadFile("/proc/loadavg")
@@ -215,24 +239,7 @@ func BenchmarkDurableSteps(b *testing.B) {
 				all0, step0, wal0 := serverTime(ctx, b, stats, statements)
 				rt.total.Store(0)
 				rt.steps.Store(0)
-				rt.on.Store(true)
-				b.ResetTimer()
-				if err := client.Start(ctx); err != nil {
-					b.Fatal(err)
-				}
-				want := int64(b.N * v.jobs)
-				deadline := time.Now().Add(10 * time.Minute)
-				for client.Worker().Stats().Completed < want {
-					if time.Now().After(deadline) {
-						b.Fatalf("%d of %d jobs completed after 10 minutes", client.Worker().Stats().Completed, want)
-					}
-					time.Sleep(time.Millisecond)
-				}
-				b.StopTimer()
-				rt.on.Store(false)
-				if err := client.Stop(ctx); err != nil {
-					b.Fatal(err)
-				}
+				runTimed(ctx, b, client, &rt, int64(b.N*v.jobs))
 				all1, step1, wal1 := serverTime(ctx, b, stats, statements)
 				n := float64(b.N)
 				b.ReportMetric(n/b.Elapsed().Seconds(), "jobs/s")

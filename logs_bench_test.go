@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/jobfence/jobfence"
 )
@@ -72,24 +71,7 @@ func BenchmarkAttemptLogs(b *testing.B) {
 				all0, logs0, wal0 := serverTimeOf(ctx, b, stats, statements, "jobfence_attempt_logs")
 				rt.total.Store(0)
 				rt.steps.Store(0)
-				rt.on.Store(true)
-				b.ResetTimer()
-				if err := client.Start(ctx); err != nil {
-					b.Fatal(err)
-				}
-				want := int64(b.N)
-				deadline := time.Now().Add(10 * time.Minute)
-				for client.Worker().Stats().Completed < want {
-					if time.Now().After(deadline) {
-						b.Fatalf("%d of %d jobs completed after 10 minutes", client.Worker().Stats().Completed, want)
-					}
-					time.Sleep(time.Millisecond)
-				}
-				b.StopTimer()
-				rt.on.Store(false)
-				if err := client.Stop(ctx); err != nil {
-					b.Fatal(err)
-				}
+				runTimed(ctx, b, client, &rt, int64(b.N))
 				all1, logs1, wal1 := serverTimeOf(ctx, b, stats, statements, "jobfence_attempt_logs")
 				n := float64(b.N)
 				b.ReportMetric(n/b.Elapsed().Seconds(), "jobs/s")
