@@ -22,13 +22,13 @@ import (
 	"github.com/jobfence/jobfence/queue/pgqueue"
 )
 
-// Why a template: every test's schema used to run the migrations, about
-// 350 ms of goose's transactions each, and a CREATE INDEX CONCURRENTLY
-// among them waits for every transaction on the server that is older,
-// those of the tests beside it included. The schema the migrations make
-// does not depend on when they run (the finished jobs' partitions are
-// made by maintenance), so one migrated schema per server, dumped by
-// pg_dump once, is replayed in one transaction instead (about 100 ms).
+// Why a template: running the migrations for every test's schema costs
+// goose's transaction per migration, and a CREATE INDEX CONCURRENTLY
+// among them waits for every older transaction on the server, those of
+// the tests beside it included. The schema the migrations make does not
+// depend on when they run (maintenance makes the finished jobs'
+// partitions), so one migrated schema per server, dumped by pg_dump once,
+// is replayed in one transaction instead (docs/testing.md has the cost).
 // Where pg_dump is missing or of another major version than the server,
 // the migrations run as before.
 
