@@ -62,13 +62,23 @@ const allJobsSQL = `(SELECT state, finalized_at, lease_expires_at, output, ` + f
 
 // Get returns the stored job id, or an error wrapping queue.ErrJobNotFound.
 func (c *Client) Get(ctx context.Context, id int64) (*queue.Job, error) {
-	var progress, logs []byte
-	j, err := scanListed(c.pool.QueryRow(ctx, getSQL, id), &progress, &logs)
+	j, err := scanGot(c.pool.QueryRow(ctx, getSQL, id), id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("pgqueue: job %d: %w", id, queue.ErrJobNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pgqueue: get job %d: %w", id, err)
+	}
+	return j, nil
+}
+
+// scanGot scans job id's row as getSQL reads it: the listed columns, its
+// progress and its stored logs. Get and AwaitJob read it.
+func scanGot(row pgx.Row, id int64) (*queue.Job, error) {
+	var progress, logs []byte
+	j, err := scanListed(row, &progress, &logs)
+	if err != nil {
+		return nil, err
 	}
 	if progress != nil {
 		j.Progress = progress

@@ -83,18 +83,11 @@ func (c *Client) AwaitJob(ctx context.Context, id int64) (*queue.Job, error) {
 		if _, err := br.Exec(); err != nil {
 			return false, err
 		}
-		var progress, logs []byte
-		j, err := scanListed(br.QueryRow(), &progress, &logs)
+		j, err := scanGot(br.QueryRow(), id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, fmt.Errorf("%w (no job has this ID: it was never inserted, or was deleted, or pruned after it ended)", queue.ErrJobNotFound)
 		}
 		if err != nil {
-			return false, err
-		}
-		if progress != nil {
-			j.Progress = progress
-		}
-		if j.Logs, err = decodeLogs(id, logs); err != nil {
 			return false, err
 		}
 		job = j
